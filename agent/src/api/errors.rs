@@ -1,0 +1,67 @@
+//! The one place where strata's errors become Kafka error codes.
+
+use kafka_protocol::error::ResponseError;
+
+use crate::partition::PartitionError;
+
+/// A Kafka error code with the message sent to the client where the API has a field.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiError {
+    pub code: ResponseError,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(code: ResponseError, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+        }
+    }
+
+    pub fn code(&self) -> i16 {
+        self.code.code()
+    }
+}
+
+impl From<&PartitionError> for ApiError {
+    fn from(e: &PartitionError) -> Self {
+        use strata_log::Error as L;
+        let code = match e {
+            PartitionError::Log(L::CorruptBatch { .. }) => ResponseError::CorruptMessage,
+            PartitionError::Log(L::InvalidRecord { .. }) => ResponseError::InvalidRecord,
+            PartitionError::Log(L::BatchTooLarge { .. }) => ResponseError::MessageTooLarge,
+            PartitionError::Log(L::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
+            PartitionError::Log(L::CorruptSegment { .. } | L::Io { .. })
+            | PartitionError::Offline(_) => {
+                tracing::error!(error = %e, "storage error");
+                ResponseError::KafkaStorageError
+            }
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<strata_metastore::Error> for ApiError {
+    fn from(e: strata_metastore::Error) -> Self {
+        use strata_metastore::Error as M;
+        let code = match &e {
+            M::TopicExists(_) => ResponseError::TopicAlreadyExists,
+            M::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+            M::Invalid(_) => ResponseError::InvalidRequest,
+            M::Conflict(_) | M::TransactionTooOld { .. } => ResponseError::RequestTimedOut,
+            M::LimitExceeded(_) => ResponseError::PolicyViolation,
+            M::Corrupt { .. } | M::Backend { .. } => {
+                tracing::error!(error = %e, "metastore error");
+                ResponseError::UnknownServerError
+            }
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<PartitionError> for ApiError {
+    fn from(e: PartitionError) -> Self {
+        ApiError::from(&e)
+    }
+}

@@ -1,0 +1,63 @@
+//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), and by timestamp (the
+//! first offset whose record timestamp is at or after the one given).
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+
+use super::errors::ApiError;
+use crate::broker::Broker;
+use crate::partition::Partition;
+
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+
+pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+    let mut response = ListOffsetsResponse::default();
+    for t in req.topics {
+        let topic = broker.topic(t.name.0.as_str());
+        let mut out = ListOffsetsTopicResponse::default();
+        out.name = t.name.clone();
+        for p in t.partitions {
+            let mut r = ListOffsetsPartitionResponse::default();
+            r.partition_index = p.partition_index;
+            r.timestamp = -1;
+            r.offset = -1;
+            match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
+                None => r.error_code = ResponseError::UnknownTopicOrPartition.code(),
+                Some(partition) => match lookup(partition, p.timestamp) {
+                    Ok((offset, timestamp)) => {
+                        r.offset = offset;
+                        r.timestamp = timestamp;
+                        if version >= 4 {
+                            r.leader_epoch = 0;
+                        }
+                    }
+                    Err(e) => r.error_code = e.code(),
+                },
+            }
+            out.partitions.push(r);
+        }
+        response.topics.push(out);
+    }
+    response
+}
+
+/// `(offset, timestamp)` for one query; `(-1, -1)` when no record matches.
+fn lookup(partition: &Partition, timestamp: i64) -> Result<(i64, i64), ApiError> {
+    Ok(match timestamp {
+        LATEST => (partition.high_watermark(), -1),
+        EARLIEST => (partition.log_start_offset(), -1),
+        MAX_TIMESTAMP => partition.max_timestamp_record()?.unwrap_or((-1, -1)),
+        t if t >= 0 => partition.offset_for_timestamp(t)?.unwrap_or((-1, -1)),
+        other => {
+            return Err(ApiError::new(
+                ResponseError::InvalidRequest,
+                format!("invalid timestamp {other}"),
+            ));
+        }
+    })
+}

@@ -1,0 +1,125 @@
+//! Metadata, including Kafka's topic auto-creation.
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
+
+use super::errors::ApiError;
+use super::topics::{NewTopicSpec, create_topic};
+use crate::broker::{Broker, TopicState};
+
+pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+    let mut response = MetadataResponse::default();
+    let mut b = MetadataResponseBroker::default();
+    b.node_id = BrokerId(broker.node_id);
+    b.host = StrBytes::from_string(broker.advertised_host.clone());
+    b.port = broker.advertised_port;
+    response.brokers = vec![b];
+    if version >= 2 {
+        response.cluster_id = Some(StrBytes::from_string(broker.cluster_id.clone()));
+    }
+    if version >= 1 {
+        response.controller_id = BrokerId(broker.node_id);
+    }
+    response.cluster_authorized_operations = i32::MIN;
+
+    let all = match &req.topics {
+        None => true,
+        Some(t) => version == 0 && t.is_empty(),
+    };
+    if all {
+        response.topics = broker
+            .topics()
+            .iter()
+            .map(|t| describe(t, version))
+            .collect();
+        return response;
+    }
+    let auto_create =
+        broker.settings.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+    for wanted in req.topics.unwrap_or_default() {
+        let topic = match &wanted.name {
+            Some(name) => by_name(broker, name.0.as_str(), auto_create).await,
+            None => {
+                let id = *wanted.topic_id.as_bytes();
+                broker
+                    .topic_by_id(&id)
+                    .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, ""))
+            }
+        };
+        response.topics.push(match topic {
+            Ok(t) => describe(&t, version),
+            Err(e) => {
+                let mut t = MetadataResponseTopic::default();
+                t.error_code = e.code();
+                t.name = wanted.name.clone();
+                if version >= 10 {
+                    t.topic_id = wanted.topic_id;
+                }
+                t.topic_authorized_operations = i32::MIN;
+                t
+            }
+        });
+    }
+    response
+}
+
+async fn by_name(
+    broker: &Broker,
+    name: &str,
+    auto_create: bool,
+) -> Result<std::sync::Arc<TopicState>, ApiError> {
+    if let Some(t) = broker.topic(name) {
+        return Ok(t);
+    }
+    if !auto_create {
+        return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, ""));
+    }
+    let spec = NewTopicSpec {
+        name: name.to_string(),
+        ..NewTopicSpec::defaults()
+    };
+    match create_topic(broker, spec, false).await {
+        Ok(Some(t)) => {
+            tracing::info!(topic = name, "auto-created topic");
+            Ok(t)
+        }
+        // Someone else created it meanwhile.
+        Err(e) if e.code == ResponseError::TopicAlreadyExists => {
+            broker.refresh().await.ok();
+            broker.topic(name).ok_or(e)
+        }
+        Err(e) => Err(e),
+        Ok(None) => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "")),
+    }
+}
+
+fn describe(topic: &TopicState, version: i16) -> MetadataResponseTopic {
+    let mut t = MetadataResponseTopic::default();
+    t.name = Some(TopicName(StrBytes::from_string(topic.record.name.clone())));
+    if version >= 10 {
+        t.topic_id = Uuid::from_bytes(topic.record.id);
+    }
+    t.topic_authorized_operations = i32::MIN;
+    t.partitions = topic
+        .record
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut m = MetadataResponsePartition::default();
+            m.partition_index = p.index as i32;
+            m.leader_id = BrokerId(p.leader);
+            if version >= 7 {
+                m.leader_epoch = p.leader_epoch;
+            }
+            m.replica_nodes = p.replicas.iter().copied().map(BrokerId).collect();
+            m.isr_nodes = p.isr.iter().copied().map(BrokerId).collect();
+            m
+        })
+        .collect();
+    t
+}

@@ -1,0 +1,74 @@
+//! The Kafka APIs, one module per family, and the dispatch from a decoded request to its
+//! handler.
+//!
+//! Dispatch is synchronous up to the point where a handler must wait: a produce request
+//! appends its batches before [`dispatch`] returns, so requests pipelined on one
+//! connection are appended in the order they arrived, while their waits for durability
+//! overlap (which is what lets one fsync cover many of them).
+
+mod cluster;
+mod configs;
+pub mod errors;
+mod fetch;
+mod list_offsets;
+mod metadata;
+mod produce;
+mod topics;
+pub mod versions;
+
+use std::sync::Arc;
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind};
+
+use crate::broker::Broker;
+
+/// The response to one request, once it is ready; `None` for requests that get no
+/// response (produce with acks=0).
+pub type Reply = BoxFuture<'static, Option<ResponseKind>>;
+
+fn ready(response: impl Into<ResponseKind>) -> Reply {
+    let response = response.into();
+    async move { Some(response) }.boxed()
+}
+
+/// Starts handling one request. The caller has checked that the version is supported;
+/// `None` means the API has no handler here, and the connection should be closed.
+pub fn dispatch(
+    broker: &Arc<Broker>,
+    header: &RequestHeader,
+    request: RequestKind,
+) -> Option<Reply> {
+    let version = header.request_api_version;
+    let b = Arc::clone(broker);
+    Some(match request {
+        RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
+        RequestKind::Produce(req) => produce::produce(broker, req, version),
+        RequestKind::Fetch(req) => {
+            async move { Some(fetch::fetch(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::ListOffsets(req) => ready(list_offsets::list_offsets(broker, req, version)),
+        RequestKind::Metadata(req) => {
+            async move { Some(metadata::metadata(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::CreateTopics(req) => {
+            async move { Some(topics::create_topics(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::DeleteTopics(req) => {
+            async move { Some(topics::delete_topics(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::CreatePartitions(req) => {
+            async move { Some(topics::create_partitions(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DescribeConfigs(req) => ready(configs::describe_configs(broker, req, version)),
+        RequestKind::AlterConfigs(req) => {
+            async move { Some(configs::alter_configs(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::IncrementalAlterConfigs(req) => {
+            async move { Some(configs::incremental_alter_configs(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(broker, req)),
+        _ => return None,
+    })
+}

@@ -1,0 +1,134 @@
+//! Produce: validation and append happen before [`produce`] returns (so pipelined
+//! requests append in arrival order); the reply then waits, for acks=all, until the
+//! high watermark covers each partition's batches.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::FutureExt;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+
+use super::Reply;
+use super::errors::ApiError;
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::partition::Partition;
+
+/// A partition's result, and the append to wait for when acks=all.
+struct Appended {
+    response: PartitionProduceResponse,
+    wait: Option<(Arc<Partition>, i64)>,
+}
+
+fn failed(index: i32, e: ApiError, version: i16) -> Appended {
+    let mut r = PartitionProduceResponse::default();
+    r.index = index;
+    r.error_code = e.code();
+    r.base_offset = -1;
+    r.log_append_time_ms = -1;
+    r.log_start_offset = -1;
+    if version >= 8 {
+        r.error_message = Some(StrBytes::from_string(e.message));
+    }
+    Appended {
+        response: r,
+        wait: None,
+    }
+}
+
+pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply {
+    let acks = req.acks;
+    let now = now_ms();
+    let mut topics: Vec<(kafka_protocol::messages::TopicName, Vec<Appended>)> = Vec::new();
+    for t in req.topic_data {
+        let topic = broker.topic(t.name.0.as_str());
+        let mut results = Vec::with_capacity(t.partition_data.len());
+        for p in t.partition_data {
+            let partition = topic.as_ref().and_then(|topic| topic.partition(p.index));
+            let outcome = if !matches!(acks, -1..=1) {
+                Err(ApiError::new(
+                    ResponseError::InvalidRequiredAcks,
+                    format!("acks must be -1, 0 or 1, not {acks}"),
+                ))
+            } else if req.transactional_id.is_some() {
+                Err(ApiError::new(
+                    ResponseError::TransactionalIdAuthorizationFailed,
+                    "transactions are not supported yet",
+                ))
+            } else {
+                match (partition, p.records.as_deref()) {
+                    (None, _) => Err(ApiError::new(
+                        ResponseError::UnknownTopicOrPartition,
+                        "This server does not host this topic-partition.",
+                    )),
+                    (Some(_), None | Some([])) => Err(ApiError::new(
+                        ResponseError::InvalidRecord,
+                        "produce request holds no record batch",
+                    )),
+                    (Some(partition), Some(records)) => partition
+                        .append(records, now)
+                        .map(|out| (Arc::clone(partition), out))
+                        .map_err(ApiError::from),
+                }
+            };
+            results.push(match outcome {
+                Ok((partition, out)) => {
+                    let mut r = PartitionProduceResponse::default();
+                    r.index = p.index;
+                    r.base_offset = out.base_offset;
+                    r.log_append_time_ms = out.log_append_time_ms;
+                    if version >= 5 {
+                        r.log_start_offset = partition.log_start_offset();
+                    }
+                    let wait = (acks == -1).then_some((partition, out.last_offset + 1));
+                    Appended { response: r, wait }
+                }
+                Err(e) => {
+                    if e.code != ResponseError::UnknownTopicOrPartition {
+                        tracing::debug!(topic = %t.name.0.as_str(), partition = p.index, error = %e.message, "produce refused");
+                    }
+                    failed(p.index, e, version)
+                }
+            });
+        }
+        topics.push((t.name, results));
+    }
+    if acks == 0 {
+        return async { None }.boxed();
+    }
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    async move {
+        let mut response = ProduceResponse::default();
+        for (name, results) in topics {
+            let mut t = TopicProduceResponse::default();
+            t.name = name;
+            for mut appended in results {
+                if let Some((partition, end)) = appended.wait.take() {
+                    let outcome = tokio::time::timeout(timeout, partition.wait_durable(end)).await;
+                    let error = match outcome {
+                        Ok(Ok(())) => None,
+                        Ok(Err(e)) => Some(ApiError::from(e)),
+                        Err(_) => Some(ApiError::new(
+                            ResponseError::RequestTimedOut,
+                            "the write did not become durable within the request timeout",
+                        )),
+                    };
+                    if let Some(e) = error {
+                        appended.response.error_code = e.code();
+                        if version >= 8 {
+                            appended.response.error_message =
+                                Some(StrBytes::from_string(e.message));
+                        }
+                    }
+                }
+                t.partition_responses.push(appended.response);
+            }
+            response.responses.push(t);
+        }
+        Some(response.into())
+    }
+    .boxed()
+}

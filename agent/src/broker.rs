@@ -1,0 +1,265 @@
+//! The agent's view of its topics and the partitions it serves.
+//!
+//! The metastore is the authority on which topics exist and how they are configured; this
+//! module keeps an in-memory copy (so the produce path never waits on the metastore) and
+//! reconciles the local logs with it: after every admin change this agent makes, and
+//! periodically for changes made by others.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use strata_metastore::{Metastore, TopicRecord};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+use crate::config::Settings;
+use crate::partition::{Partition, PartitionError};
+use crate::topic_config::TopicConfig;
+
+/// A topic as this agent serves it.
+#[derive(Debug)]
+pub struct TopicState {
+    pub record: TopicRecord,
+    pub config: TopicConfig,
+    pub partitions: Vec<Arc<Partition>>,
+}
+
+impl TopicState {
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+#[derive(Debug)]
+pub struct Broker {
+    pub settings: Settings,
+    pub node_id: i32,
+    pub advertised_host: String,
+    pub advertised_port: i32,
+    pub cluster_id: String,
+    pub metastore: Metastore,
+    logs_dir: PathBuf,
+    topics: RwLock<BTreeMap<String, Arc<TopicState>>>,
+    /// Serializes reconciliation so two admin requests never open one log twice.
+    reconcile: tokio::sync::Mutex<()>,
+    pub shutdown: CancellationToken,
+}
+
+const TOPIC_ID_FILE: &str = "topic.id";
+
+fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Broker {
+    pub async fn new(
+        settings: Settings,
+        metastore: Metastore,
+        logs_dir: PathBuf,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Arc<Broker>> {
+        let (advertised_host, advertised_port) = settings.advertised()?;
+        let cluster_id = metastore.cluster().await?.cluster_id;
+        std::fs::create_dir_all(&logs_dir)?;
+        let broker = Arc::new(Broker {
+            node_id: settings.node_id,
+            settings,
+            advertised_host,
+            advertised_port,
+            cluster_id,
+            metastore,
+            logs_dir,
+            topics: RwLock::new(BTreeMap::new()),
+            reconcile: tokio::sync::Mutex::new(()),
+            shutdown,
+        });
+        broker.refresh().await?;
+        Ok(broker)
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+
+    pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<Arc<TopicState>> {
+        self.topics().into_iter().find(|t| &t.record.id == id)
+    }
+
+    pub fn topics(&self) -> Vec<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    pub fn topic_config(&self, record: &TopicRecord) -> TopicConfig {
+        TopicConfig::resolve(&self.settings.topic_defaults.configs, &record.configs)
+    }
+
+    fn partition_dir(&self, topic: &str, index: u32) -> PathBuf {
+        self.logs_dir.join(format!("{topic}-{index}"))
+    }
+
+    /// Reads every topic from the metastore and brings the local logs in line.
+    pub async fn refresh(&self) -> anyhow::Result<()> {
+        let records = self.metastore.topics().await?;
+        let _guard = self.reconcile.lock().await;
+        let known: Vec<String> = self
+            .topics()
+            .iter()
+            .map(|t| t.record.name.clone())
+            .collect();
+        for name in known {
+            if !records.iter().any(|r| r.name == name) {
+                self.remove_locked(&name).await;
+            }
+        }
+        for record in records {
+            self.apply_locked(record).await?;
+        }
+        Ok(())
+    }
+
+    /// Serves `record` as the metastore now has it.
+    pub async fn apply(&self, record: TopicRecord) -> Result<Arc<TopicState>, PartitionError> {
+        let _guard = self.reconcile.lock().await;
+        self.apply_locked(record).await
+    }
+
+    async fn apply_locked(&self, record: TopicRecord) -> Result<Arc<TopicState>, PartitionError> {
+        let existing = self.topic(&record.name);
+        if let Some(old) = &existing
+            && old.record == record
+        {
+            return Ok(Arc::clone(old));
+        }
+        let config = self.topic_config(&record);
+        let log_config = config.log_config();
+        let mut partitions = Vec::with_capacity(record.partitions.len());
+        match &existing {
+            Some(old) if old.record.id == record.id => {
+                for p in &old.partitions {
+                    p.set_config(log_config);
+                }
+                partitions.extend(old.partitions.iter().cloned());
+            }
+            Some(_) => self.remove_locked(&record.name).await,
+            None => {}
+        }
+        for p in record.partitions.iter().skip(partitions.len()) {
+            let dir = self.partition_dir(&record.name, p.index);
+            self.claim_dir(&dir, &record.id)?;
+            let partition = Partition::open(
+                &record.name,
+                p.index as i32,
+                &dir,
+                log_config,
+                now_ms(),
+                &self.shutdown,
+            )?;
+            partitions.push(partition);
+        }
+        let state = Arc::new(TopicState {
+            record: record.clone(),
+            config,
+            partitions,
+        });
+        self.topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(record.name.clone(), Arc::clone(&state));
+        Ok(state)
+    }
+
+    /// Makes sure `dir` holds the log of topic `id`: a directory left by an earlier topic
+    /// of the same name (deleted while this agent was down) is removed first.
+    fn claim_dir(&self, dir: &Path, id: &[u8; 16]) -> Result<(), PartitionError> {
+        let id_file = dir.join(TOPIC_ID_FILE);
+        let io = |context, path: &Path, source| {
+            PartitionError::Log(strata_log::Error::Io {
+                context,
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        match std::fs::read_to_string(&id_file) {
+            Ok(found) if found.trim() == hex(id) => return Ok(()),
+            Ok(found) => {
+                tracing::warn!(dir = %dir.display(), old_topic_id = found.trim(), "removing the log of a deleted topic");
+                std::fs::remove_dir_all(dir).map_err(|e| io("remove stale log", dir, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("read topic id", &id_file, e)),
+        }
+        std::fs::create_dir_all(dir).map_err(|e| io("create log directory", dir, e))?;
+        std::fs::write(&id_file, hex(id)).map_err(|e| io("write topic id", &id_file, e))
+    }
+
+    /// Stops serving a topic and deletes its logs.
+    pub async fn remove(&self, name: &str) {
+        let _guard = self.reconcile.lock().await;
+        self.remove_locked(name).await;
+    }
+
+    async fn remove_locked(&self, name: &str) {
+        let removed = self
+            .topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        if let Some(topic) = removed {
+            for p in &topic.partitions {
+                if let Err(e) = p.delete().await {
+                    tracing::error!(topic = name, partition = p.index, error = %e, "cannot delete partition log");
+                }
+            }
+            tracing::info!(topic = name, "topic deleted");
+        }
+    }
+
+    /// Periodic upkeep: picks up metastore changes made elsewhere and rolls segments
+    /// whose `segment.ms` passed. Stops on shutdown.
+    pub async fn maintenance(self: Arc<Self>, every: Duration) {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shutdown.cancelled() => {
+                    tracing::debug!("maintenance stopped: shutdown");
+                    return;
+                }
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh topics from the metastore");
+            }
+            let now = now_ms();
+            for topic in self.topics() {
+                for p in &topic.partitions {
+                    if let Err(e) = p.roll_if_due(now) {
+                        tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot roll segment");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Flushes every partition and stops the flushers.
+    pub async fn close(&self) {
+        for topic in self.topics() {
+            for p in &topic.partitions {
+                p.close().await;
+            }
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Agent settings: defaults in one place ([`Settings::default`]), overridden by an
+//! optional TOML file, then by `STRATA_*` environment variables and flags (clap reads
+//! both; a flag beats its variable).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// Everything an agent needs to start.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Settings {
+    /// This agent's broker id, as clients see it.
+    pub node_id: i32,
+    /// Where the Kafka listener binds.
+    pub kafka_listen: SocketAddr,
+    /// `host:port` clients are told to connect to; defaults to `kafka_listen`.
+    pub kafka_advertised: Option<String>,
+    /// Where the HTTP API binds.
+    pub http_listen: SocketAddr,
+    /// Segments, the lock file and (by default) the embedded metastore live here.
+    pub data_dir: PathBuf,
+    /// The embedded metastore file; defaults to `{data_dir}/metastore.sqlite`.
+    pub metastore_path: Option<PathBuf>,
+    /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
+    pub max_request_bytes: usize,
+    /// Kafka's `auto.create.topics.enable`.
+    pub auto_create_topics: bool,
+    /// Defaults for new topics.
+    pub topic_defaults: TopicDefaults,
+}
+
+/// Defaults for topics created without explicit values.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicDefaults {
+    /// Kafka's `num.partitions`.
+    pub num_partitions: i32,
+    /// Kafka's `default.replication.factor`.
+    pub replication_factor: i16,
+    /// Topic configs (Kafka names, e.g. `segment.bytes`) applied to every topic that does
+    /// not set them itself; validated at start like topic configs.
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Default for TopicDefaults {
+    fn default() -> Self {
+        TopicDefaults {
+            num_partitions: 1,
+            replication_factor: 1,
+            configs: BTreeMap::new(),
+        }
+    }
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            node_id: 1,
+            kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            kafka_advertised: None,
+            http_listen: SocketAddr::from(([127, 0, 0, 1], 9644)),
+            data_dir: PathBuf::from("./data"),
+            metastore_path: None,
+            max_request_bytes: 100 * 1024 * 1024,
+            auto_create_topics: true,
+            topic_defaults: TopicDefaults::default(),
+        }
+    }
+}
+
+impl Settings {
+    /// Reads a TOML settings file; absent keys keep their defaults.
+    pub fn from_toml_file(path: &Path) -> anyhow::Result<Settings> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("cannot read settings file {}: {e}", path.display()))?;
+        toml::from_str(&text)
+            .map_err(|e| anyhow::anyhow!("invalid settings file {}: {e}", path.display()))
+    }
+
+    pub fn metastore_path(&self) -> PathBuf {
+        self.metastore_path
+            .clone()
+            .unwrap_or_else(|| self.data_dir.join("metastore.sqlite"))
+    }
+
+    /// The `(host, port)` clients are told to use.
+    pub fn advertised(&self) -> anyhow::Result<(String, i32)> {
+        match &self.kafka_advertised {
+            None => Ok((
+                self.kafka_listen.ip().to_string(),
+                i32::from(self.kafka_listen.port()),
+            )),
+            Some(a) => {
+                let (host, port) = a
+                    .rsplit_once(':')
+                    .ok_or_else(|| anyhow::anyhow!("kafka_advertised '{a}' is not host:port"))?;
+                let port: u16 = port
+                    .parse()
+                    .map_err(|_| anyhow::anyhow!("kafka_advertised '{a}' has a bad port"))?;
+                Ok((host.to_string(), i32::from(port)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toml_overrides_defaults() {
+        let s: Settings = toml::from_str(
+            r#"
+            node_id = 3
+            kafka_listen = "0.0.0.0:19092"
+            kafka_advertised = "broker-3.internal:19092"
+            [topic_defaults]
+            num_partitions = 6
+            configs = { "segment.bytes" = "1048576" }
+            "#,
+        )
+        .expect("parse");
+        assert_eq!(s.node_id, 3);
+        assert_eq!(s.topic_defaults.num_partitions, 6);
+        assert_eq!(s.topic_defaults.replication_factor, 1);
+        assert_eq!(
+            s.advertised().expect("advertised"),
+            ("broker-3.internal".to_string(), 19092)
+        );
+        assert_eq!(s.http_listen, Settings::default().http_listen);
+        assert!(toml::from_str::<Settings>("no_such_setting = 1").is_err());
+    }
+}

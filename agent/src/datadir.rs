@@ -1,0 +1,124 @@
+//! The data directory: an exclusive lock so two agents never share one, and a format
+//! marker so an agent never reads a layout it does not understand.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, bail};
+
+/// The on-disk layout this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+const FORMAT_FILE: &str = "strata.format";
+const LOCK_FILE: &str = ".lock";
+
+/// A locked data directory; the lock lasts as long as this value.
+#[derive(Debug)]
+pub struct DataDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl DataDir {
+    /// Creates or opens `path`, takes its lock, and checks its format.
+    pub fn open(path: &Path) -> anyhow::Result<DataDir> {
+        fs::create_dir_all(path)
+            .with_context(|| format!("cannot create data dir {}", path.display()))?;
+        let lock_path = path.join(LOCK_FILE);
+        let mut lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(&lock_path)
+            .with_context(|| format!("cannot open {}", lock_path.display()))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                let holder = fs::read_to_string(&lock_path).unwrap_or_default();
+                bail!(
+                    "data dir {} is locked by another strata process (pid {}); stop it or choose another --data-dir",
+                    path.display(),
+                    holder.trim()
+                );
+            }
+            Err(fs::TryLockError::Error(e)) => {
+                return Err(e).with_context(|| format!("cannot lock {}", lock_path.display()));
+            }
+        }
+        lock.set_len(0)
+            .and_then(|_| write!(lock, "{}", std::process::id()))
+            .ok();
+
+        let format_path = path.join(FORMAT_FILE);
+        match fs::read_to_string(&format_path) {
+            Ok(text) => {
+                let found = text
+                    .trim()
+                    .strip_prefix("format = ")
+                    .and_then(|v| v.parse::<u32>().ok())
+                    .with_context(|| {
+                        format!("{} is not a strata format file", format_path.display())
+                    })?;
+                if found != FORMAT_VERSION {
+                    bail!(
+                        "data dir {} was written by an incompatible strata version (format {found}; this build reads format {FORMAT_VERSION})",
+                        path.display()
+                    );
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let tmp = path.join(format!("{FORMAT_FILE}.tmp"));
+                fs::write(&tmp, format!("format = {FORMAT_VERSION}\n"))
+                    .and_then(|_| File::open(&tmp)?.sync_all())
+                    .and_then(|_| fs::rename(&tmp, &format_path))
+                    .with_context(|| format!("cannot write {}", format_path.display()))?;
+            }
+            Err(e) => {
+                return Err(e).with_context(|| format!("cannot read {}", format_path.display()));
+            }
+        }
+        Ok(DataDir {
+            path: path.to_path_buf(),
+            _lock: lock,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Where partition logs live.
+    pub fn logs(&self) -> PathBuf {
+        self.path.join("logs")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn second_open_is_refused_while_locked() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let first = DataDir::open(dir.path()).expect("first");
+        let err = DataDir::open(dir.path()).expect_err("second must fail");
+        assert!(
+            err.to_string().contains("locked by another strata process"),
+            "{err}"
+        );
+        drop(first);
+        DataDir::open(dir.path()).expect("free again");
+    }
+
+    #[test]
+    fn incompatible_format_is_refused() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        fs::write(dir.path().join(FORMAT_FILE), "format = 99\n").expect("write");
+        let err = DataDir::open(dir.path()).expect_err("must refuse");
+        assert!(
+            err.to_string().contains("incompatible strata version"),
+            "{err}"
+        );
+    }
+}

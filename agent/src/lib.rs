@@ -1,0 +1,129 @@
+//! The strata broker agent: Kafka listener, HTTP API, and the partitions it serves.
+//!
+//! [`start`] builds an agent from [`Settings`] and returns once it accepts connections;
+//! [`Agent::shutdown`] stops it cleanly (in-flight requests finished, logs fsynced).
+//! The `strata` binary is a thin shell around these.
+
+pub mod api;
+pub mod broker;
+pub mod clock;
+pub mod config;
+pub mod datadir;
+pub mod http;
+pub mod partition;
+pub mod server;
+pub mod topic_config;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_metastore::{Metastore, SqliteStore};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use config::Settings;
+
+use crate::broker::Broker;
+use crate::datadir::DataDir;
+
+/// Key prefix of everything this cluster keeps in the metastore.
+const METASTORE_PREFIX: &[u8] = b"strata";
+
+/// How long shutdown waits for in-flight requests before closing anyway.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A running agent.
+#[derive(Debug)]
+pub struct Agent {
+    pub kafka_addr: SocketAddr,
+    pub http_addr: SocketAddr,
+    pub broker: Arc<Broker>,
+    tracker: TaskTracker,
+    http: JoinHandle<std::io::Result<()>>,
+    _data_dir: DataDir,
+}
+
+/// Starts an agent; returns once both listeners accept connections.
+pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
+    for (name, value) in &settings.topic_defaults.configs {
+        topic_config::validate(name, value)
+            .map_err(|m| anyhow::anyhow!("topic_defaults.configs: {m}"))?;
+    }
+    let data_dir = DataDir::open(&settings.data_dir)?;
+    let metastore_path = settings.metastore_path();
+    let kv = SqliteStore::open(&metastore_path)
+        .with_context(|| format!("cannot open metastore {}", metastore_path.display()))?;
+    let metastore = Metastore::new(Arc::new(kv), METASTORE_PREFIX);
+    let shutdown = CancellationToken::new();
+    let kafka_listener = TcpListener::bind(settings.kafka_listen)
+        .await
+        .with_context(|| format!("cannot listen for Kafka on {}", settings.kafka_listen))?;
+    let http_listener = TcpListener::bind(settings.http_listen)
+        .await
+        .with_context(|| format!("cannot listen for HTTP on {}", settings.http_listen))?;
+    let kafka_addr = kafka_listener.local_addr()?;
+    let http_addr = http_listener.local_addr()?;
+    let mut settings = settings;
+    if settings.kafka_advertised.is_none() {
+        settings.kafka_advertised = Some(kafka_addr.to_string());
+    }
+    let broker = Broker::new(settings, metastore, data_dir.logs(), shutdown.clone()).await?;
+    let tracker = TaskTracker::new();
+    tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
+    tracker.spawn(server::serve(
+        kafka_listener,
+        Arc::clone(&broker),
+        tracker.clone(),
+    ));
+    let http = tokio::spawn(http::serve(http_listener, Arc::clone(&broker)));
+    ready_log(&broker, kafka_addr, http_addr);
+    Ok(Agent {
+        kafka_addr,
+        http_addr,
+        broker,
+        tracker,
+        http,
+        _data_dir: data_dir,
+    })
+}
+
+fn ready_log(broker: &Broker, kafka: SocketAddr, http: SocketAddr) {
+    tracing::info!(
+        listener = "kafka",
+        address = %kafka,
+        advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
+        node_id = broker.node_id,
+        cluster_id = %broker.cluster_id,
+        "listening"
+    );
+    tracing::info!(listener = "http", address = %http, "listening");
+}
+
+impl Agent {
+    /// Stops accepting, lets in-flight requests finish, fsyncs every log, and releases
+    /// the data directory.
+    pub async fn shutdown(self) {
+        self.broker.shutdown.cancel();
+        self.tracker.close();
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                "in-flight requests did not finish within {DRAIN_TIMEOUT:?}; closing anyway"
+            );
+        }
+        let _ = self.http.await;
+        self.broker.close().await;
+        tracing::info!("stopped: every log flushed");
+    }
+
+    /// Whether shutdown has begun.
+    pub fn is_stopping(&self) -> bool {
+        self.broker.shutdown.is_cancelled()
+    }
+}

@@ -1,0 +1,138 @@
+//! The `strata` binary: parses flags, builds settings, handles signals, runs the agent.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use strata_agent::Settings;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "strata",
+    version,
+    about = "A Kafka-compatible, cloud-native message broker"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    agent: AgentArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a broker agent (the default when no command is given).
+    Agent(AgentArgs),
+}
+
+/// Flags override `STRATA_*` variables, which override the settings file.
+#[derive(Debug, Clone, Default, clap::Args)]
+struct AgentArgs {
+    /// TOML settings file.
+    #[arg(long, env = "STRATA_CONFIG")]
+    config: Option<PathBuf>,
+    /// Broker id of this agent.
+    #[arg(long, env = "STRATA_NODE_ID")]
+    node_id: Option<i32>,
+    /// Address the Kafka listener binds.
+    #[arg(long, env = "STRATA_KAFKA_LISTEN")]
+    kafka_listen: Option<SocketAddr>,
+    /// host:port clients are told to connect to.
+    #[arg(long, env = "STRATA_KAFKA_ADVERTISED")]
+    kafka_advertised: Option<String>,
+    /// Address the HTTP API binds.
+    #[arg(long, env = "STRATA_HTTP_LISTEN")]
+    http_listen: Option<SocketAddr>,
+    /// Directory for logs, the lock and the embedded metastore.
+    #[arg(long, env = "STRATA_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Embedded metastore file (default: DATA_DIR/metastore.sqlite).
+    #[arg(long, env = "STRATA_METASTORE_PATH")]
+    metastore_path: Option<PathBuf>,
+    /// Partitions of auto-created topics and of CreateTopics without a count.
+    #[arg(long, env = "STRATA_NUM_PARTITIONS")]
+    num_partitions: Option<i32>,
+    /// Kafka's auto.create.topics.enable.
+    #[arg(long, env = "STRATA_AUTO_CREATE_TOPICS")]
+    auto_create_topics: Option<bool>,
+}
+
+impl AgentArgs {
+    fn settings(self) -> anyhow::Result<Settings> {
+        let mut s = match &self.config {
+            Some(path) => Settings::from_toml_file(path)?,
+            None => Settings::default(),
+        };
+        if let Some(v) = self.node_id {
+            s.node_id = v;
+        }
+        if let Some(v) = self.kafka_listen {
+            s.kafka_listen = v;
+        }
+        if let Some(v) = self.kafka_advertised {
+            s.kafka_advertised = Some(v);
+        }
+        if let Some(v) = self.http_listen {
+            s.http_listen = v;
+        }
+        if let Some(v) = self.data_dir {
+            s.data_dir = v;
+        }
+        if let Some(v) = self.metastore_path {
+            s.metastore_path = Some(v);
+        }
+        if let Some(v) = self.num_partitions {
+            s.topic_defaults.num_partitions = v;
+        }
+        if let Some(v) = self.auto_create_topics {
+            s.auto_create_topics = v;
+        }
+        Ok(s)
+    }
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
+    let cli = Cli::parse();
+    let args = match cli.command {
+        Some(Command::Agent(args)) => args,
+        None => cli.agent,
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(args)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("{e:#}");
+            eprintln!("strata: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: AgentArgs) -> anyhow::Result<()> {
+    let settings = args.settings()?;
+    let agent = strata_agent::start(settings).await?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+    }
+    agent.shutdown().await;
+    Ok(())
+}

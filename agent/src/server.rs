@@ -1,0 +1,361 @@
+//! The Kafka listener: one task per connection, size-limited framing, and responses
+//! written in request order.
+//!
+//! A connection reads a frame, decodes it with the `kafka-protocol` crate and hands it
+//! to [`api::dispatch`], which returns a future for the reply. Replies are queued in a
+//! bounded, ordered queue, so a connection may have several requests in flight (their
+//! waits overlap) while the client still sees responses in the order it asked.
+//!
+//! What closes a connection (and only that connection): a frame over the size limit or
+//! under the header size, an unknown API key, an unsupported version of any API but
+//! ApiVersions (which answers per KIP-511), or a body that does not decode.
+
+use std::sync::Arc;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use futures::StreamExt;
+use futures::stream::FuturesOrdered;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{self, Reply, versions};
+use crate::broker::Broker;
+
+/// Requests one connection may have in flight before it stops reading.
+const MAX_IN_FLIGHT: usize = 64;
+
+/// Accepts connections until shutdown; each connection is tracked by `tracker`.
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTracker) {
+    loop {
+        let accepted = tokio::select! {
+            a = listener.accept() => a,
+            _ = broker.shutdown.cancelled() => {
+                tracing::debug!("kafka listener stopped: shutdown");
+                return;
+            }
+        };
+        match accepted {
+            Ok((stream, peer)) => {
+                let _ = stream.set_nodelay(true);
+                let broker = Arc::clone(&broker);
+                tracker.spawn(async move {
+                    match connection(stream, broker).await {
+                        Ok(()) => {}
+                        Err(e @ ConnectionError::Io(_)) => tracing::debug!(%peer, error = %e, "connection closed"),
+                        Err(e @ ConnectionError::Encode(_)) => tracing::error!(%peer, error = %e, "connection closed"),
+                        Err(e) => tracing::warn!(%peer, error = %e, "closed connection after a bad request"),
+                    }
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "accept failed"),
+        }
+    }
+}
+
+/// A reply on its way, with what is needed to frame it.
+struct Pending {
+    correlation_id: i32,
+    api_key: ApiKey,
+    version: i16,
+    reply: Reply,
+}
+
+/// Why a connection is closed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error("frame of {0} bytes is outside the allowed size")]
+    FrameSize(i64),
+    #[error("unknown API key {0}")]
+    UnknownApi(i16),
+    #[error("unsupported version {version} of {api:?}")]
+    UnsupportedVersion { api: ApiKey, version: i16 },
+    #[error("malformed {api:?} v{version} request: {reason}")]
+    Malformed {
+        api: ApiKey,
+        version: i16,
+        reason: String,
+    },
+    #[error("cannot encode response: {0}")]
+    Encode(String),
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+}
+
+async fn connection(stream: TcpStream, broker: Arc<Broker>) -> Result<(), ConnectionError> {
+    let (mut reader, writer) = stream.into_split();
+    let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
+    let writing = tokio::spawn(write_replies(rx, writer));
+    let max = broker.settings.max_request_bytes;
+    let read_outcome = loop {
+        let frame = tokio::select! {
+            f = read_frame(&mut reader, max) => f,
+            _ = broker.shutdown.cancelled() => break Ok(()),
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => break Ok(()),
+            Err(e) => break Err(e),
+        };
+        let pending = match decode(&broker, frame) {
+            Ok(p) => p,
+            Err(e) => break Err(e),
+        };
+        if tx.send(pending).await.is_err() {
+            break Ok(());
+        }
+    };
+    // Let the replies already in flight finish, then close.
+    drop(tx);
+    let write_outcome = writing.await.unwrap_or(Ok(()));
+    read_outcome.and(write_outcome)
+}
+
+/// Reads one size-prefixed frame; `None` at a clean end of stream.
+async fn read_frame(
+    reader: &mut (impl AsyncReadExt + Unpin),
+    max: usize,
+) -> Result<Option<Bytes>, ConnectionError> {
+    let mut size = [0u8; 4];
+    match reader.read_exact(&mut size).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let size = i32::from_be_bytes(size);
+    // api key, api version and correlation id at the least.
+    if size < 8 || size as usize > max {
+        return Err(ConnectionError::FrameSize(i64::from(size)));
+    }
+    let mut buf = BytesMut::zeroed(size as usize);
+    reader.read_exact(&mut buf).await?;
+    Ok(Some(buf.freeze()))
+}
+
+/// A request frame, decoded.
+#[derive(Debug)]
+pub enum Parsed {
+    Request {
+        header: RequestHeader,
+        request: Box<RequestKind>,
+    },
+    /// An ApiVersions request of a version we do not know (KIP-511).
+    UnknownApiVersions { correlation_id: i32 },
+}
+
+/// Decodes one request frame (without its size prefix). Total: any bytes give either a
+/// request or the reason to close the connection, never a panic.
+pub fn parse_request(mut frame: Bytes) -> Result<Parsed, ConnectionError> {
+    if frame.len() < 8 {
+        return Err(ConnectionError::FrameSize(frame.len() as i64));
+    }
+    let raw_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let api = ApiKey::try_from(raw_key).map_err(|_| ConnectionError::UnknownApi(raw_key))?;
+    if !versions::is_supported(api, version) {
+        if api == ApiKey::ApiVersions {
+            return Ok(Parsed::UnknownApiVersions { correlation_id });
+        }
+        return Err(ConnectionError::UnsupportedVersion { api, version });
+    }
+    let malformed = |reason: String| ConnectionError::Malformed {
+        api,
+        version,
+        reason,
+    };
+    let header = RequestHeader::decode(&mut frame, api.request_header_version(version))
+        .map_err(|e| malformed(format!("header: {e:#}")))?;
+    let request =
+        RequestKind::decode(api, &mut frame, version).map_err(|e| malformed(format!("{e:#}")))?;
+    if frame.has_remaining() && api != ApiKey::ApiVersions {
+        return Err(malformed(format!(
+            "{} bytes after the request body",
+            frame.remaining()
+        )));
+    }
+    Ok(Parsed::Request { header, request: Box::new(request) })
+}
+
+/// Decodes a frame and starts handling it.
+fn decode(broker: &Arc<Broker>, frame: Bytes) -> Result<Pending, ConnectionError> {
+    match parse_request(frame)? {
+        Parsed::UnknownApiVersions { correlation_id } => {
+            // KIP-511: answer in v0 with the versions we support, so the client can retry.
+            let response = versions::api_versions(ResponseError::UnsupportedVersion.code());
+            Ok(Pending {
+                correlation_id,
+                api_key: ApiKey::ApiVersions,
+                version: 0,
+                reply: Box::pin(async move { Some(response.into()) }),
+            })
+        }
+        Parsed::Request { header, request } => {
+            let api = ApiKey::try_from(header.request_api_key)
+                .map_err(|_| ConnectionError::UnknownApi(header.request_api_key))?;
+            let version = header.request_api_version;
+            let correlation_id = header.correlation_id;
+            let reply = api::dispatch(broker, &header, *request)
+                .ok_or(ConnectionError::UnknownApi(api as i16))?;
+            Ok(Pending {
+                correlation_id,
+                api_key: api,
+                version,
+                reply,
+            })
+        }
+    }
+}
+
+/// Awaits replies in request order and writes them.
+async fn write_replies(
+    mut rx: mpsc::Receiver<Pending>,
+    mut writer: tokio::net::tcp::OwnedWriteHalf,
+) -> Result<(), ConnectionError> {
+    let mut in_flight = FuturesOrdered::new();
+    let mut open = true;
+    while open || !in_flight.is_empty() {
+        tokio::select! {
+            biased;
+            Some((p, reply)) = in_flight.next(), if !in_flight.is_empty() => {
+                let p: (i32, ApiKey, i16) = p;
+                if let Some(response) = reply {
+                    let frame = encode(p.0, p.1, p.2, &response)?;
+                    writer.write_all(&frame).await?;
+                }
+            }
+            next = rx.recv(), if open => match next {
+                Some(pending) => {
+                    let Pending { correlation_id, api_key, version, reply } = pending;
+                    in_flight.push_back(async move { ((correlation_id, api_key, version), reply.await) });
+                }
+                None => open = false,
+            },
+        }
+    }
+    writer.shutdown().await.ok();
+    Ok(())
+}
+
+fn encode(
+    correlation_id: i32,
+    api: ApiKey,
+    version: i16,
+    response: &ResponseKind,
+) -> Result<Bytes, ConnectionError> {
+    let mut header = ResponseHeader::default();
+    header.correlation_id = correlation_id;
+    let mut buf = BytesMut::with_capacity(64);
+    buf.put_i32(0);
+    header
+        .encode(&mut buf, api.response_header_version(version))
+        .map_err(|e| ConnectionError::Encode(format!("{e:#}")))?;
+    response
+        .encode(&mut buf, version)
+        .map_err(|e| ConnectionError::Encode(format!("{api:?} v{version}: {e:#}")))?;
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{MetadataRequest, ProduceRequest, produce_request};
+    use kafka_protocol::protocol::Request;
+    use proptest::prelude::*;
+
+    fn frame<R: Request>(version: i16, request: &R) -> Vec<u8> {
+        let mut header = RequestHeader::default();
+        header.request_api_key = R::KEY;
+        header.request_api_version = version;
+        header.correlation_id = 1;
+        let mut buf = BytesMut::new();
+        header
+            .encode(&mut buf, R::header_version(version))
+            .expect("header");
+        request.encode(&mut buf, version).expect("body");
+        buf.to_vec()
+    }
+
+    fn produce_frame(version: i16) -> Vec<u8> {
+        let mut p = produce_request::PartitionProduceData::default();
+        p.records = Some(Bytes::from_static(&[0u8; 70]));
+        let mut t = produce_request::TopicProduceData::default();
+        t.name = kafka_protocol::messages::TopicName(
+            kafka_protocol::protocol::StrBytes::from_static_str("t"),
+        );
+        t.partition_data = vec![p];
+        let mut r = ProduceRequest::default();
+        r.acks = -1;
+        r.topic_data = vec![t];
+        frame(version, &r)
+    }
+
+    #[test]
+    fn valid_frames_parse() {
+        for v in 3..=9 {
+            assert!(
+                matches!(
+                    parse_request(Bytes::from(produce_frame(v))),
+                    Ok(Parsed::Request { .. })
+                ),
+                "v{v}"
+            );
+        }
+        for v in 0..=12 {
+            let mut m = MetadataRequest::default();
+            m.topics = Some(vec![]);
+            assert!(
+                matches!(
+                    parse_request(Bytes::from(frame(v, &m))),
+                    Ok(Parsed::Request { .. })
+                ),
+                "v{v}"
+            );
+        }
+    }
+
+    proptest! {
+        /// Any bytes at all: a request or a reason to close, never a panic.
+        #[test]
+        fn arbitrary_frames_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..512)) {
+            let _ = parse_request(Bytes::from(bytes));
+        }
+
+        /// Frames that start as valid requests and are then damaged.
+        #[test]
+        fn damaged_requests_never_panic(
+            version in 3i16..=9,
+            edits in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+            cut in any::<usize>(),
+        ) {
+            let mut f = produce_frame(version);
+            for (at, byte) in edits {
+                let i = at % f.len();
+                f[i] = byte;
+            }
+            let keep = 8 + cut % (f.len() - 7);
+            f.truncate(keep);
+            let _ = parse_request(Bytes::from(f));
+        }
+    }
+
+    /// A tiny frame declaring an enormous array is refused before anything is
+    /// allocated (the vendored kafka-protocol fix; upstream would abort the process).
+    #[test]
+    fn huge_declared_array_is_refused() {
+        for len in [0x033c_0c00u32, 0x7fff_ffff] {
+            let mut f = vec![0, 3, 0, 0, 0, 0, 0, 1, 0xff, 0xff];
+            f.extend_from_slice(&len.to_be_bytes());
+            assert!(matches!(
+                parse_request(Bytes::from(f)),
+                Err(ConnectionError::Malformed { .. })
+            ));
+        }
+    }
+}

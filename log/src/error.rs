@@ -1,0 +1,57 @@
+//! Errors of the log, by meaning. The agent maps them to Kafka error codes in one place.
+
+use std::io;
+use std::path::PathBuf;
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A produced batch failed its structural checks or CRC (Kafka: CORRUPT_MESSAGE).
+    #[error("corrupt record batch: {reason}")]
+    CorruptBatch { reason: String },
+    /// A produced batch is well formed but breaks a rule (Kafka: INVALID_RECORD).
+    #[error("invalid record batch: {reason}")]
+    InvalidRecord { reason: String },
+    /// A produced batch is larger than the topic's `max.message.bytes` (MESSAGE_TOO_LARGE).
+    #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
+    BatchTooLarge { size: usize, max: usize },
+    /// A read below the log start or above the log end (OFFSET_OUT_OF_RANGE).
+    #[error("offset {offset} is outside the log [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        offset: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    /// A closed segment whose contents contradict its neighbours or its index.
+    #[error("segment {} is corrupt: {reason}", path.display())]
+    CorruptSegment { path: PathBuf, reason: String },
+    #[error("{context} {}: {source}", path.display())]
+    Io {
+        context: &'static str,
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn corrupt(reason: String) -> Error {
+        Error::CorruptBatch { reason }
+    }
+}
+
+/// Attaches a verb phrase and the file to an I/O error.
+pub(crate) trait IoContext<T> {
+    fn context(self, context: &'static str, path: &std::path::Path) -> Result<T>;
+}
+
+impl<T> IoContext<T> for io::Result<T> {
+    fn context(self, context: &'static str, path: &std::path::Path) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            context,
+            path: path.to_path_buf(),
+            source,
+        })
+    }
+}

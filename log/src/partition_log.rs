@@ -1,0 +1,496 @@
+//! The log of one partition: an ordered run of segments in one directory.
+//!
+//! Invariants it protects: offsets are dense and strictly increasing across segments;
+//! nothing that failed validation is ever written; a segment is fsynced before the next
+//! one is created, so after a crash only the active (last) segment can have a torn tail,
+//! and opening the log cuts that tail off.
+//!
+//! Durability is the caller's to request: [`PartitionLog::flush_target`] hands out the
+//! active file and the offset it covers so that one fsync outside any lock can cover
+//! every batch appended so far (group commit).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{self, BatchIter, BatchSummary, TimestampType};
+use crate::error::{Error, IoContext, Result};
+use crate::segment::{ScanOutcome, Segment};
+
+/// The topic settings the log obeys; changeable while the log is open.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogConfig {
+    /// `segment.bytes`: a segment is rolled before it would grow past this.
+    pub segment_bytes: u64,
+    /// `segment.ms`: a non-empty segment older than this is rolled at the next append.
+    pub segment_ms: i64,
+    /// `index.interval.bytes`: bytes between two index entries.
+    pub index_interval_bytes: u64,
+    /// `max.message.bytes`: the largest batch accepted.
+    pub max_message_bytes: usize,
+    /// `message.timestamp.type`.
+    pub timestamp_type: TimestampType,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            segment_bytes: 1 << 30,
+            segment_ms: 7 * 24 * 3600 * 1000,
+            index_interval_bytes: 4096,
+            max_message_bytes: 1_048_588,
+            timestamp_type: TimestampType::CreateTime,
+        }
+    }
+}
+
+/// What opening the log found and repaired.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recovery {
+    pub segments: usize,
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    /// Bytes cut from the end of the active segment, and why.
+    pub truncated_bytes: u64,
+    pub truncation_reason: Option<&'static str>,
+}
+
+/// The offsets a produce was given.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendOutcome {
+    pub base_offset: i64,
+    pub last_offset: i64,
+    /// The broker's timestamp for `LogAppendTime` topics, else -1.
+    pub log_append_time_ms: i64,
+    pub batches: usize,
+}
+
+#[derive(Debug)]
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    segments: BTreeMap<i64, Segment>,
+    leader_epoch: i32,
+}
+
+impl PartitionLog {
+    /// Opens (or creates) the log in `dir`, recovering the active segment.
+    pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<(PartitionLog, Recovery)> {
+        fs::create_dir_all(dir).context("create log directory", dir)?;
+        let mut bases = Vec::new();
+        for entry in fs::read_dir(dir).context("list log directory", dir)? {
+            let entry = entry.context("list log directory", dir)?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if let Some(stem) = name.strip_suffix(".log")
+                && let Ok(base) = stem.parse::<i64>()
+            {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        let mut segments = BTreeMap::new();
+        let mut outcome = ScanOutcome {
+            valid_bytes: 0,
+            invalid_bytes: 0,
+            reason: None,
+        };
+        let mut expected_next: Option<i64> = None;
+        for (i, &base) in bases.iter().enumerate() {
+            let path = dir.join(crate::segment::file_name(base, "log"));
+            let active = i + 1 == bases.len();
+            let (segment, scanned) =
+                Segment::open(&path, base, config.index_interval_bytes, active, now_ms)?;
+            if let Some(next) = expected_next
+                && next != base
+            {
+                return Err(Error::CorruptSegment {
+                    path,
+                    reason: format!("segment starts at {base} but the one before ends at {next}"),
+                });
+            }
+            expected_next = Some(segment.next_offset());
+            if active {
+                outcome = scanned;
+            }
+            segments.insert(base, segment);
+        }
+        if segments.is_empty() {
+            segments.insert(
+                0,
+                Segment::create(dir, 0, config.index_interval_bytes, now_ms)?,
+            );
+        }
+        let log = PartitionLog {
+            dir: dir.to_path_buf(),
+            config,
+            segments,
+            leader_epoch: 0,
+        };
+        let recovery = Recovery {
+            segments: log.segments.len(),
+            log_start_offset: log.log_start_offset(),
+            log_end_offset: log.log_end_offset(),
+            truncated_bytes: outcome.invalid_bytes,
+            truncation_reason: outcome.reason,
+        };
+        Ok((log, recovery))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    /// The epoch stamped into every batch appended from now on.
+    pub fn set_leader_epoch(&mut self, epoch: i32) {
+        self.leader_epoch = epoch;
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.segments
+            .values()
+            .next()
+            .map_or(0, Segment::base_offset)
+    }
+
+    pub fn log_end_offset(&self) -> i64 {
+        self.active().next_offset()
+    }
+
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(Segment::size_bytes).sum()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    /// Validates every batch in `records` and then appends them all, assigning offsets.
+    /// Nothing is written unless every batch is valid.
+    pub fn append(&mut self, records: &[u8], now_ms: i64) -> Result<AppendOutcome> {
+        let mut iter = BatchIter::new(records);
+        let mut batches = Vec::new();
+        for (_, bytes) in iter.by_ref() {
+            batch::validate_produced(bytes, self.config.max_message_bytes)?;
+            batches.push(bytes);
+        }
+        if iter.remainder() > 0 || batches.is_empty() {
+            // A batch that does not fit in what was sent: too short, or its length field
+            // lies. Validate it alone for the precise reason.
+            let rest = &records[iter.position()..];
+            batch::validate_produced(rest, self.config.max_message_bytes)?;
+            return Err(Error::corrupt(
+                "record set ends in a partial batch".to_string(),
+            ));
+        }
+        let log_append_time_ms = match self.config.timestamp_type {
+            TimestampType::LogAppendTime => now_ms,
+            TimestampType::CreateTime => -1,
+        };
+        let mut first: Option<BatchSummary> = None;
+        let mut last = None;
+        for bytes in &batches {
+            let mut owned = bytes.to_vec();
+            let summary = batch::assign(
+                &mut owned,
+                self.log_end_offset(),
+                self.leader_epoch,
+                self.config.timestamp_type,
+                now_ms,
+            );
+            self.maybe_roll(owned.len() as u64, now_ms)?;
+            self.segments
+                .values_mut()
+                .next_back()
+                .expect("active segment")
+                .append(&owned)?;
+            first.get_or_insert(summary);
+            last = Some(summary);
+        }
+        let (first, last) = (first.expect("non-empty"), last.expect("non-empty"));
+        Ok(AppendOutcome {
+            base_offset: first.base_offset,
+            last_offset: last.last_offset,
+            log_append_time_ms,
+            batches: batches.len(),
+        })
+    }
+
+    /// Seals the active segment and starts a new one when the incoming batch would
+    /// overfill it, or it is older than `segment.ms`. An empty segment is never rolled.
+    fn maybe_roll(&mut self, incoming_bytes: u64, now_ms: i64) -> Result<()> {
+        let active = self.active();
+        let full = active.size_bytes() + incoming_bytes > self.config.segment_bytes;
+        let old = now_ms - active.created_ms() >= self.config.segment_ms;
+        let offsets_exhausted = active.next_offset() - active.base_offset() > i64::from(i32::MAX);
+        if active.is_empty() || !(full || old || offsets_exhausted) {
+            return Ok(());
+        }
+        active.seal()?;
+        let base = active.next_offset();
+        let segment = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .context("fsync log directory", &self.dir)?;
+        self.segments.insert(base, segment);
+        Ok(())
+    }
+
+    /// Rolls the active segment if `segment.ms` has passed, without an append.
+    pub fn roll_if_due(&mut self, now_ms: i64) -> Result<()> {
+        self.maybe_roll(0, now_ms)
+    }
+
+    /// The active file and the offset an fsync of it now makes durable.
+    pub fn flush_target(&self) -> (Arc<File>, i64) {
+        (self.active().file(), self.log_end_offset())
+    }
+
+    /// Reads whole batches starting with the one that holds `offset`, up to `max_bytes`
+    /// (always at least one batch). Reading at the log end returns nothing.
+    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<u8>> {
+        let (start, end) = (self.log_start_offset(), self.log_end_offset());
+        if offset == end {
+            return Ok(Vec::new());
+        }
+        if offset < start || offset > end {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                log_start: start,
+                log_end: end,
+            });
+        }
+        let segment = self
+            .segments
+            .range(..=offset)
+            .next_back()
+            .map(|(_, s)| s)
+            .expect("offset within the log lies in a segment");
+        match segment.position_of(offset)? {
+            Some(position) => segment.read_from(position, max_bytes),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// The first record with a timestamp at or after `target_ms`: `(offset, timestamp)`.
+    pub fn offset_for_timestamp(&self, target_ms: i64) -> Result<Option<(i64, i64)>> {
+        for segment in self.segments.values() {
+            if let Some(found) = segment.offset_for_timestamp(target_ms)? {
+                return Ok(Some(found));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The record with the largest timestamp (the earliest such segment wins ties).
+    pub fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>> {
+        let best =
+            self.segments
+                .values()
+                .filter(|s| !s.is_empty())
+                .fold(None::<&Segment>, |best, s| match best {
+                    Some(b) if b.max_timestamp() >= s.max_timestamp() => Some(b),
+                    _ => Some(s),
+                });
+        match best {
+            Some(s) => s.max_timestamp_record(),
+            None => Ok(None),
+        }
+    }
+
+    /// Fsyncs the active segment (on shutdown; the hot path uses [`Self::flush_target`]).
+    pub fn flush(&self) -> Result<()> {
+        let active = self.active();
+        active
+            .file()
+            .sync_data()
+            .context("fsync segment", active.path())
+    }
+
+    /// Deletes the whole log from disk.
+    pub fn delete(self) -> Result<()> {
+        fs::remove_dir_all(&self.dir).context("delete log directory", &self.dir)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::tests::encode_batch;
+    use kafka_protocol::records::Compression;
+    use std::io::Write;
+
+    fn small() -> LogConfig {
+        LogConfig {
+            segment_bytes: 1024,
+            index_interval_bytes: 256,
+            ..LogConfig::default()
+        }
+    }
+
+    #[test]
+    fn offsets_are_dense_across_rolls_and_restarts() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        let mut expected = 0;
+        for i in 0..50 {
+            let out = log
+                .append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
+                .expect("append");
+            assert_eq!(out.base_offset, expected);
+            assert_eq!(out.last_offset, expected + 2);
+            expected += 3;
+        }
+        assert!(log.segment_count() > 3, "small segment.bytes rolls");
+        drop(log);
+        let (log, rec) = PartitionLog::open(dir.path(), small(), 0).expect("reopen");
+        assert_eq!(rec.truncated_bytes, 0);
+        assert_eq!(log.log_end_offset(), 150);
+        // Every offset is readable, and reading from the middle of a batch returns it.
+        for offset in 0..150 {
+            let bytes = log.read(offset, 1).expect("read");
+            let (h, _) = BatchIter::new(&bytes).next().expect("one batch");
+            assert!(h.base_offset <= offset && offset <= h.last_offset());
+        }
+        assert!(log.read(150, 100).expect("at end").is_empty());
+        assert!(matches!(
+            log.read(151, 100),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn torn_tail_is_cut_on_open() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default(), 0).expect("open");
+        for _ in 0..5 {
+            log.append(&encode_batch(2, 1000, Compression::Gzip), 0)
+                .expect("append");
+        }
+        let path = dir.path().join(crate::segment::file_name(0, "log"));
+        drop(log);
+        let good_len = fs::metadata(&path).expect("stat").len();
+        // A half-written batch at the end.
+        let half = encode_batch(2, 1000, Compression::None);
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .expect("open");
+        f.write_all(&half[..half.len() / 2]).expect("write");
+        drop(f);
+        let (log, rec) = PartitionLog::open(dir.path(), LogConfig::default(), 0).expect("reopen");
+        assert_eq!(rec.truncated_bytes, (half.len() / 2) as u64);
+        assert_eq!(log.log_end_offset(), 10);
+        assert_eq!(fs::metadata(&path).expect("stat").len(), good_len);
+        drop(log);
+        // A flipped byte in the last batch: that whole batch goes.
+        let mut bytes = fs::read(&path).expect("read");
+        let n = bytes.len();
+        bytes[n - 3] ^= 0x55;
+        fs::write(&path, &bytes).expect("write");
+        let (log, rec) = PartitionLog::open(dir.path(), LogConfig::default(), 0).expect("reopen");
+        assert_eq!(rec.truncation_reason, Some("bad CRC or magic"));
+        assert_eq!(log.log_end_offset(), 8);
+    }
+
+    #[test]
+    fn nothing_is_appended_when_one_batch_is_bad() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), LogConfig::default(), 0).expect("open");
+        let mut two = encode_batch(2, 1000, Compression::None);
+        let mut bad = encode_batch(2, 1000, Compression::None);
+        let n = bad.len();
+        bad[n - 1] ^= 1;
+        two.extend_from_slice(&bad);
+        assert!(matches!(
+            log.append(&two, 0),
+            Err(Error::CorruptBatch { .. })
+        ));
+        assert_eq!(log.log_end_offset(), 0);
+        assert_eq!(log.size_bytes(), 0);
+        let mut partial = encode_batch(2, 1000, Compression::None);
+        partial.truncate(partial.len() - 4);
+        assert!(log.append(&partial, 0).is_err());
+        assert_eq!(log.size_bytes(), 0);
+    }
+
+    #[test]
+    fn timestamp_lookups_span_segments() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        for i in 0..40 {
+            // Records i*4 .. i*4+3 with timestamps 10_000 + (i*4 + j) * 10.
+            let records: Vec<_> = (0..4)
+                .map(|j| {
+                    crate::batch::tests::record(j, 10_000 + (i * 4 + j) * 10, None, Some(b"v"))
+                })
+                .collect();
+            let mut buf = bytes::BytesMut::new();
+            kafka_protocol::records::RecordBatchEncoder::encode(
+                &mut buf,
+                &records,
+                &kafka_protocol::records::RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::Lz4,
+                },
+            )
+            .expect("encode");
+            log.append(&buf, 0).expect("append");
+        }
+        assert!(log.segment_count() > 2);
+        assert_eq!(log.offset_for_timestamp(0).expect("ts"), Some((0, 10_000)));
+        assert_eq!(
+            log.offset_for_timestamp(10_555).expect("ts"),
+            Some((56, 10_560))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(10_560).expect("ts"),
+            Some((56, 10_560))
+        );
+        assert_eq!(log.offset_for_timestamp(99_999).expect("ts"), None);
+        assert_eq!(
+            log.max_timestamp_record().expect("max"),
+            Some((159, 11_590))
+        );
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.path(), small(), 0).expect("reopen from index files");
+        assert_eq!(
+            log.offset_for_timestamp(10_555).expect("ts"),
+            Some((56, 10_560))
+        );
+    }
+
+    #[test]
+    fn segment_ms_rolls_by_age() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = LogConfig {
+            segment_ms: 1000,
+            ..LogConfig::default()
+        };
+        let (mut log, _) = PartitionLog::open(dir.path(), config, 0).expect("open");
+        log.append(&encode_batch(1, 0, Compression::None), 10)
+            .expect("append");
+        log.append(&encode_batch(1, 0, Compression::None), 500)
+            .expect("append");
+        assert_eq!(log.segment_count(), 1);
+        log.append(&encode_batch(1, 0, Compression::None), 1500)
+            .expect("append");
+        assert_eq!(log.segment_count(), 2);
+    }
+}

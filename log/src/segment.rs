@@ -1,0 +1,404 @@
+//! One segment: a file of record batches named by its base offset, and its sparse index.
+//!
+//! Appends go to the end of the file at a known position; a failed write is cut back off,
+//! so the file never holds a partial batch that the segment counts. Reads use positional
+//! reads and never see past the size the segment had when the read started.
+
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::batch::{BatchHeader, HEADER_BYTES};
+use crate::error::{Error, IoContext, Result};
+use crate::index::{self, IndexEntry, SegmentTrailer};
+
+/// File name of a segment or index for `base_offset`, Kafka style (20 digits).
+pub fn file_name(base_offset: i64, extension: &str) -> String {
+    format!("{base_offset:020}.{extension}")
+}
+
+/// What scanning a segment file found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScanOutcome {
+    /// Bytes of valid, contiguous batches from the start of the file.
+    pub valid_bytes: u64,
+    /// Bytes after them that were not a valid continuation (a torn or corrupt tail).
+    pub invalid_bytes: u64,
+    /// Why the scan stopped early, when it did.
+    pub reason: Option<&'static str>,
+}
+
+#[derive(Debug)]
+pub struct Segment {
+    base_offset: i64,
+    path: PathBuf,
+    file: Arc<File>,
+    size: u64,
+    next_offset: i64,
+    max_timestamp: i64,
+    index: Vec<IndexEntry>,
+    bytes_since_index: u64,
+    index_interval_bytes: u64,
+    created_ms: i64,
+}
+
+impl Segment {
+    /// Creates an empty segment file; fails if one exists.
+    pub fn create(
+        dir: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Segment> {
+        let path = dir.join(file_name(base_offset, "log"));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .context("create segment", &path)?;
+        Ok(Segment {
+            base_offset,
+            path,
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: i64::MIN,
+            index: Vec::new(),
+            bytes_since_index: 0,
+            index_interval_bytes,
+            created_ms: now_ms,
+        })
+    }
+
+    /// Opens a segment file. A closed segment is trusted up to its index trailer (it was
+    /// fsynced before the next segment was created); the active one (`scan_all`) is
+    /// scanned batch by batch, and a torn or corrupt tail is cut off and reported.
+    pub fn open(
+        path: &Path,
+        base_offset: i64,
+        index_interval_bytes: u64,
+        scan_all: bool,
+        now_ms: i64,
+    ) -> Result<(Segment, ScanOutcome)> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(path)
+            .context("open segment", path)?;
+        let file_size = file.metadata().context("stat segment", path)?.len();
+        let mut segment = Segment {
+            base_offset,
+            path: path.to_path_buf(),
+            file: Arc::new(file),
+            size: 0,
+            next_offset: base_offset,
+            max_timestamp: i64::MIN,
+            index: Vec::new(),
+            bytes_since_index: 0,
+            index_interval_bytes,
+            created_ms: now_ms,
+        };
+        if !scan_all
+            && let Some((entries, trailer)) = index::read(
+                &segment.index_path("index"),
+                &segment.index_path("timeindex"),
+            )
+            && entries
+                .last()
+                .is_some_and(|e| u64::from(e.position) < file_size)
+        {
+            segment.index = entries;
+            segment.size = file_size;
+            segment.next_offset = base_offset + i64::from(trailer.next_relative_offset);
+            segment.max_timestamp = trailer.max_timestamp;
+            return Ok((
+                segment,
+                ScanOutcome {
+                    valid_bytes: file_size,
+                    invalid_bytes: 0,
+                    reason: None,
+                },
+            ));
+        }
+        let outcome = segment.scan(file_size)?;
+        if outcome.invalid_bytes > 0 {
+            if !scan_all {
+                return Err(Error::CorruptSegment {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "closed segment has {} bad bytes after position {} ({})",
+                        outcome.invalid_bytes,
+                        outcome.valid_bytes,
+                        outcome.reason.unwrap_or("unknown")
+                    ),
+                });
+            }
+            segment
+                .file
+                .set_len(outcome.valid_bytes)
+                .context("truncate torn tail of", path)?;
+            segment.file.sync_all().context("fsync truncated", path)?;
+        }
+        Ok((segment, outcome))
+    }
+
+    /// Rebuilds the in-memory state by reading every batch header from the start.
+    fn scan(&mut self, file_size: u64) -> Result<ScanOutcome> {
+        let mut position = 0u64;
+        let mut header_buf = [0u8; HEADER_BYTES];
+        let mut batch_buf = Vec::new();
+        let mut reason = None;
+        while position < file_size {
+            if file_size - position < HEADER_BYTES as u64 {
+                reason = Some("short batch header");
+                break;
+            }
+            self.file
+                .read_exact_at(&mut header_buf, position)
+                .context("read segment", &self.path)?;
+            let Some(header) = BatchHeader::parse(&header_buf) else {
+                reason = Some("short batch header");
+                break;
+            };
+            let total = header.total_bytes() as u64;
+            if header.batch_length < (HEADER_BYTES - 12) as i32 || position + total > file_size {
+                reason = Some("short or impossible batch length");
+                break;
+            }
+            if header.base_offset != self.next_offset {
+                reason = Some("batch offset does not continue the log");
+                break;
+            }
+            batch_buf.resize(total as usize, 0);
+            self.file
+                .read_exact_at(&mut batch_buf, position)
+                .context("read segment", &self.path)?;
+            if header.verify(&batch_buf).is_err() {
+                reason = Some("bad CRC or magic");
+                break;
+            }
+            self.note_appended(&header, position, total);
+            position += total;
+        }
+        Ok(ScanOutcome {
+            valid_bytes: position,
+            invalid_bytes: file_size - position,
+            reason,
+        })
+    }
+
+    fn note_appended(&mut self, header: &BatchHeader, position: u64, len: u64) {
+        if self.index.is_empty() || self.bytes_since_index >= self.index_interval_bytes {
+            self.index.push(IndexEntry {
+                relative_offset: (header.base_offset - self.base_offset) as u32,
+                position: position as u32,
+                max_timestamp_before: self.max_timestamp,
+            });
+            self.bytes_since_index = 0;
+        }
+        self.bytes_since_index += len;
+        self.size = position + len;
+        self.next_offset = header.next_offset();
+        self.max_timestamp = self.max_timestamp.max(header.max_timestamp);
+    }
+
+    /// Appends one batch whose offsets the caller already assigned to continue this
+    /// segment. On a failed write the file is cut back to its previous size.
+    pub fn append(&mut self, batch: &[u8]) -> Result<()> {
+        let header =
+            BatchHeader::parse(batch).ok_or_else(|| Error::corrupt("short batch".to_string()))?;
+        debug_assert_eq!(header.base_offset, self.next_offset);
+        let position = self.size;
+        if let Err(source) = self.file.write_all_at(batch, position) {
+            let _ = self.file.set_len(position);
+            return Err(Error::Io {
+                context: "append to segment",
+                path: self.path.clone(),
+                source,
+            });
+        }
+        self.note_appended(&header, position, batch.len() as u64);
+        Ok(())
+    }
+
+    /// Closes the segment for appends: fsyncs it and writes its index files.
+    pub fn seal(&self) -> Result<()> {
+        self.file.sync_data().context("fsync segment", &self.path)?;
+        index::write(
+            &self.index_path("index"),
+            &self.index_path("timeindex"),
+            &self.index,
+            SegmentTrailer {
+                max_timestamp: self.max_timestamp,
+                next_relative_offset: (self.next_offset - self.base_offset) as u32,
+            },
+        )
+    }
+
+    fn index_path(&self, extension: &str) -> PathBuf {
+        self.path.with_extension(extension)
+    }
+
+    /// Deletes the segment's files.
+    pub fn delete(&self) -> Result<()> {
+        for p in [
+            self.path.clone(),
+            self.index_path("index"),
+            self.index_path("timeindex"),
+        ] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::Io {
+                        context: "delete segment file",
+                        path: p,
+                        source,
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset
+    }
+    pub fn next_offset(&self) -> i64 {
+        self.next_offset
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.size
+    }
+    pub fn max_timestamp(&self) -> i64 {
+        self.max_timestamp
+    }
+    pub fn created_ms(&self) -> i64 {
+        self.created_ms
+    }
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+    /// A handle for fsync outside the log's lock.
+    pub fn file(&self) -> Arc<File> {
+        Arc::clone(&self.file)
+    }
+
+    /// Walks batch headers from the index entry at or before `start` and returns the
+    /// first batch matching `wanted`, as `(position, header)`.
+    fn find_batch(
+        &self,
+        start: Option<&IndexEntry>,
+        wanted: impl Fn(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>> {
+        let mut position = start.map_or(0, |e| u64::from(e.position));
+        let mut header_buf = [0u8; HEADER_BYTES];
+        while position + HEADER_BYTES as u64 <= self.size {
+            self.file
+                .read_exact_at(&mut header_buf, position)
+                .context("read segment", &self.path)?;
+            let header = BatchHeader::parse(&header_buf).ok_or_else(|| Error::CorruptSegment {
+                path: self.path.clone(),
+                reason: format!("short header at {position}"),
+            })?;
+            if wanted(&header) {
+                return Ok(Some((position, header)));
+            }
+            position += header.total_bytes() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Position of the batch that holds `offset`, if this segment has it.
+    pub fn position_of(&self, offset: i64) -> Result<Option<u64>> {
+        if offset < self.base_offset || offset >= self.next_offset {
+            return Ok(None);
+        }
+        let rel = (offset - self.base_offset) as u32;
+        Ok(self
+            .find_batch(index::lookup_offset(&self.index, rel), |h| {
+                h.last_offset() >= offset
+            })?
+            .map(|(p, _)| p))
+    }
+
+    /// Reads whole batches from `position`: at most `max_bytes`, but always the first
+    /// batch in full, however large (KIP-74), so a consumer can always make progress.
+    pub fn read_from(&self, position: u64, max_bytes: usize) -> Result<Vec<u8>> {
+        if position >= self.size {
+            return Ok(Vec::new());
+        }
+        let available = (self.size - position) as usize;
+        let mut header_buf = [0u8; HEADER_BYTES];
+        self.file
+            .read_exact_at(&mut header_buf, position)
+            .context("read segment", &self.path)?;
+        let first = BatchHeader::parse(&header_buf)
+            .map(|h| h.total_bytes())
+            .ok_or_else(|| Error::CorruptSegment {
+                path: self.path.clone(),
+                reason: format!("short header at {position}"),
+            })?;
+        let want = available.min(max_bytes.max(first));
+        let mut buf = vec![0u8; want];
+        self.file
+            .read_exact_at(&mut buf, position)
+            .context("read segment", &self.path)?;
+        let mut iter = crate::batch::BatchIter::new(&buf);
+        let _ = iter.by_ref().count();
+        let whole = iter.position();
+        buf.truncate(whole);
+        Ok(buf)
+    }
+
+    /// Reads the single batch at `position`.
+    fn read_batch(&self, position: u64, header: &BatchHeader) -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; header.total_bytes()];
+        self.file
+            .read_exact_at(&mut buf, position)
+            .context("read segment", &self.path)?;
+        Ok(buf)
+    }
+
+    /// The first record with a timestamp at or after `target_ms`, as `(offset, timestamp)`.
+    pub fn offset_for_timestamp(&self, target_ms: i64) -> Result<Option<(i64, i64)>> {
+        if self.max_timestamp < target_ms {
+            return Ok(None);
+        }
+        let mut start = index::lookup_timestamp(&self.index, target_ms).copied();
+        loop {
+            let Some((position, header)) =
+                self.find_batch(start.as_ref(), |h| h.max_timestamp >= target_ms)?
+            else {
+                return Ok(None);
+            };
+            let batch = self.read_batch(position, &header)?;
+            if let Some(found) = crate::batch::first_record_at_or_after(&batch, target_ms)? {
+                return Ok(Some(found));
+            }
+            // A batch whose header max timestamp reaches the target but whose records do
+            // not (a producer may set it so); go on after it.
+            start = Some(IndexEntry {
+                relative_offset: 0,
+                position: (position + header.total_bytes() as u64) as u32,
+                max_timestamp_before: i64::MIN,
+            });
+        }
+    }
+
+    /// The record holding this segment's largest timestamp, as `(offset, timestamp)`.
+    pub fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>> {
+        let max = self.max_timestamp;
+        match self.find_batch(None, |h| h.max_timestamp == max)? {
+            Some((position, header)) => {
+                crate::batch::record_with_max_timestamp(&self.read_batch(position, &header)?)
+            }
+            None => Ok(None),
+        }
+    }
+}

@@ -1,0 +1,49 @@
+//! Errors of the metastore, by meaning.
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Another transaction got in the way; running the transaction again may succeed.
+    #[error("transaction conflict: {0}")]
+    Conflict(String),
+    /// A limit that FoundationDB enforces (and so every backend enforces).
+    #[error("metastore limit exceeded: {0}")]
+    LimitExceeded(String),
+    /// The transaction ran longer than the 5 s every backend allows.
+    #[error("transaction too old: it ran for more than {limit_ms} ms")]
+    TransactionTooOld { limit_ms: u64 },
+    #[error("topic '{0}' already exists")]
+    TopicExists(String),
+    #[error("topic '{0}' does not exist")]
+    UnknownTopic(String),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+    /// A value in the store does not decode: a bug or a newer writer.
+    #[error("corrupt metastore value at {key}: {reason}")]
+    Corrupt { key: String, reason: String },
+    /// The backend itself failed (I/O, a locked file, a lost connection).
+    #[error("metastore backend failed: {context}: {source}")]
+    Backend {
+        context: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+}
+
+impl Error {
+    /// Whether running the whole transaction again may succeed.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, Error::Conflict(_) | Error::TransactionTooOld { .. })
+    }
+
+    pub(crate) fn backend(
+        context: &'static str,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Error {
+        Error::Backend {
+            context,
+            source: Box::new(source),
+        }
+    }
+}

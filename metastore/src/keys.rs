@@ -1,0 +1,61 @@
+//! Key layout. Every key is a tuple of elements under one prefix; strings are encoded as
+//! in FoundationDB's tuple layer (0x02, the bytes with 0x00 escaped as 0x00 0xff, 0x00)
+//! and integers as 0x15 plus 4 big-endian bytes, so keys sort as their tuples do.
+//!
+//! | key                                   | value            | written by              |
+//! |---------------------------------------|------------------|-------------------------|
+//! | (prefix, "cluster")                   | ClusterRecord    | the first agent, once   |
+//! | (prefix, "topic", name)               | TopicRecord      | admin requests          |
+//! | (prefix, "partition", name, index)    | PartitionRecord  | admin; later the leader |
+
+/// Builds a key element by element.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Key(Vec<u8>);
+
+impl Key {
+    pub fn new(prefix: &[u8]) -> Key {
+        Key(prefix.to_vec())
+    }
+
+    pub fn str(mut self, s: &str) -> Key {
+        self.0.push(0x02);
+        for &b in s.as_bytes() {
+            self.0.push(b);
+            if b == 0 {
+                self.0.push(0xff);
+            }
+        }
+        self.0.push(0x00);
+        self
+    }
+
+    pub fn u32(mut self, n: u32) -> Key {
+        self.0.push(0x15);
+        self.0.extend_from_slice(&n.to_be_bytes());
+        self
+    }
+
+    pub fn bytes(&self) -> &[u8] {
+        &self.0
+    }
+
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_sort_like_tuples() {
+        let a = Key::new(b"p").str("topic").str("a").into_bytes();
+        let ab = Key::new(b"p").str("topic").str("a\0b").into_bytes();
+        let b = Key::new(b"p").str("topic").str("b").into_bytes();
+        assert!(a < ab && ab < b);
+        let p1 = Key::new(b"p").str("t").u32(1).into_bytes();
+        let p256 = Key::new(b"p").str("t").u32(256).into_bytes();
+        assert!(p1 < p256);
+    }
+}

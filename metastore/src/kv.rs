@@ -1,0 +1,163 @@
+//! The ordered, transactional key-value contract every metastore backend implements,
+//! shaped after FoundationDB: an ordered byte key space; serializable transactions with
+//! read-your-writes; range reads forward and reverse with limits; set, clear, clear range
+//! and atomic add; retry on conflict.
+//!
+//! Every backend enforces FoundationDB's limits ([`Limits`]) so that code which works on
+//! the embedded backend cannot fail on FoundationDB for size or duration.
+
+use std::fmt::Debug;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::future::BoxFuture;
+
+use crate::error::{Error, Result};
+
+/// A key and its value.
+pub type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// The sizes and durations FoundationDB allows.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub key_bytes: usize,
+    pub value_bytes: usize,
+    pub transaction_bytes: usize,
+    pub transaction_duration: Duration,
+}
+
+pub const FDB_LIMITS: Limits = Limits {
+    key_bytes: 10_000,
+    value_bytes: 100_000,
+    transaction_bytes: 10_000_000,
+    transaction_duration: Duration::from_secs(5),
+};
+
+/// Tracks one transaction against [`Limits`].
+#[derive(Debug)]
+pub struct LimitTracker {
+    limits: Limits,
+    started: Instant,
+    written_bytes: usize,
+}
+
+impl LimitTracker {
+    pub fn new(limits: Limits) -> Self {
+        LimitTracker {
+            limits,
+            started: Instant::now(),
+            written_bytes: 0,
+        }
+    }
+
+    pub fn key(&self, key: &[u8]) -> Result<()> {
+        if key.len() > self.limits.key_bytes {
+            return Err(Error::LimitExceeded(format!(
+                "key of {} bytes exceeds {} bytes",
+                key.len(),
+                self.limits.key_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn write(&mut self, key: &[u8], value_len: usize) -> Result<()> {
+        self.key(key)?;
+        if value_len > self.limits.value_bytes {
+            return Err(Error::LimitExceeded(format!(
+                "value of {value_len} bytes exceeds {} bytes",
+                self.limits.value_bytes
+            )));
+        }
+        self.written_bytes += key.len() + value_len;
+        if self.written_bytes > self.limits.transaction_bytes {
+            return Err(Error::LimitExceeded(format!(
+                "transaction writes more than {} bytes",
+                self.limits.transaction_bytes
+            )));
+        }
+        Ok(())
+    }
+
+    pub fn alive(&self) -> Result<()> {
+        if self.started.elapsed() > self.limits.transaction_duration {
+            return Err(Error::TransactionTooOld {
+                limit_ms: self.limits.transaction_duration.as_millis() as u64,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// A backend: something that starts transactions.
+#[async_trait]
+pub trait KvStore: Send + Sync + Debug {
+    async fn begin(&self) -> Result<Box<dyn KvTransaction>>;
+}
+
+/// One transaction. Writes are visible to the transaction's own reads at once and to
+/// everyone else after a successful [`KvTransaction::commit`]; dropping it without
+/// committing discards them. A write that breaks a limit fails the commit.
+#[async_trait]
+pub trait KvTransaction: Send {
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>>;
+    /// Keys in `[begin, end)`, ascending (or descending when `reverse`), at most `limit`
+    /// of them (0 means no limit).
+    async fn get_range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<KeyValue>>;
+    fn set(&mut self, key: &[u8], value: &[u8]);
+    fn clear(&mut self, key: &[u8]);
+    fn clear_range(&mut self, begin: &[u8], end: &[u8]);
+    /// Adds `delta` to the little-endian signed 64-bit integer at `key` (absent = 0).
+    fn atomic_add(&mut self, key: &[u8], delta: i64);
+    async fn commit(self: Box<Self>) -> Result<()>;
+}
+
+/// The end of the key range holding every key that starts with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0xff]
+}
+
+const MAX_ATTEMPTS: u32 = 20;
+
+/// Runs `body` in a transaction and commits it, retrying the whole body on a retryable
+/// error with capped exponential backoff. `body` may run more than once, so it must
+/// derive everything it writes from what it reads in the transaction.
+pub async fn transact<T, F>(store: &dyn KvStore, mut body: F) -> Result<T>
+where
+    T: Send,
+    F: for<'t> FnMut(&'t mut dyn KvTransaction) -> BoxFuture<'t, Result<T>> + Send,
+{
+    let mut backoff = Duration::from_millis(2);
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        let outcome: Result<T> = async {
+            let mut txn = store.begin().await?;
+            let value = body(txn.as_mut()).await?;
+            txn.commit().await?;
+            Ok(value)
+        }
+        .await;
+        match outcome {
+            Err(e) if e.is_retryable() && attempt < MAX_ATTEMPTS => {
+                tracing::debug!(attempt, error = %e, "retrying metastore transaction");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+            other => return other,
+        }
+    }
+}

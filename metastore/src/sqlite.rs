@@ -1,0 +1,230 @@
+//! The embedded backend: one SQLite file (WAL mode) that several processes on one machine
+//! may share, which is how local multi-process clusters run.
+//!
+//! Transactions are pessimistic: `BEGIN IMMEDIATE` takes SQLite's write lock for the whole
+//! transaction, so transactions are serializable and never conflict at commit; a lock
+//! held by another process past the transaction time limit surfaces as a retryable
+//! [`Error::Conflict`]. Writes go straight into the SQLite transaction, which gives
+//! read-your-writes; the first failed write fails the commit.
+//!
+//! SQLite calls run on the calling task: each is a few microseconds on a local file, and
+//! waiting for another process's lock is done with async backoff, not by blocking.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
+use tokio::sync::{Mutex, OwnedMutexGuard};
+
+use crate::error::{Error, Result};
+use crate::kv::{FDB_LIMITS, KeyValue, KvStore, KvTransaction, LimitTracker, Limits};
+
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    conn: Arc<Mutex<Connection>>,
+    path: PathBuf,
+    limits: Limits,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<SqliteStore> {
+        let conn =
+            Connection::open(path).map_err(|e| Error::backend("open sqlite metastore", e))?;
+        conn.pragma_update(None, "journal_mode", "WAL")
+            .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
+            .and_then(|_| conn.busy_timeout(Duration::ZERO))
+            .and_then(|_| {
+                conn.execute_batch(
+                    "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID",
+                )
+            })
+            .map_err(|e| Error::backend("prepare sqlite metastore", e))?;
+        Ok(SqliteStore {
+            conn: Arc::new(Mutex::new(conn)),
+            path: path.to_path_buf(),
+            limits: FDB_LIMITS,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(f, _)
+        if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked))
+}
+
+fn sql_error(context: &'static str, e: rusqlite::Error) -> Error {
+    if is_busy(&e) {
+        Error::Conflict(format!("{context}: {e}"))
+    } else {
+        Error::backend(context, e)
+    }
+}
+
+#[async_trait]
+impl KvStore for SqliteStore {
+    async fn begin(&self) -> Result<Box<dyn KvTransaction>> {
+        let conn = Arc::clone(&self.conn).lock_owned().await;
+        let started = Instant::now();
+        let mut backoff = Duration::from_millis(1);
+        loop {
+            match conn.execute_batch("BEGIN IMMEDIATE") {
+                Ok(()) => break,
+                Err(e) if is_busy(&e) && started.elapsed() < self.limits.transaction_duration => {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_millis(50));
+                }
+                Err(e) => return Err(sql_error("begin transaction", e)),
+            }
+        }
+        Ok(Box::new(SqliteTransaction {
+            conn,
+            tracker: LimitTracker::new(self.limits),
+            failed: None,
+            finished: false,
+        }))
+    }
+}
+
+struct SqliteTransaction {
+    conn: OwnedMutexGuard<Connection>,
+    tracker: LimitTracker,
+    /// The first write that failed; it fails the commit.
+    failed: Option<Error>,
+    finished: bool,
+}
+
+impl SqliteTransaction {
+    fn write(&mut self, op: impl FnOnce(&Connection) -> rusqlite::Result<()>) {
+        if self.failed.is_none()
+            && let Err(e) = op(&self.conn)
+        {
+            self.failed = Some(sql_error("write", e));
+        }
+    }
+
+    fn read_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.conn
+            .prepare_cached("SELECT value FROM kv WHERE key = ?1")
+            .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
+            .map_err(|e| sql_error("read", e))
+    }
+}
+
+#[async_trait]
+impl KvTransaction for SqliteTransaction {
+    async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        self.tracker.key(key)?;
+        self.tracker.alive()?;
+        self.read_value(key)
+    }
+
+    async fn get_range(
+        &mut self,
+        begin: &[u8],
+        end: &[u8],
+        limit: usize,
+        reverse: bool,
+    ) -> Result<Vec<KeyValue>> {
+        self.tracker.alive()?;
+        let sql = if reverse {
+            "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key DESC LIMIT ?3"
+        } else {
+            "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key ASC LIMIT ?3"
+        };
+        let limit = if limit == 0 { -1 } else { limit as i64 };
+        let mut stmt = self
+            .conn
+            .prepare_cached(sql)
+            .map_err(|e| sql_error("range read", e))?;
+        let rows = stmt
+            .query_map(params![begin, end, limit], |r| Ok((r.get(0)?, r.get(1)?)))
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<KeyValue>>>())
+            .map_err(|e| sql_error("range read", e))?;
+        Ok(rows)
+    }
+
+    fn set(&mut self, key: &[u8], value: &[u8]) {
+        if let Err(e) = self.tracker.write(key, value.len()) {
+            self.failed.get_or_insert(e);
+            return;
+        }
+        self.write(|c| {
+            c.prepare_cached("INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
+                .execute(params![key, value])
+                .map(drop)
+        });
+    }
+
+    fn clear(&mut self, key: &[u8]) {
+        if let Err(e) = self.tracker.write(key, 0) {
+            self.failed.get_or_insert(e);
+            return;
+        }
+        self.write(|c| {
+            c.prepare_cached("DELETE FROM kv WHERE key = ?1")?
+                .execute(params![key])
+                .map(drop)
+        });
+    }
+
+    fn clear_range(&mut self, begin: &[u8], end: &[u8]) {
+        if let Err(e) = self.tracker.write(begin, end.len()) {
+            self.failed.get_or_insert(e);
+            return;
+        }
+        self.write(|c| {
+            c.prepare_cached("DELETE FROM kv WHERE key >= ?1 AND key < ?2")?
+                .execute(params![begin, end])
+                .map(drop)
+        });
+    }
+
+    fn atomic_add(&mut self, key: &[u8], delta: i64) {
+        let current = match self.read_value(key) {
+            Ok(v) => v,
+            Err(e) => {
+                self.failed.get_or_insert(e);
+                return;
+            }
+        };
+        let mut le = [0u8; 8];
+        if let Some(v) = current {
+            let n = v.len().min(8);
+            le[..n].copy_from_slice(&v[..n]);
+        }
+        let sum = i64::from_le_bytes(le).wrapping_add(delta);
+        self.set(key, &sum.to_le_bytes());
+    }
+
+    async fn commit(mut self: Box<Self>) -> Result<()> {
+        self.finished = true;
+        if let Some(e) = self.failed.take() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+        if let Err(e) = self.tracker.alive() {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(e);
+        }
+        if let Err(e) = self.conn.execute_batch("COMMIT") {
+            let _ = self.conn.execute_batch("ROLLBACK");
+            return Err(sql_error("commit", e));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for SqliteTransaction {
+    fn drop(&mut self) {
+        if !self.finished {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The typed layer: the cluster record, topics, their partitions and configs, written
+//! once on top of [`KvStore`] so every backend behaves the same.
+//!
+//! Each operation is one small transaction that derives everything it writes from what
+//! it read, so a retried transaction cannot apply twice: creating a topic that exists
+//! fails, deleting one that is gone fails, and setting configs overwrites.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::FutureExt;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::keys::Key;
+use crate::kv::{KvStore, KvTransaction, prefix_end, transact};
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClusterRecord {
+    pub cluster_id: String,
+}
+
+/// A topic as the metastore holds it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicRecord {
+    pub name: String,
+    /// 16 bytes, Kafka's topic id.
+    pub id: [u8; 16],
+    pub replication_factor: i16,
+    /// Configs set explicitly on the topic (Kafka names); defaults are not stored.
+    pub configs: BTreeMap<String, String>,
+    pub partitions: Vec<PartitionRecord>,
+}
+
+/// One partition's placement and leadership.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionRecord {
+    pub index: u32,
+    pub replicas: Vec<i32>,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
+/// The part of [`TopicRecord`] stored under the topic key.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct TopicValue {
+    id: [u8; 16],
+    replication_factor: i16,
+    configs: BTreeMap<String, String>,
+}
+
+/// A topic to create.
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub replication_factor: i16,
+    pub configs: BTreeMap<String, String>,
+    /// Replica lists, one per partition; the first replica is the initial leader.
+    pub assignments: Vec<Vec<i32>>,
+}
+
+/// The typed metastore.
+#[derive(Debug, Clone)]
+pub struct Metastore {
+    kv: Arc<dyn KvStore>,
+    prefix: Vec<u8>,
+}
+
+fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
+    serde_json::from_slice(value).map_err(|e| Error::Corrupt {
+        key: String::from_utf8_lossy(key).into_owned(),
+        reason: e.to_string(),
+    })
+}
+
+fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+    serde_json::to_vec(value).expect("metastore records always serialize")
+}
+
+impl Metastore {
+    pub fn new(kv: Arc<dyn KvStore>, prefix: &[u8]) -> Metastore {
+        Metastore {
+            kv,
+            prefix: prefix.to_vec(),
+        }
+    }
+
+    pub fn kv(&self) -> &Arc<dyn KvStore> {
+        &self.kv
+    }
+
+    fn key(&self) -> Key {
+        Key::new(&self.prefix)
+    }
+
+    /// The cluster's id, created by whoever asks first.
+    pub async fn cluster(&self) -> Result<ClusterRecord> {
+        let key = self.key().str("cluster").into_bytes();
+        transact(self.kv.as_ref(), |txn| {
+            let key = key.clone();
+            async move {
+                if let Some(v) = txn.get(&key).await? {
+                    return decode(&key, &v);
+                }
+                let record = ClusterRecord {
+                    cluster_id: uuid::Uuid::new_v4().simple().to_string(),
+                };
+                txn.set(&key, &encode(&record));
+                Ok(record)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    async fn read_topic(
+        &self,
+        txn: &mut dyn KvTransaction,
+        name: &str,
+    ) -> Result<Option<TopicRecord>> {
+        let key = self.key().str("topic").str(name).into_bytes();
+        let Some(v) = txn.get(&key).await? else {
+            return Ok(None);
+        };
+        let value: TopicValue = decode(&key, &v)?;
+        let begin = self.key().str("partition").str(name).into_bytes();
+        let end = prefix_end(&begin);
+        let mut partitions = Vec::new();
+        for (k, v) in txn.get_range(&begin, &end, 0, false).await? {
+            partitions.push(decode::<PartitionRecord>(&k, &v)?);
+        }
+        Ok(Some(TopicRecord {
+            name: name.to_string(),
+            id: value.id,
+            replication_factor: value.replication_factor,
+            configs: value.configs,
+            partitions,
+        }))
+    }
+
+    fn write_topic_value(&self, txn: &mut dyn KvTransaction, topic: &TopicRecord) {
+        let key = self.key().str("topic").str(&topic.name).into_bytes();
+        let value = TopicValue {
+            id: topic.id,
+            replication_factor: topic.replication_factor,
+            configs: topic.configs.clone(),
+        };
+        txn.set(&key, &encode(&value));
+    }
+
+    fn write_partition(&self, txn: &mut dyn KvTransaction, topic: &str, p: &PartitionRecord) {
+        let key = self
+            .key()
+            .str("partition")
+            .str(topic)
+            .u32(p.index)
+            .into_bytes();
+        txn.set(&key, &encode(p));
+    }
+
+    pub async fn topic(&self, name: &str) -> Result<Option<TopicRecord>> {
+        let name = name.to_string();
+        let this = self.clone();
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            let name = name.clone();
+            async move { this.read_topic(txn, &name).await }.boxed()
+        })
+        .await
+    }
+
+    /// Every topic, by name.
+    pub async fn topics(&self) -> Result<Vec<TopicRecord>> {
+        let this = self.clone();
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            async move {
+                let begin = this.key().str("topic").into_bytes();
+                let end = prefix_end(&begin);
+                let mut names = Vec::new();
+                for (k, _) in txn.get_range(&begin, &end, 0, false).await? {
+                    names.push(decode_last_str(&k[begin.len()..]).ok_or_else(|| {
+                        Error::Corrupt {
+                            key: String::from_utf8_lossy(&k).into_owned(),
+                            reason: "topic key does not end in a string".to_string(),
+                        }
+                    })?);
+                }
+                let mut topics = Vec::with_capacity(names.len());
+                for name in names {
+                    if let Some(t) = this.read_topic(txn, &name).await? {
+                        topics.push(t);
+                    }
+                }
+                Ok(topics)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    pub async fn create_topic(&self, new: NewTopic) -> Result<TopicRecord> {
+        if new.assignments.is_empty() {
+            return Err(Error::Invalid(
+                "a topic needs at least one partition".to_string(),
+            ));
+        }
+        let id = *uuid::Uuid::new_v4().as_bytes();
+        let this = self.clone();
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            let new = new.clone();
+            async move {
+                if this.read_topic(txn, &new.name).await?.is_some() {
+                    return Err(Error::TopicExists(new.name));
+                }
+                let partitions = new
+                    .assignments
+                    .iter()
+                    .enumerate()
+                    .map(|(i, replicas)| PartitionRecord {
+                        index: i as u32,
+                        replicas: replicas.clone(),
+                        leader: replicas.first().copied().unwrap_or(-1),
+                        leader_epoch: 0,
+                        isr: replicas.clone(),
+                    })
+                    .collect();
+                let topic = TopicRecord {
+                    name: new.name,
+                    id,
+                    replication_factor: new.replication_factor,
+                    configs: new.configs,
+                    partitions,
+                };
+                this.write_topic_value(txn, &topic);
+                for p in &topic.partitions {
+                    this.write_partition(txn, &topic.name, p);
+                }
+                Ok(topic)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    pub async fn delete_topic(&self, name: &str) -> Result<TopicRecord> {
+        let name = name.to_string();
+        let this = self.clone();
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            let name = name.clone();
+            async move {
+                let Some(topic) = this.read_topic(txn, &name).await? else {
+                    return Err(Error::UnknownTopic(name));
+                };
+                txn.clear(this.key().str("topic").str(&name).bytes());
+                let begin = this.key().str("partition").str(&name).into_bytes();
+                txn.clear_range(&begin, &prefix_end(&begin));
+                Ok(topic)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    /// Replaces the topic's explicit configs.
+    pub async fn set_topic_configs(
+        &self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+    ) -> Result<TopicRecord> {
+        let name = name.to_string();
+        let this = self.clone();
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            let (name, configs) = (name.clone(), configs.clone());
+            async move {
+                let Some(mut topic) = this.read_topic(txn, &name).await? else {
+                    return Err(Error::UnknownTopic(name));
+                };
+                topic.configs = configs;
+                this.write_topic_value(txn, &topic);
+                Ok(topic)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    /// Adds partitions with the given replica lists after the existing ones.
+    pub async fn add_partitions(
+        &self,
+        name: &str,
+        expected_count: usize,
+        new: Vec<Vec<i32>>,
+    ) -> Result<TopicRecord> {
+        let name = name.to_string();
+        let this = self.clone();
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            let (name, new) = (name.clone(), new.clone());
+            async move {
+                let Some(mut topic) = this.read_topic(txn, &name).await? else {
+                    return Err(Error::UnknownTopic(name));
+                };
+                if topic.partitions.len() != expected_count {
+                    return Err(Error::Invalid(format!(
+                        "topic '{name}' has {} partitions, not {expected_count}",
+                        topic.partitions.len()
+                    )));
+                }
+                for replicas in new {
+                    let p = PartitionRecord {
+                        index: topic.partitions.len() as u32,
+                        leader: replicas.first().copied().unwrap_or(-1),
+                        leader_epoch: 0,
+                        isr: replicas.clone(),
+                        replicas,
+                    };
+                    this.write_partition(txn, &name, &p);
+                    topic.partitions.push(p);
+                }
+                Ok(topic)
+            }
+            .boxed()
+        })
+        .await
+    }
+}
+
+/// Decodes a key suffix that is exactly one tuple string element.
+fn decode_last_str(suffix: &[u8]) -> Option<String> {
+    let body = suffix.strip_prefix(&[0x02])?.strip_suffix(&[0x00])?;
+    let mut out = Vec::with_capacity(body.len());
+    let mut i = 0;
+    while i < body.len() {
+        out.push(body[i]);
+        if body[i] == 0 {
+            if body.get(i + 1) != Some(&0xff) {
+                return None;
+            }
+            i += 1;
+        }
+        i += 1;
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::SqliteStore;
+
+    fn store() -> (tempfile::TempDir, Metastore) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
+        (dir, Metastore::new(Arc::new(kv), b"strata"))
+    }
+
+    fn new_topic(name: &str, partitions: usize) -> NewTopic {
+        NewTopic {
+            name: name.to_string(),
+            replication_factor: 1,
+            configs: BTreeMap::from([("retention.ms".to_string(), "1000".to_string())]),
+            assignments: vec![vec![1]; partitions],
+        }
+    }
+
+    #[tokio::test]
+    async fn topic_lifecycle() {
+        let (_dir, m) = store();
+        let cluster = m.cluster().await.expect("cluster");
+        assert_eq!(m.cluster().await.expect("cluster again"), cluster);
+        let t = m
+            .create_topic(new_topic("orders", 3))
+            .await
+            .expect("create");
+        assert_eq!(t.partitions.len(), 3);
+        assert!(matches!(
+            m.create_topic(new_topic("orders", 1)).await,
+            Err(Error::TopicExists(_))
+        ));
+        m.create_topic(new_topic("a.b-c_d", 1))
+            .await
+            .expect("create");
+        let names: Vec<_> = m
+            .topics()
+            .await
+            .expect("list")
+            .into_iter()
+            .map(|t| t.name)
+            .collect();
+        assert_eq!(names, ["a.b-c_d", "orders"]);
+        let t = m
+            .add_partitions("orders", 3, vec![vec![1], vec![1]])
+            .await
+            .expect("add");
+        assert_eq!(
+            t.partitions.iter().map(|p| p.index).collect::<Vec<_>>(),
+            [0, 1, 2, 3, 4]
+        );
+        assert!(
+            m.add_partitions("orders", 3, vec![vec![1]]).await.is_err(),
+            "stale expected count"
+        );
+        let t = m
+            .set_topic_configs("orders", BTreeMap::new())
+            .await
+            .expect("configs");
+        assert!(t.configs.is_empty());
+        assert_eq!(m.topic("orders").await.expect("get"), Some(t));
+        m.delete_topic("orders").await.expect("delete");
+        assert!(matches!(
+            m.delete_topic("orders").await,
+            Err(Error::UnknownTopic(_))
+        ));
+        assert_eq!(m.topic("orders").await.expect("get"), None);
+        assert_eq!(m.topics().await.expect("list").len(), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_handles_on_one_file_serialize() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("m.sqlite");
+        let a: Arc<dyn KvStore> = Arc::new(SqliteStore::open(&path).expect("a"));
+        let b: Arc<dyn KvStore> = Arc::new(SqliteStore::open(&path).expect("b"));
+        let mut tasks = Vec::new();
+        for store in [a.clone(), b.clone(), a, b] {
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..50 {
+                    transact(store.as_ref(), |txn| {
+                        async move {
+                            let n = txn
+                                .get(b"n")
+                                .await?
+                                .map_or(0, |v| u64::from_be_bytes(v.try_into().expect("8 bytes")));
+                            txn.set(b"n", &(n + 1).to_be_bytes());
+                            Ok(())
+                        }
+                        .boxed()
+                    })
+                    .await
+                    .expect("transact");
+                }
+            }));
+        }
+        for t in tasks {
+            t.await.expect("join");
+        }
+        let store = SqliteStore::open(&path).expect("c");
+        let mut txn = store.begin().await.expect("begin");
+        let v = txn.get(b"n").await.expect("get").expect("set");
+        assert_eq!(u64::from_be_bytes(v.try_into().expect("8 bytes")), 200);
+    }
+}

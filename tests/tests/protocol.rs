@@ -1,0 +1,659 @@
+//! Protocol-level tests against an in-process agent: every API at every version we
+//! advertise, and the bad inputs of DESIGN.md invariant 6.
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::{
+    AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
+    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest,
+    IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, TopicName,
+    alter_configs_request, create_partitions_request, delete_topics_request,
+    describe_configs_request, fetch_request, incremental_alter_configs_request,
+    list_offsets_request, metadata_request, produce_request,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::{Compression, RecordBatchDecoder};
+use strata_agent::api::versions::SUPPORTED;
+use strata_tests::{Client, TestAgent, batch, simple_batch};
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]) -> CreateTopicsRequest {
+    let mut t = CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = -1;
+    t.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect();
+    let mut r = CreateTopicsRequest::default();
+    r.topics = vec![t];
+    r.timeout_ms = 5000;
+    r
+}
+
+async fn create(
+    client: &mut Client,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> i16 {
+    let r = client
+        .send(7, &create_topic(topic, partitions, configs))
+        .await
+        .expect("create topics");
+    r.topics[0].error_code
+}
+
+fn produce(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    let mut p = produce_request::PartitionProduceData::default();
+    p.index = partition;
+    p.records = Some(records);
+    let mut t = produce_request::TopicProduceData::default();
+    t.name = name(topic);
+    t.partition_data = vec![p];
+    let mut r = ProduceRequest::default();
+    r.acks = acks;
+    r.timeout_ms = 10_000;
+    r.topic_data = vec![t];
+    r
+}
+
+/// Produces and returns (error code, base offset).
+async fn produce_one(
+    client: &mut Client,
+    version: i16,
+    topic: &str,
+    partition: i32,
+    records: Bytes,
+) -> (i16, i64) {
+    let r = client
+        .send(version, &produce(topic, partition, records, -1))
+        .await
+        .expect("produce");
+    let p = &r.responses[0].partition_responses[0];
+    (p.error_code, p.base_offset)
+}
+
+fn fetch(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    max_wait_ms: i32,
+    min_bytes: i32,
+) -> FetchRequest {
+    let mut p = fetch_request::FetchPartition::default();
+    p.partition = partition;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = fetch_request::FetchTopic::default();
+    t.topic = name(topic);
+    t.partitions = vec![p];
+    let mut r = FetchRequest::default();
+    r.replica_id = kafka_protocol::messages::BrokerId(-1);
+    r.max_wait_ms = max_wait_ms;
+    r.min_bytes = min_bytes;
+    r.max_bytes = 1 << 24;
+    r.session_epoch = -1;
+    r.topics = vec![t];
+    r
+}
+
+fn list_offsets(topic: &str, partition: i32, timestamp: i64) -> ListOffsetsRequest {
+    let mut p = list_offsets_request::ListOffsetsPartition::default();
+    p.partition_index = partition;
+    p.timestamp = timestamp;
+    let mut t = list_offsets_request::ListOffsetsTopic::default();
+    t.name = name(topic);
+    t.partitions = vec![p];
+    let mut r = ListOffsetsRequest::default();
+    r.replica_id = kafka_protocol::messages::BrokerId(-1);
+    r.topics = vec![t];
+    r
+}
+
+async fn latest_offset(client: &mut Client, topic: &str, partition: i32) -> i64 {
+    let r = client
+        .send(7, &list_offsets(topic, partition, -1))
+        .await
+        .expect("list offsets");
+    r.topics[0].partitions[0].offset
+}
+
+/// Values of every record fetched from `offset`.
+async fn fetch_values(
+    client: &mut Client,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> Vec<(i64, Option<Bytes>)> {
+    let r = client
+        .send(12, &fetch(topic, partition, offset, 0, 0))
+        .await
+        .expect("fetch");
+    let data = &r.responses[0].partitions[0];
+    assert_eq!(data.error_code, 0, "fetch error");
+    let mut bytes = data.records.clone().unwrap_or_default();
+    let sets = RecordBatchDecoder::decode_all(&mut bytes).expect("decode fetched batches");
+    sets.into_iter()
+        .flat_map(|s| s.records)
+        .map(|r| (r.offset, r.value))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_api_answers_at_every_advertised_version() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(create(&mut c, "t", 2, &[]).await, 0);
+    assert_eq!(create(&mut c, "cp", 1, &[]).await, 0);
+    let mut partitions_of_cp = 1;
+    for &(api, min, max) in SUPPORTED {
+        for v in min..=max {
+            let ctx = format!("{api:?} v{v}");
+            match api {
+                ApiKey::ApiVersions => {
+                    let r = c
+                        .send(v, &ApiVersionsRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                    assert_eq!(r.api_keys.len(), SUPPORTED.len(), "{ctx}");
+                }
+                ApiKey::Metadata => {
+                    let mut req = MetadataRequest::default();
+                    let mut t = metadata_request::MetadataRequestTopic::default();
+                    t.name = Some(name("t"));
+                    req.topics = Some(vec![t]);
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.topics[0].error_code, 0, "{ctx}");
+                    assert_eq!(r.topics[0].partitions.len(), 2, "{ctx}");
+                    assert_eq!(r.brokers.len(), 1, "{ctx}");
+                }
+                ApiKey::Produce => {
+                    let (code, _) = produce_one(&mut c, v, "t", 0, simple_batch(2, 1_000)).await;
+                    assert_eq!(code, 0, "{ctx}");
+                }
+                ApiKey::Fetch => {
+                    let r = c
+                        .send(v, &fetch("t", 0, 0, 0, 0))
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let p = &r.responses[0].partitions[0];
+                    assert_eq!(p.error_code, 0, "{ctx}");
+                    assert!(
+                        p.records.as_ref().is_some_and(|b| !b.is_empty()),
+                        "{ctx}: records"
+                    );
+                }
+                ApiKey::ListOffsets => {
+                    let r = c
+                        .send(v, &list_offsets("t", 0, -2))
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.topics[0].partitions[0].error_code, 0, "{ctx}");
+                    assert_eq!(r.topics[0].partitions[0].offset, 0, "{ctx}");
+                }
+                ApiKey::CreateTopics => {
+                    let topic = format!("created-v{v}");
+                    let r = c
+                        .send(v, &create_topic(&topic, 1, &[("retention.ms", "60000")]))
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.topics[0].error_code, 0, "{ctx}");
+                }
+                ApiKey::DeleteTopics => {
+                    let topic = format!("deleted-v{v}");
+                    assert_eq!(create(&mut c, &topic, 1, &[]).await, 0);
+                    let mut req = DeleteTopicsRequest::default();
+                    if v >= 6 {
+                        let mut s = delete_topics_request::DeleteTopicState::default();
+                        s.name = Some(name(&topic));
+                        req.topics = vec![s];
+                    } else {
+                        req.topic_names = vec![name(&topic)];
+                    }
+                    req.timeout_ms = 5000;
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.responses[0].error_code, 0, "{ctx}");
+                }
+                ApiKey::DescribeConfigs => {
+                    let mut res = describe_configs_request::DescribeConfigsResource::default();
+                    res.resource_type = 2;
+                    res.resource_name = StrBytes::from_static_str("t");
+                    let mut req = DescribeConfigsRequest::default();
+                    req.resources = vec![res];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.results[0].error_code, 0, "{ctx}");
+                    assert!(
+                        r.results[0]
+                            .configs
+                            .iter()
+                            .any(|c| c.name.as_str() == "retention.ms"),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::AlterConfigs => {
+                    let mut cfg = alter_configs_request::AlterableConfig::default();
+                    cfg.name = StrBytes::from_static_str("retention.ms");
+                    cfg.value = Some(StrBytes::from_static_str("1000"));
+                    let mut res = alter_configs_request::AlterConfigsResource::default();
+                    res.resource_type = 2;
+                    res.resource_name = StrBytes::from_static_str("t");
+                    res.configs = vec![cfg];
+                    let mut req = AlterConfigsRequest::default();
+                    req.resources = vec![res];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.responses[0].error_code, 0, "{ctx}");
+                }
+                ApiKey::IncrementalAlterConfigs => {
+                    let mut cfg = incremental_alter_configs_request::AlterableConfig::default();
+                    cfg.name = StrBytes::from_static_str("cleanup.policy");
+                    cfg.config_operation = 2;
+                    cfg.value = Some(StrBytes::from_static_str("compact"));
+                    let mut res =
+                        incremental_alter_configs_request::AlterConfigsResource::default();
+                    res.resource_type = 2;
+                    res.resource_name = StrBytes::from_static_str("t");
+                    res.configs = vec![cfg];
+                    let mut req = IncrementalAlterConfigsRequest::default();
+                    req.resources = vec![res];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.responses[0].error_code, 0, "{ctx}");
+                }
+                ApiKey::CreatePartitions => {
+                    partitions_of_cp += 1;
+                    let mut t = create_partitions_request::CreatePartitionsTopic::default();
+                    t.name = name("cp");
+                    t.count = partitions_of_cp;
+                    let mut req = CreatePartitionsRequest::default();
+                    req.topics = vec![t];
+                    req.timeout_ms = 5000;
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.results[0].error_code, 0, "{ctx}");
+                }
+                ApiKey::DescribeCluster => {
+                    let r = c
+                        .send(v, &DescribeClusterRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                    assert_eq!(r.brokers.len(), 1, "{ctx}");
+                }
+                other => panic!("no test for advertised API {other:?}"),
+            }
+        }
+    }
+    // The configs set above stuck: retention.ms from AlterConfigs, cleanup.policy appended.
+    let mut res = describe_configs_request::DescribeConfigsResource::default();
+    res.resource_type = 2;
+    res.resource_name = StrBytes::from_static_str("t");
+    let mut req = DescribeConfigsRequest::default();
+    req.resources = vec![res];
+    let r = c.send(4, &req).await.expect("describe");
+    let get = |n: &str| {
+        r.results[0]
+            .configs
+            .iter()
+            .find(|c| c.name.as_str() == n)
+            .and_then(|c| c.value.clone())
+            .map(|v| v.to_string())
+    };
+    assert_eq!(get("cleanup.policy").as_deref(), Some("delete,compact"));
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_of_an_unknown_version_answers_v0_with_the_list() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    // ApiVersions v99: key 18, version 99, correlation id 7, client id null, then junk.
+    let mut frame = vec![0, 18, 0, 99, 0, 0, 0, 7, 0xff, 0xff, 1, 2, 3];
+    let mut raw = (frame.len() as i32).to_be_bytes().to_vec();
+    raw.append(&mut frame);
+    c.send_raw(&raw).await.expect("send");
+    let mut body = c.read_frame().await.expect("read").expect("a response");
+    let header =
+        <kafka_protocol::messages::ResponseHeader as kafka_protocol::protocol::Decodable>::decode(
+            &mut body, 0,
+        )
+        .expect("v0 header");
+    assert_eq!(header.correlation_id, 7);
+    let r = <kafka_protocol::messages::ApiVersionsResponse as kafka_protocol::protocol::Decodable>::decode(&mut body, 0)
+        .expect("v0 body");
+    assert_eq!(r.error_code, ResponseError::UnsupportedVersion.code());
+    assert!(
+        r.api_keys
+            .iter()
+            .any(|k| k.api_key == ApiKey::Produce as i16)
+    );
+    agent.stop().await;
+}
+
+/// Each of these closes only its own connection; the broker keeps serving.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_frames_close_only_their_connection() {
+    let agent = TestAgent::start_with(|s| s.max_request_bytes = 1 << 20)
+        .await
+        .expect("start");
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "frame over the size limit",
+            (2i32 << 20).to_be_bytes().to_vec(),
+        ),
+        ("negative frame size", (-5i32).to_be_bytes().to_vec()),
+        (
+            "frame shorter than a header",
+            [&4i32.to_be_bytes()[..], &[0, 3, 0, 1]].concat(),
+        ),
+        (
+            "unknown API key",
+            [&8i32.to_be_bytes()[..], &[0x7f, 0x00, 0, 1, 0, 0, 0, 1]].concat(),
+        ),
+        (
+            "unsupported Metadata version",
+            [
+                &10i32.to_be_bytes()[..],
+                &[0, 3, 0, 99, 0, 0, 0, 1, 0xff, 0xff],
+            ]
+            .concat(),
+        ),
+        (
+            "garbage body",
+            [
+                &20i32.to_be_bytes()[..],
+                &[0, 3, 0, 9, 0, 0, 0, 1],
+                &[0xde, 0xad, 0xbe, 0xef, 0xff, 0xff, 0xff, 0x7f, 1, 2, 3, 4],
+            ]
+            .concat(),
+        ),
+    ];
+    for (what, bytes) in cases {
+        let mut c = agent.client().await.expect("connect");
+        c.send_raw(&bytes).await.expect("send");
+        assert!(
+            c.closed_by_broker().await,
+            "{what}: connection should be closed"
+        );
+        // Everyone else is still served.
+        let mut other = agent.client().await.expect("connect");
+        let r = other
+            .send(3, &ApiVersionsRequest::default())
+            .await
+            .expect(what);
+        assert_eq!(r.error_code, 0, "{what}");
+    }
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_batches_get_their_error_and_append_nothing() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(
+        create(&mut c, "b", 1, &[("max.message.bytes", "1000")]).await,
+        0
+    );
+    let (code, base) = produce_one(&mut c, 9, "b", 0, simple_batch(3, 1000)).await;
+    assert_eq!((code, base), (0, 0));
+
+    // Bad CRC.
+    let mut corrupt = simple_batch(3, 1000).to_vec();
+    let n = corrupt.len();
+    corrupt[n - 1] ^= 0xff;
+    let (code, _) = produce_one(&mut c, 9, "b", 0, Bytes::from(corrupt)).await;
+    assert_eq!(code, ResponseError::CorruptMessage.code(), "bad CRC");
+
+    // Truncated batch (length field says more than was sent).
+    let short = simple_batch(3, 1000).slice(..40);
+    let (code, _) = produce_one(&mut c, 9, "b", 0, short).await;
+    assert_eq!(code, ResponseError::CorruptMessage.code(), "short batch");
+
+    // Over max.message.bytes.
+    let big = vec![7u8; 2000];
+    let large = batch(&[(None, Some(&big[..]), &[])], 1000, Compression::None);
+    let (code, _) = produce_one(&mut c, 9, "b", 0, large).await;
+    assert_eq!(code, ResponseError::MessageTooLarge.code(), "too large");
+
+    // Unknown partition and unknown topic.
+    let (code, _) = produce_one(&mut c, 9, "b", 7, simple_batch(1, 1000)).await;
+    assert_eq!(
+        code,
+        ResponseError::UnknownTopicOrPartition.code(),
+        "unknown partition"
+    );
+    let (code, _) = produce_one(&mut c, 9, "nope", 0, simple_batch(1, 1000)).await;
+    assert_eq!(
+        code,
+        ResponseError::UnknownTopicOrPartition.code(),
+        "unknown topic"
+    );
+
+    // Bad acks.
+    let r = c
+        .send(9, &produce("b", 0, simple_batch(1, 1000), 2))
+        .await
+        .expect("produce");
+    assert_eq!(
+        r.responses[0].partition_responses[0].error_code,
+        ResponseError::InvalidRequiredAcks.code()
+    );
+
+    // Nothing of the above was appended, and the log still takes good batches.
+    assert_eq!(latest_offset(&mut c, "b", 0).await, 3);
+    let (code, base) = produce_one(&mut c, 9, "b", 0, simple_batch(2, 1000)).await;
+    assert_eq!((code, base), (0, 3));
+    let values: Vec<i64> = fetch_values(&mut c, "b", 0, 0)
+        .await
+        .into_iter()
+        .map(|(o, _)| o)
+        .collect();
+    assert_eq!(values, [0, 1, 2, 3, 4]);
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_admin_requests_get_their_error() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    for bad in ["", ".", "..", "has space", "slash/name", &"x".repeat(250)] {
+        assert_eq!(
+            create(&mut c, bad, 1, &[]).await,
+            ResponseError::InvalidTopicException.code(),
+            "{bad:?}"
+        );
+    }
+    assert_eq!(
+        create(&mut c, "ok", 0, &[]).await,
+        ResponseError::InvalidPartitions.code()
+    );
+    assert_eq!(
+        create(&mut c, "ok", 1, &[("retention.ms", "soon")]).await,
+        ResponseError::InvalidConfig.code()
+    );
+    assert_eq!(
+        create(&mut c, "ok", 1, &[("no.such.thing", "1")]).await,
+        ResponseError::InvalidConfig.code()
+    );
+    let mut rf3 = create_topic("ok", 1, &[]);
+    rf3.topics[0].replication_factor = 3;
+    let r = c.send(7, &rf3).await.expect("create");
+    assert_eq!(
+        r.topics[0].error_code,
+        ResponseError::InvalidReplicationFactor.code()
+    );
+    assert_eq!(create(&mut c, "ok", 1, &[]).await, 0);
+    assert_eq!(
+        create(&mut c, "ok", 1, &[]).await,
+        ResponseError::TopicAlreadyExists.code()
+    );
+
+    // An invalid value through IncrementalAlterConfigs changes nothing.
+    let mut cfg = incremental_alter_configs_request::AlterableConfig::default();
+    cfg.name = StrBytes::from_static_str("segment.bytes");
+    cfg.value = Some(StrBytes::from_static_str("-5"));
+    let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+    res.resource_type = 2;
+    res.resource_name = StrBytes::from_static_str("ok");
+    res.configs = vec![cfg];
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![res];
+    let r = c.send(1, &req).await.expect("alter");
+    assert_eq!(
+        r.responses[0].error_code,
+        ResponseError::InvalidConfig.code()
+    );
+
+    // Fetch out of range.
+    let r = c.send(12, &fetch("ok", 0, 5, 0, 0)).await.expect("fetch");
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        ResponseError::OffsetOutOfRange.code()
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_long_polls_until_data_arrives() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(create(&mut c, "lp", 1, &[]).await, 0);
+    let addr = agent.kafka_addr();
+    let waiting = tokio::spawn(async move {
+        let mut f = Client::connect(addr).await.expect("connect");
+        f.send(12, &fetch("lp", 0, 0, 30_000, 1))
+            .await
+            .expect("fetch")
+    });
+    // The long poll is parked (no data yet); producing wakes it well before 30 s.
+    let started = std::time::Instant::now();
+    let (code, _) = produce_one(&mut c, 9, "lp", 0, simple_batch(1, 1000)).await;
+    assert_eq!(code, 0);
+    let r = waiting.await.expect("join");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(25),
+        "woken by the append, not the timeout"
+    );
+    assert!(
+        r.responses[0].partitions[0]
+            .records
+            .as_ref()
+            .is_some_and(|b| !b.is_empty())
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_in_the_middle_of_a_batch_and_timestamps_survive_restart() {
+    let mut agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(
+        create(&mut c, "ts", 1, &[("segment.bytes", "300")]).await,
+        0
+    );
+    // Ten batches of five records; record i has timestamp 10_000 + 10 * i.
+    for b in 0..10 {
+        let values: Vec<String> = (0..5).map(|i| format!("r{}", b * 5 + i)).collect();
+        let recs: Vec<kafka_protocol::records::Record> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| kafka_protocol::records::Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: kafka_protocol::records::TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32 - 1,
+                timestamp: 10_000 + 10 * (b * 5 + i as i64),
+                key: None,
+                value: Some(Bytes::copy_from_slice(v.as_bytes())),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        kafka_protocol::records::RecordBatchEncoder::encode(
+            &mut buf,
+            &recs,
+            &kafka_protocol::records::RecordEncodeOptions {
+                version: 2,
+                compression: Compression::Lz4,
+            },
+        )
+        .expect("encode");
+        let (code, base) = produce_one(&mut c, 9, "ts", 0, buf.freeze()).await;
+        assert_eq!((code, base), (0, b * 5));
+    }
+    for round in 0..2 {
+        // Offset 23 is in the middle of the batch 20..24: that whole batch comes back.
+        let got = fetch_values(&mut c, "ts", 0, 23).await;
+        assert_eq!(got.first().map(|r| r.0), Some(20), "round {round}");
+        assert_eq!(
+            got.iter().find(|r| r.0 == 23).and_then(|r| r.1.clone()),
+            Some(Bytes::from_static(b"r23"))
+        );
+        // By timestamp: first record at or after the time.
+        for (query, expected) in [
+            (0, 0),
+            (10_000, 0),
+            (10_001, 1),
+            (10_230, 23),
+            (10_235, 24),
+            (10_490, 49),
+        ] {
+            let r = c
+                .send(7, &list_offsets("ts", 0, query))
+                .await
+                .expect("list");
+            assert_eq!(
+                r.topics[0].partitions[0].offset, expected,
+                "round {round} query {query}"
+            );
+        }
+        let r = c
+            .send(7, &list_offsets("ts", 0, 10_491))
+            .await
+            .expect("list");
+        assert_eq!(r.topics[0].partitions[0].offset, -1, "nothing that late");
+        let r = c.send(7, &list_offsets("ts", 0, -3)).await.expect("max ts");
+        assert_eq!(
+            (
+                r.topics[0].partitions[0].offset,
+                r.topics[0].partitions[0].timestamp
+            ),
+            (49, 10_490)
+        );
+        agent.restart().await.expect("restart");
+        c = agent.client().await.expect("reconnect");
+    }
+    agent.stop().await;
+}
