@@ -34,6 +34,15 @@ impl TopicState {
     }
 }
 
+/// Why a topic could not be brought in line with the metastore.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Metastore(#[from] strata_metastore::Error),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+}
+
 #[derive(Debug)]
 pub struct Broker {
     pub settings: Settings,
@@ -110,10 +119,11 @@ impl Broker {
         self.logs_dir.join(format!("{topic}-{index}"))
     }
 
-    /// Reads every topic from the metastore and brings the local logs in line.
+    /// Reads every topic from the metastore and brings the local logs in line. Reads
+    /// under the reconcile lock, so an older snapshot can never undo a newer change.
     pub async fn refresh(&self) -> anyhow::Result<()> {
-        let records = self.metastore.topics().await?;
         let _guard = self.reconcile.lock().await;
+        let records = self.metastore.topics().await?;
         let known: Vec<String> = self
             .topics()
             .iter()
@@ -130,10 +140,17 @@ impl Broker {
         Ok(())
     }
 
-    /// Serves `record` as the metastore now has it.
-    pub async fn apply(&self, record: TopicRecord) -> Result<Arc<TopicState>, PartitionError> {
+    /// Brings one topic in line with the metastore (after this agent changed it): serves
+    /// it as the metastore has it now, or stops serving it if it is gone.
+    pub async fn sync_topic(&self, name: &str) -> Result<Option<Arc<TopicState>>, SyncError> {
         let _guard = self.reconcile.lock().await;
-        self.apply_locked(record).await
+        match self.metastore.topic(name).await? {
+            Some(record) => Ok(Some(self.apply_locked(record).await?)),
+            None => {
+                self.remove_locked(name).await;
+                Ok(None)
+            }
+        }
     }
 
     async fn apply_locked(&self, record: TopicRecord) -> Result<Arc<TopicState>, PartitionError> {
@@ -203,12 +220,6 @@ impl Broker {
         }
         std::fs::create_dir_all(dir).map_err(|e| io("create log directory", dir, e))?;
         std::fs::write(&id_file, hex(id)).map_err(|e| io("write topic id", &id_file, e))
-    }
-
-    /// Stops serving a topic and deletes its logs.
-    pub async fn remove(&self, name: &str) {
-        let _guard = self.reconcile.lock().await;
-        self.remove_locked(name).await;
     }
 
     async fn remove_locked(&self, name: &str) {

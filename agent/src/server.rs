@@ -178,7 +178,10 @@ pub fn parse_request(mut frame: Bytes) -> Result<Parsed, ConnectionError> {
             frame.remaining()
         )));
     }
-    Ok(Parsed::Request { header, request: Box::new(request) })
+    Ok(Parsed::Request {
+        header,
+        request: Box::new(request),
+    })
 }
 
 /// Decodes a frame and starts handling it.

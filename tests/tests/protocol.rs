@@ -657,3 +657,123 @@ async fn fetch_in_the_middle_of_a_batch_and_timestamps_survive_restart() {
     }
     agent.stop().await;
 }
+
+fn metadata_for(topic: &str, allow_auto_create: bool) -> MetadataRequest {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(name(topic));
+    let mut req = MetadataRequest::default();
+    req.topics = Some(vec![t]);
+    req.allow_auto_topic_creation = allow_auto_create;
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_creation_follows_the_request_and_the_broker_setting() {
+    let agent = TestAgent::start_with(|s| s.topic_defaults.num_partitions = 3)
+        .await
+        .expect("start");
+    let mut c = agent.client().await.expect("connect");
+    let r = c
+        .send(12, &metadata_for("not-asked", false))
+        .await
+        .expect("metadata");
+    assert_eq!(
+        r.topics[0].error_code,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    let r = c
+        .send(12, &metadata_for("asked", true))
+        .await
+        .expect("metadata");
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_eq!(
+        r.topics[0].partitions.len(),
+        3,
+        "num.partitions default applies"
+    );
+    // v3 and older have no flag: the broker setting alone decides.
+    let r = c
+        .send(3, &metadata_for("old-client", true))
+        .await
+        .expect("metadata");
+    assert_eq!(r.topics[0].error_code, 0);
+    let r = c
+        .send(12, &metadata_for("bad name!", true))
+        .await
+        .expect("metadata");
+    assert_eq!(
+        r.topics[0].error_code,
+        ResponseError::InvalidTopicException.code()
+    );
+    agent.stop().await;
+
+    let agent = TestAgent::start_with(|s| s.auto_create_topics = false)
+        .await
+        .expect("start");
+    let mut c = agent.client().await.expect("connect");
+    let r = c
+        .send(12, &metadata_for("asked", true))
+        .await
+        .expect("metadata");
+    assert_eq!(
+        r.topics[0].error_code,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    agent.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_respects_partition_and_response_limits() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(create(&mut c, "lim", 2, &[]).await, 0);
+    let big = vec![b'x'; 3000];
+    for p in 0..2 {
+        for _ in 0..4 {
+            let (code, _) = produce_one(
+                &mut c,
+                9,
+                "lim",
+                p,
+                batch(&[(None, Some(&big[..]), &[])], 1, Compression::None),
+            )
+            .await;
+            assert_eq!(code, 0);
+        }
+    }
+    let batch_len = batch(&[(None, Some(&big[..]), &[])], 1, Compression::None).len();
+    let mut req = fetch("lim", 0, 0, 0, 0);
+    let mut p1 = req.topics[0].partitions[0].clone();
+    p1.partition = 1;
+    req.topics[0].partitions.push(p1);
+
+    // partition_max_bytes smaller than one batch: still one whole batch per partition.
+    for p in &mut req.topics[0].partitions {
+        p.partition_max_bytes = 100;
+    }
+    let r = c.send(12, &req).await.expect("fetch");
+    let sizes: Vec<usize> = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+        .collect();
+    assert_eq!(
+        sizes,
+        [batch_len, 0],
+        "only the first batch of the response may exceed the limits"
+    );
+
+    // Room for two batches per partition, three in all.
+    for p in &mut req.topics[0].partitions {
+        p.partition_max_bytes = (2 * batch_len) as i32;
+    }
+    req.max_bytes = (3 * batch_len) as i32;
+    let r = c.send(12, &req).await.expect("fetch");
+    let sizes: Vec<usize> = r.responses[0]
+        .partitions
+        .iter()
+        .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
+        .collect();
+    assert_eq!(sizes, [2 * batch_len, batch_len]);
+    agent.stop().await;
+}

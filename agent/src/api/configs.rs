@@ -181,8 +181,8 @@ async fn store_topic_configs(
     if validate_only {
         return Ok(());
     }
-    let record = broker.metastore.set_topic_configs(name, configs).await?;
-    broker.apply(record).await?;
+    broker.metastore.set_topic_configs(name, configs).await?;
+    broker.sync_topic(name).await?;
     Ok(())
 }
 

@@ -65,3 +65,20 @@ impl From<PartitionError> for ApiError {
         ApiError::from(&e)
     }
 }
+
+impl From<crate::broker::SyncError> for ApiError {
+    fn from(e: crate::broker::SyncError) -> Self {
+        match e {
+            crate::broker::SyncError::Metastore(e) => ApiError::from(e),
+            crate::broker::SyncError::Partition(e) => ApiError::from(e),
+        }
+    }
+}
+
+/// A topic this agent just changed vanished before it could serve it (deleted meanwhile).
+pub fn vanished(name: &str) -> ApiError {
+    ApiError::new(
+        ResponseError::UnknownTopicOrPartition,
+        format!("Topic '{name}' was deleted concurrently."),
+    )
+}

@@ -213,7 +213,7 @@ async fn plan_and_create(
             config,
         });
     }
-    let record = broker
+    broker
         .metastore
         .create_topic(NewTopic {
             name: spec.name.clone(),
@@ -222,7 +222,10 @@ async fn plan_and_create(
             assignments,
         })
         .await?;
-    let state = broker.apply(record).await?;
+    let state = broker
+        .sync_topic(&spec.name)
+        .await?
+        .ok_or_else(|| super::errors::vanished(&spec.name))?;
     tracing::info!(topic = %spec.name, partitions = num_partitions, "created topic");
     Ok(Created {
         state: Some(state),
@@ -357,10 +360,11 @@ pub async fn delete_topics(
                     result.topic_id = Uuid::from_bytes(topic.record.id);
                 }
                 match broker.metastore.delete_topic(&name).await {
-                    Ok(_) => {
-                        broker.remove(&name).await;
-                        Ok(())
-                    }
+                    Ok(_) => broker
+                        .sync_topic(&name)
+                        .await
+                        .map(drop)
+                        .map_err(ApiError::from),
                     Err(e) => Err(ApiError::from(e)),
                 }
             }
@@ -423,8 +427,8 @@ pub async fn create_partitions(
             if req.validate_only {
                 return Ok(());
             }
-            let record = broker.metastore.add_partitions(&name, current as usize, assignments).await?;
-            broker.apply(record).await?;
+            broker.metastore.add_partitions(&name, current as usize, assignments).await?;
+            broker.sync_topic(&name).await?;
             Ok(())
         }
         .await;
