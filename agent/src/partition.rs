@@ -195,11 +195,21 @@ impl Partition {
         Ok(self.log().roll_if_due(now_ms)?)
     }
 
-    /// Stops the flusher after a last fsync.
+    /// Stops the flusher after a last fsync, and snapshots producer state so the next
+    /// start replays nothing.
     pub async fn close(&self) {
         self.stop.cancel();
         let end = self.log().log_end_offset();
-        let _ = self.wait_durable(end).await;
+        if self.wait_durable(end).await.is_ok()
+            && let Err(e) = self.log().snapshot_producers()
+        {
+            tracing::warn!(partition = %self.name(), error = %e, "cannot snapshot producer state");
+        }
+    }
+
+    /// Forgets idempotent producers idle since before `cutoff_ms`.
+    pub fn expire_producers(&self, cutoff_ms: i64) -> usize {
+        self.log().expire_producers(cutoff_ms)
     }
 
     /// Closes the partition and deletes its log from disk.

@@ -172,11 +172,15 @@ pub fn parse_request(mut frame: Bytes) -> Result<Parsed, ConnectionError> {
         .map_err(|e| malformed(format!("header: {e:#}")))?;
     let request =
         RequestKind::decode(api, &mut frame, version).map_err(|e| malformed(format!("{e:#}")))?;
-    if frame.has_remaining() && api != ApiKey::ApiVersions {
-        return Err(malformed(format!(
-            "{} bytes after the request body",
-            frame.remaining()
-        )));
+    if frame.has_remaining() {
+        // Kafka ignores what follows a complete body, and librdkafka 2.16 sends Metadata
+        // v12 with three such bytes; so do we.
+        tracing::debug!(
+            ?api,
+            version,
+            extra_bytes = frame.remaining(),
+            "ignoring bytes after the request body"
+        );
     }
     Ok(Parsed::Request {
         header,

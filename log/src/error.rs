@@ -16,6 +16,22 @@ pub enum Error {
     /// A produced batch is larger than the topic's `max.message.bytes` (MESSAGE_TOO_LARGE).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     BatchTooLarge { size: usize, max: usize },
+    /// An idempotent producer's batch does not continue its sequence
+    /// (OUT_OF_ORDER_SEQUENCE_NUMBER).
+    #[error("producer {producer_id}: expected sequence {expected}, got {got}")]
+    OutOfOrderSequence {
+        producer_id: i64,
+        expected: i32,
+        got: i32,
+    },
+    /// An idempotent producer's batch carries an epoch older than the partition has seen
+    /// (INVALID_PRODUCER_EPOCH).
+    #[error("producer {producer_id}: epoch {got} is older than the current {current}")]
+    InvalidProducerEpoch {
+        producer_id: i64,
+        current: i16,
+        got: i16,
+    },
     /// A read below the log start or above the log end (OFFSET_OUT_OF_RANGE).
     #[error("offset {offset} is outside the log [{log_start}, {log_end}]")]
     OffsetOutOfRange {

@@ -9,6 +9,7 @@ pub mod batch;
 pub mod error;
 pub mod index;
 pub mod partition_log;
+pub mod producer_state;
 pub mod segment;
 
 pub use batch::{BatchHeader, TimestampType};

@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use crate::batch::{self, BatchIter, BatchSummary, TimestampType};
 use crate::error::{Error, IoContext, Result};
+use crate::producer_state::{self, Check, ProducerState};
 use crate::segment::{ScanOutcome, Segment};
 
 /// The topic settings the log obeys; changeable while the log is open.
@@ -64,6 +65,9 @@ pub struct AppendOutcome {
     /// The broker's timestamp for `LogAppendTime` topics, else -1.
     pub log_append_time_ms: i64,
     pub batches: usize,
+    /// The batch was a producer's retry of one already in the log: nothing was appended
+    /// and the offsets are the original ones.
+    pub duplicate: bool,
 }
 
 #[derive(Debug)]
@@ -72,6 +76,7 @@ pub struct PartitionLog {
     config: LogConfig,
     segments: BTreeMap<i64, Segment>,
     leader_epoch: i32,
+    producers: ProducerState,
 }
 
 impl PartitionLog {
@@ -122,12 +127,14 @@ impl PartitionLog {
                 Segment::create(dir, 0, config.index_interval_bytes, now_ms)?,
             );
         }
-        let log = PartitionLog {
+        let mut log = PartitionLog {
             dir: dir.to_path_buf(),
             config,
             segments,
             leader_epoch: 0,
+            producers: ProducerState::default(),
         };
+        log.rebuild_producer_state()?;
         let recovery = Recovery {
             segments: log.segments.len(),
             log_start_offset: log.log_start_offset(),
@@ -206,6 +213,26 @@ impl PartitionLog {
         let mut first: Option<BatchSummary> = None;
         let mut last = None;
         for bytes in &batches {
+            let header = batch::BatchHeader::parse(bytes).expect("validated");
+            if let Check::Duplicate {
+                first_offset,
+                last_offset,
+            } = self.producers.check(&header)?
+            {
+                if batches.len() == 1 {
+                    return Ok(AppendOutcome {
+                        base_offset: first_offset,
+                        last_offset,
+                        log_append_time_ms,
+                        batches: 1,
+                        duplicate: true,
+                    });
+                }
+                return Err(Error::InvalidRecord {
+                    reason: "a retried batch may not share a request with other batches"
+                        .to_string(),
+                });
+            }
             let mut owned = bytes.to_vec();
             let summary = batch::assign(
                 &mut owned,
@@ -220,6 +247,8 @@ impl PartitionLog {
                 .next_back()
                 .expect("active segment")
                 .append(&owned)?;
+            self.producers
+                .record(&batch::BatchHeader::parse(&owned).expect("assigned"));
             first.get_or_insert(summary);
             last = Some(summary);
         }
@@ -229,7 +258,51 @@ impl PartitionLog {
             last_offset: last.last_offset,
             log_append_time_ms,
             batches: batches.len(),
+            duplicate: false,
         })
+    }
+
+    /// Rebuilds producer state: the newest snapshot at or below the log end, then every
+    /// batch after it.
+    fn rebuild_producer_state(&mut self) -> Result<()> {
+        let end = self.log_end_offset();
+        let mut from = self.log_start_offset();
+        let mut state = ProducerState::default();
+        for (offset, path) in producer_state::list_snapshots(&self.dir)?.into_iter().rev() {
+            if offset > end {
+                // Taken before a crash cut the log back below it.
+                let _ = fs::remove_file(&path);
+                continue;
+            }
+            if let Some(s) = ProducerState::read_snapshot(&path) {
+                state = s;
+                from = offset;
+                break;
+            }
+            tracing::warn!(snapshot = %path.display(), "ignoring a damaged producer snapshot");
+        }
+        for segment in self.segments.values().filter(|s| s.next_offset() > from) {
+            segment.for_each_header(from, |h| state.record(h))?;
+        }
+        self.producers = state;
+        Ok(())
+    }
+
+    /// The idempotent-producer state.
+    pub fn producers(&self) -> &ProducerState {
+        &self.producers
+    }
+
+    /// Forgets producers idle since before `cutoff_ms` (`producer.id.expiration.ms`).
+    pub fn expire_producers(&mut self, cutoff_ms: i64) -> usize {
+        self.producers.expire(cutoff_ms)
+    }
+
+    /// Writes a producer-state snapshot as of the log end (on shutdown, so the next
+    /// open replays nothing).
+    pub fn snapshot_producers(&self) -> Result<()> {
+        self.producers
+            .write_snapshot(&self.dir, self.log_end_offset())
     }
 
     /// Seals the active segment and starts a new one when the incoming batch would
@@ -244,6 +317,7 @@ impl PartitionLog {
         }
         active.seal()?;
         let base = active.next_offset();
+        self.producers.write_snapshot(&self.dir, base)?;
         let segment = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
@@ -492,5 +566,88 @@ mod tests {
         log.append(&encode_batch(1, 0, Compression::None), 1500)
             .expect("append");
         assert_eq!(log.segment_count(), 2);
+    }
+
+    /// An idempotent batch: producer 42, epoch 0, sequences `seq..seq+n`.
+    fn idempotent_batch(seq: i32, n: usize) -> Vec<u8> {
+        let records: Vec<_> = (0..n)
+            .map(|j| {
+                let mut r = crate::batch::tests::record(j as i64, 1000, None, Some(b"v"));
+                r.producer_id = 42;
+                r.producer_epoch = 0;
+                r.sequence = seq + j as i32;
+                r
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        kafka_protocol::records::RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &kafka_protocol::records::RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .expect("encode");
+        buf.to_vec()
+    }
+
+    #[test]
+    fn retries_are_deduplicated_across_rolls_restarts_and_crashes() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        let mut seq = 0;
+        for i in 0..30 {
+            let out = log.append(&idempotent_batch(seq, 3), 0).expect("append");
+            assert_eq!((out.base_offset, out.duplicate), (i * 3, false));
+            seq += 3;
+        }
+        assert!(log.segment_count() > 2, "rolled, so snapshots were written");
+        let retry = log.append(&idempotent_batch(seq - 3, 3), 0).expect("retry");
+        assert_eq!(
+            (retry.base_offset, retry.last_offset, retry.duplicate),
+            (87, 89, true)
+        );
+        assert_eq!(log.log_end_offset(), 90, "a retry appends nothing");
+        assert!(matches!(
+            log.append(&idempotent_batch(seq + 1, 1), 0),
+            Err(Error::OutOfOrderSequence { .. })
+        ));
+        drop(log);
+        // Reopen without a snapshot at the end: the state comes from the last roll's
+        // snapshot plus the active segment.
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("reopen");
+        let retry = log
+            .append(&idempotent_batch(seq - 3, 3), 0)
+            .expect("retry after restart");
+        assert_eq!((retry.base_offset, retry.duplicate), (87, true));
+        log.snapshot_producers().expect("snapshot");
+        drop(log);
+        // A crash that cut the last batch off: the snapshot taken past the new end is
+        // ignored and the cut batch is accepted again as new.
+        let last_segment = crate::producer_state::list_snapshots(dir.path()).expect("list");
+        assert_eq!(last_segment.last().map(|s| s.0), Some(90));
+        let active = fs::read_dir(dir.path())
+            .expect("ls")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "log"))
+            .max()
+            .expect("a segment");
+        let len = fs::metadata(&active).expect("stat").len();
+        let one = idempotent_batch(0, 3).len() as u64;
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&active)
+            .expect("open")
+            .set_len(len - one / 2)
+            .expect("tear");
+        let (mut log, rec) =
+            PartitionLog::open(dir.path(), small(), 0).expect("reopen after crash");
+        assert!(rec.truncated_bytes > 0);
+        assert_eq!(log.log_end_offset(), 87);
+        let again = log
+            .append(&idempotent_batch(seq - 3, 3), 0)
+            .expect("re-send of the lost batch");
+        assert_eq!((again.base_offset, again.duplicate), (87, false));
     }
 }

@@ -294,7 +294,7 @@ impl Segment {
     fn find_batch(
         &self,
         start: Option<&IndexEntry>,
-        wanted: impl Fn(&BatchHeader) -> bool,
+        mut wanted: impl FnMut(&BatchHeader) -> bool,
     ) -> Result<Option<(u64, BatchHeader)>> {
         let mut position = start.map_or(0, |e| u64::from(e.position));
         let mut header_buf = [0u8; HEADER_BYTES];
@@ -312,6 +312,26 @@ impl Segment {
             position += header.total_bytes() as u64;
         }
         Ok(None)
+    }
+
+    /// Calls `f` with the header of every batch whose base offset is at least `from`.
+    pub fn for_each_header(&self, from: i64, mut f: impl FnMut(&BatchHeader)) -> Result<()> {
+        let start = if from <= self.base_offset {
+            None
+        } else {
+            index::lookup_offset(
+                &self.index,
+                (from - self.base_offset).min(i64::from(u32::MAX)) as u32,
+            )
+            .copied()
+        };
+        self.find_batch(start.as_ref(), |h| {
+            if h.base_offset >= from {
+                f(h);
+            }
+            false
+        })?;
+        Ok(())
     }
 
     /// Position of the batch that holds `offset`, if this segment has it.

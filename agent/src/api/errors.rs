@@ -32,6 +32,12 @@ impl From<&PartitionError> for ApiError {
             PartitionError::Log(L::InvalidRecord { .. }) => ResponseError::InvalidRecord,
             PartitionError::Log(L::BatchTooLarge { .. }) => ResponseError::MessageTooLarge,
             PartitionError::Log(L::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
+            PartitionError::Log(L::OutOfOrderSequence { .. }) => {
+                ResponseError::OutOfOrderSequenceNumber
+            }
+            PartitionError::Log(L::InvalidProducerEpoch { .. }) => {
+                ResponseError::InvalidProducerEpoch
+            }
             PartitionError::Log(L::CorruptSegment { .. } | L::Io { .. })
             | PartitionError::Offline(_) => {
                 tracing::error!(error = %e, "storage error");
