@@ -15,7 +15,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::config::Settings;
+use crate::group::Coordinator;
+use crate::group::state::GroupConfig;
 use crate::partition::{Partition, PartitionError};
+use crate::producer_ids::ProducerIds;
 use crate::topic_config::TopicConfig;
 
 /// A topic as this agent serves it.
@@ -51,6 +54,9 @@ pub struct Broker {
     pub advertised_port: i32,
     pub cluster_id: String,
     pub metastore: Metastore,
+    /// The consumer-group coordinator (this agent coordinates every group).
+    pub groups: Arc<Coordinator>,
+    pub producer_ids: ProducerIds,
     logs_dir: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<TopicState>>>,
     /// Serializes reconciliation so two admin requests never open one log twice.
@@ -74,7 +80,19 @@ impl Broker {
         let (advertised_host, advertised_port) = settings.advertised()?;
         let cluster_id = metastore.cluster().await?.cluster_id;
         std::fs::create_dir_all(&logs_dir)?;
+        let groups = Arc::new(Coordinator::new(
+            GroupConfig {
+                initial_rebalance_delay_ms: settings.group_initial_rebalance_delay_ms,
+                min_session_timeout_ms: settings.group_min_session_timeout_ms,
+                max_session_timeout_ms: settings.group_max_session_timeout_ms,
+            },
+            settings.offsets_retention_minutes * 60_000,
+            metastore.clone(),
+        ));
+        let producer_ids = ProducerIds::new(metastore.clone());
         let broker = Arc::new(Broker {
+            groups,
+            producer_ids,
             node_id: settings.node_id,
             settings,
             advertised_host,
@@ -255,8 +273,13 @@ impl Broker {
                 tracing::warn!(error = %e, "cannot refresh topics from the metastore");
             }
             let now = now_ms();
+            let producer_cutoff = now - self.settings.producer_id_expiration_ms;
             for topic in self.topics() {
                 for p in &topic.partitions {
+                    let expired = p.expire_producers(producer_cutoff);
+                    if expired > 0 {
+                        tracing::info!(topic = %topic.record.name, partition = p.index, expired, "expired idle producer ids");
+                    }
                     if let Err(e) = p.roll_if_due(now) {
                         tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot roll segment");
                     }

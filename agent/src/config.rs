@@ -30,6 +30,16 @@ pub struct Settings {
     pub auto_create_topics: bool,
     /// Defaults for new topics.
     pub topic_defaults: TopicDefaults,
+    /// Kafka's `group.initial.rebalance.delay.ms`: how long the first rebalance of an
+    /// empty group waits for more members.
+    pub group_initial_rebalance_delay_ms: i64,
+    /// Kafka's `group.min.session.timeout.ms` and `group.max.session.timeout.ms`.
+    pub group_min_session_timeout_ms: i64,
+    pub group_max_session_timeout_ms: i64,
+    /// Kafka's `offsets.retention.minutes`: offsets of an empty group older than this go.
+    pub offsets_retention_minutes: i64,
+    /// Kafka's `producer.id.expiration.ms`: idempotent-producer state idle this long goes.
+    pub producer_id_expiration_ms: i64,
 }
 
 /// Defaults for topics created without explicit values.
@@ -67,6 +77,11 @@ impl Default for Settings {
             max_request_bytes: 100 * 1024 * 1024,
             auto_create_topics: true,
             topic_defaults: TopicDefaults::default(),
+            group_initial_rebalance_delay_ms: 3000,
+            group_min_session_timeout_ms: 6000,
+            group_max_session_timeout_ms: 1_800_000,
+            offsets_retention_minutes: 7 * 24 * 60,
+            producer_id_expiration_ms: 24 * 3600 * 1000,
         }
     }
 }

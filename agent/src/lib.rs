@@ -9,8 +9,10 @@ pub mod broker;
 pub mod clock;
 pub mod config;
 pub mod datadir;
+pub mod group;
 pub mod http;
 pub mod partition;
+pub mod producer_ids;
 pub mod server;
 pub mod topic_config;
 
@@ -74,6 +76,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     let broker = Broker::new(settings, metastore, data_dir.logs(), shutdown.clone()).await?;
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
+    tracker.spawn(Arc::clone(&broker.groups).run(broker.shutdown.clone()));
     tracker.spawn(server::serve(
         kafka_listener,
         Arc::clone(&broker),

@@ -56,6 +56,9 @@ struct AgentArgs {
     /// Kafka's auto.create.topics.enable.
     #[arg(long, env = "STRATA_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
+    /// Kafka's group.initial.rebalance.delay.ms.
+    #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
+    group_initial_rebalance_delay_ms: Option<i64>,
 }
 
 impl AgentArgs {
@@ -87,6 +90,9 @@ impl AgentArgs {
         }
         if let Some(v) = self.auto_create_topics {
             s.auto_create_topics = v;
+        }
+        if let Some(v) = self.group_initial_rebalance_delay_ms {
+            s.group_initial_rebalance_delay_ms = v;
         }
         Ok(s)
     }

@@ -87,6 +87,10 @@ pub enum ConnectionError {
 }
 
 async fn connection(stream: TcpStream, broker: Arc<Broker>) -> Result<(), ConnectionError> {
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.ip().to_string())
+        .unwrap_or_default();
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
     let writing = tokio::spawn(write_replies(rx, writer));
@@ -101,7 +105,7 @@ async fn connection(stream: TcpStream, broker: Arc<Broker>) -> Result<(), Connec
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let pending = match decode(&broker, frame) {
+        let pending = match decode(&broker, &peer, frame) {
             Ok(p) => p,
             Err(e) => break Err(e),
         };
@@ -189,7 +193,7 @@ pub fn parse_request(mut frame: Bytes) -> Result<Parsed, ConnectionError> {
 }
 
 /// Decodes a frame and starts handling it.
-fn decode(broker: &Arc<Broker>, frame: Bytes) -> Result<Pending, ConnectionError> {
+fn decode(broker: &Arc<Broker>, peer: &str, frame: Bytes) -> Result<Pending, ConnectionError> {
     match parse_request(frame)? {
         Parsed::UnknownApiVersions { correlation_id } => {
             // KIP-511: answer in v0 with the versions we support, so the client can retry.
@@ -206,7 +210,7 @@ fn decode(broker: &Arc<Broker>, frame: Bytes) -> Result<Pending, ConnectionError
                 .map_err(|_| ConnectionError::UnknownApi(header.request_api_key))?;
             let version = header.request_api_version;
             let correlation_id = header.correlation_id;
-            let reply = api::dispatch(broker, &header, *request)
+            let reply = api::dispatch(broker, &header, peer, *request)
                 .ok_or(ConnectionError::UnknownApi(api as i16))?;
             Ok(Pending {
                 correlation_id,

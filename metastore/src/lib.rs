@@ -5,12 +5,14 @@
 //! backend.
 
 pub mod error;
+pub mod groups;
 pub mod keys;
 pub mod kv;
 pub mod sqlite;
 pub mod topics;
 
 pub use error::{Error, Result};
+pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
 pub use kv::{KvStore, KvTransaction, transact};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};

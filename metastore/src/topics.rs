@@ -67,14 +67,14 @@ pub struct Metastore {
     prefix: Vec<u8>,
 }
 
-fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
+pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
     serde_json::from_slice(value).map_err(|e| Error::Corrupt {
         key: String::from_utf8_lossy(key).into_owned(),
         reason: e.to_string(),
     })
 }
 
-fn encode<T: Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn encode<T: Serialize>(value: &T) -> Vec<u8> {
     serde_json::to_vec(value).expect("metastore records always serialize")
 }
 
@@ -90,7 +90,7 @@ impl Metastore {
         &self.kv
     }
 
-    fn key(&self) -> Key {
+    pub(crate) fn key(&self) -> Key {
         Key::new(&self.prefix)
     }
 

@@ -68,8 +68,10 @@ class BrokerError(AssertionError):
 class Broker:
     """One `strata agent` process; restartable on the same data dir and ports."""
 
-    def __init__(self, root: Path, binary: Path | None = None):
+    def __init__(self, root: Path, binary: Path | None = None, extra_args: list[str] | None = None):
         self.binary = Path(binary or strata_bin())
+        # Appended to the `strata agent` command line on every (re)start.
+        self.extra_args: list[str] = list(extra_args or [])
         self.root = root
         self.data_dir = root / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -103,6 +105,7 @@ class Broker:
             "--kafka-listen", self.bootstrap,
             "--http-listen", f"127.0.0.1:{self.http_port}",
             "--data-dir", str(self.data_dir),
+            *self.extra_args,
         ]
 
     def start(self, timeout: float = READY_TIMEOUT) -> "Broker":
@@ -230,9 +233,9 @@ def pytest_runtest_makereport(item, call):
             rep.sections.append((f"strata stderr [{rep.when}]", b.log_tail()))
 
 
-def _make_broker(request) -> Broker:
+def _make_broker(request, extra_args: list[str] | None = None) -> Broker:
     root = Path(tempfile.mkdtemp(prefix="strata-client-test-"))
-    b = Broker(root)
+    b = Broker(root, extra_args=extra_args)
     if not hasattr(request.node, "_strata_brokers"):
         request.node._strata_brokers = []
     request.node._strata_brokers.append(b)
@@ -262,5 +265,21 @@ def broker(request) -> Broker:
 
 @pytest.fixture
 def broker_factory(request):
-    """Make extra (not yet started) brokers; call .start() yourself."""
-    return lambda: _make_broker(request)
+    """Make extra (not yet started) brokers; call .start() yourself.
+    broker_factory(extra_args=[...]) appends arguments to the agent command line."""
+    return lambda extra_args=None: _make_broker(request, extra_args)
+
+
+# Kafka's group.initial.rebalance.delay.ms is 3000 by default: a new (Empty) group
+# waits that long for more members before its first rebalance. The group tests use a
+# short delay so that they do not spend most of their time waiting for it.
+GROUP_INITIAL_REBALANCE_DELAY_MS = 200
+
+
+@pytest.fixture
+def group_broker(request) -> Broker:
+    """Like `broker`, started with a short --group-initial-rebalance-delay-ms."""
+    b = _make_broker(request, ["--group-initial-rebalance-delay-ms",
+                               str(GROUP_INITIAL_REBALANCE_DELAY_MS)])
+    b.start()
+    return b

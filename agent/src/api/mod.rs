@@ -10,9 +10,11 @@ mod cluster;
 mod configs;
 pub mod errors;
 mod fetch;
+mod groups;
 mod list_offsets;
 mod metadata;
 mod produce;
+mod producer;
 mod topics;
 pub mod versions;
 
@@ -38,10 +40,17 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 pub fn dispatch(
     broker: &Arc<Broker>,
     header: &RequestHeader,
+    peer: &str,
     request: RequestKind,
 ) -> Option<Reply> {
     let version = header.request_api_version;
     let b = Arc::clone(broker);
+    let client_id = header
+        .client_id
+        .as_ref()
+        .map(|c| c.to_string())
+        .unwrap_or_default();
+    let client_host = format!("/{peer}");
     Some(match request {
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
         RequestKind::Produce(req) => produce::produce(broker, req, version),
@@ -69,6 +78,41 @@ pub fn dispatch(
             async move { Some(configs::incremental_alter_configs(&b, req).await.into()) }.boxed()
         }
         RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(broker, req)),
+        RequestKind::FindCoordinator(req) => ready(groups::find_coordinator(broker, req, version)),
+        RequestKind::JoinGroup(req) => async move {
+            Some(
+                groups::join_group(&b, req, version, &client_id, &client_host)
+                    .await
+                    .into(),
+            )
+        }
+        .boxed(),
+        RequestKind::SyncGroup(req) => {
+            async move { Some(groups::sync_group(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::Heartbeat(req) => ready(groups::heartbeat(broker, req)),
+        RequestKind::LeaveGroup(req) => ready(groups::leave_group(broker, req, version)),
+        RequestKind::OffsetCommit(req) => {
+            async move { Some(groups::offset_commit(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::OffsetFetch(req) => {
+            async move { Some(groups::offset_fetch(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::ListGroups(req) => {
+            async move { Some(groups::list_groups(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::DescribeGroups(req) => {
+            async move { Some(groups::describe_groups(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::DeleteGroups(req) => {
+            async move { Some(groups::delete_groups(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::OffsetDelete(req) => {
+            async move { Some(groups::offset_delete(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::InitProducerId(req) => {
+            async move { Some(producer::init_producer_id(&b, req).await.into()) }.boxed()
+        }
         _ => return None,
     })
 }

@@ -1,0 +1,547 @@
+//! The consumer-group APIs (classic protocol): FindCoordinator, JoinGroup, SyncGroup,
+//! Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups,
+//! DeleteGroups and OffsetDelete. Each translates between wire structs and the
+//! coordinator; group semantics live in `group/`.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator as CoordinatorEntry;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::{
+    BrokerId, DeleteGroupsRequest, DeleteGroupsResponse, DescribeGroupsRequest,
+    DescribeGroupsResponse, FindCoordinatorRequest, FindCoordinatorResponse, GroupId,
+    HeartbeatRequest, HeartbeatResponse, JoinGroupRequest, JoinGroupResponse, LeaveGroupRequest,
+    LeaveGroupResponse, ListGroupsRequest, ListGroupsResponse, OffsetCommitRequest,
+    OffsetCommitResponse, OffsetDeleteRequest, OffsetDeleteResponse, OffsetFetchRequest,
+    OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use strata_metastore::{CommittedOffset, TopicPartition};
+
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::group::state::{JoinRequest, Leaving};
+
+/// Kafka's `offset.metadata.max.bytes`.
+const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+fn s(v: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(v.into())
+}
+
+fn code(e: Option<ResponseError>) -> i16 {
+    e.map_or(0, |e| e.code())
+}
+
+pub fn find_coordinator(
+    broker: &Broker,
+    req: FindCoordinatorRequest,
+    version: i16,
+) -> FindCoordinatorResponse {
+    let mut response = FindCoordinatorResponse::default();
+    if version >= 4 {
+        response.coordinators = req
+            .coordinator_keys
+            .iter()
+            .map(|key| {
+                let mut c = CoordinatorEntry::default();
+                c.key = key.clone();
+                c.node_id = BrokerId(broker.node_id);
+                c.host = s(broker.advertised_host.clone());
+                c.port = broker.advertised_port;
+                c
+            })
+            .collect();
+    } else {
+        response.node_id = BrokerId(broker.node_id);
+        response.host = s(broker.advertised_host.clone());
+        response.port = broker.advertised_port;
+    }
+    response
+}
+
+pub async fn join_group(
+    broker: &Broker,
+    req: JoinGroupRequest,
+    version: i16,
+    client_id: &str,
+    client_host: &str,
+) -> JoinGroupResponse {
+    let mut response = JoinGroupResponse::default();
+    if version < 7 {
+        response.protocol_name = Some(StrBytes::default());
+    }
+    if req.group_id.0.is_empty() {
+        response.error_code = ResponseError::InvalidGroupId.code();
+        response.member_id = req.member_id;
+        return response;
+    }
+    let fresh = format!("{client_id}-{}", uuid::Uuid::new_v4());
+    let join = JoinRequest {
+        member_id: req.member_id.to_string(),
+        group_instance_id: req.group_instance_id.as_ref().map(|i| i.to_string()),
+        client_id: client_id.to_string(),
+        client_host: client_host.to_string(),
+        session_timeout_ms: i64::from(req.session_timeout_ms),
+        rebalance_timeout_ms: i64::from(if version == 0 {
+            req.session_timeout_ms
+        } else {
+            req.rebalance_timeout_ms
+        }),
+        protocol_type: req.protocol_type.to_string(),
+        protocols: req
+            .protocols
+            .iter()
+            .map(|p| (p.name.to_string(), p.metadata.clone()))
+            .collect(),
+        require_known_member_id: version >= 4,
+        fresh_member_id: fresh,
+    };
+    let r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    response.error_code = code(r.error);
+    response.generation_id = r.generation_id;
+    if version >= 7 {
+        response.protocol_type = r.protocol_type.map(s);
+        response.protocol_name = r.protocol_name.map(s);
+    } else {
+        response.protocol_name = Some(s(r.protocol_name.unwrap_or_default()));
+    }
+    response.leader = s(r.leader);
+    response.member_id = s(r.member_id);
+    if version >= 9 {
+        response.skip_assignment = r.skip_assignment;
+    }
+    response.members = r
+        .members
+        .into_iter()
+        .map(|(id, instance, metadata)| {
+            let mut m = JoinGroupResponseMember::default();
+            m.member_id = s(id);
+            if version >= 5 {
+                m.group_instance_id = instance.map(s);
+            }
+            m.metadata = metadata;
+            m
+        })
+        .collect();
+    response
+}
+
+pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+    let assignments: Vec<(String, Bytes)> = req
+        .assignments
+        .iter()
+        .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+        .collect();
+    let r = broker
+        .groups
+        .sync(
+            req.group_id.0.as_str(),
+            req.member_id.as_str(),
+            req.group_instance_id.as_ref().map(|i| i.as_str()),
+            req.generation_id,
+            req.protocol_type.as_ref().map(|p| p.as_str()),
+            req.protocol_name.as_ref().map(|p| p.as_str()),
+            assignments,
+        )
+        .await;
+    let mut response = SyncGroupResponse::default();
+    response.error_code = code(r.error);
+    if version >= 5 {
+        response.protocol_type = r.protocol_type.map(s);
+        response.protocol_name = r.protocol_name.map(s);
+    }
+    response.assignment = r.assignment;
+    response
+}
+
+pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+    let mut response = HeartbeatResponse::default();
+    response.error_code = code(
+        broker
+            .groups
+            .heartbeat(
+                req.group_id.0.as_str(),
+                req.member_id.as_str(),
+                req.group_instance_id.as_ref().map(|i| i.as_str()),
+                req.generation_id,
+            )
+            .err(),
+    );
+    response
+}
+
+pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+    let leaving: Vec<Leaving> = if version >= 3 {
+        req.members
+            .iter()
+            .map(|m| Leaving {
+                member_id: m.member_id.to_string(),
+                group_instance_id: m.group_instance_id.as_ref().map(|i| i.to_string()),
+            })
+            .collect()
+    } else {
+        vec![Leaving {
+            member_id: req.member_id.to_string(),
+            group_instance_id: None,
+        }]
+    };
+    let results = broker.groups.leave(req.group_id.0.as_str(), &leaving);
+    let mut response = LeaveGroupResponse::default();
+    if version >= 3 {
+        response.members = leaving
+            .into_iter()
+            .zip(results)
+            .map(|(l, r)| {
+                let mut m = MemberResponse::default();
+                m.member_id = s(l.member_id);
+                m.group_instance_id = l.group_instance_id.map(s);
+                m.error_code = code(r.err());
+                m
+            })
+            .collect();
+    } else {
+        response.error_code = code(results.into_iter().next().and_then(|r| r.err()));
+    }
+    response
+}
+
+pub async fn offset_commit(
+    broker: &Broker,
+    req: OffsetCommitRequest,
+    _version: i16,
+) -> OffsetCommitResponse {
+    let now = now_ms();
+    // Per-partition problems first; then the group decides for the rest.
+    let mut errors: BTreeMap<TopicPartition, ResponseError> = BTreeMap::new();
+    let mut offsets = Vec::new();
+    for t in &req.topics {
+        let topic = broker.topic(t.name.0.as_str());
+        for p in &t.partitions {
+            let tp = (t.name.0.to_string(), p.partition_index);
+            if topic
+                .as_ref()
+                .and_then(|x| x.partition(p.partition_index))
+                .is_none()
+            {
+                errors.insert(tp, ResponseError::UnknownTopicOrPartition);
+            } else if p
+                .committed_metadata
+                .as_ref()
+                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
+            {
+                errors.insert(tp, ResponseError::OffsetMetadataTooLarge);
+            } else {
+                offsets.push((
+                    tp,
+                    CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                        commit_timestamp_ms: now,
+                    },
+                ));
+            }
+        }
+    }
+    let group_error = if req.group_id.0.is_empty() {
+        Some(ResponseError::InvalidGroupId)
+    } else if offsets.is_empty() {
+        None
+    } else {
+        broker
+            .groups
+            .commit(
+                req.group_id.0.as_str(),
+                req.member_id.as_str(),
+                req.group_instance_id.as_ref().map(|i| i.as_str()),
+                req.generation_id_or_member_epoch,
+                offsets,
+            )
+            .await
+            .err()
+    };
+    let mut response = OffsetCommitResponse::default();
+    for t in req.topics {
+        let mut out = OffsetCommitResponseTopic::default();
+        out.name = t.name.clone();
+        for p in t.partitions {
+            let tp = (t.name.0.to_string(), p.partition_index);
+            let mut r = OffsetCommitResponsePartition::default();
+            r.partition_index = p.partition_index;
+            r.error_code = code(errors.get(&tp).copied().or(group_error));
+            out.partitions.push(r);
+        }
+        response.topics.push(out);
+    }
+    response
+}
+
+/// One group's fetched offsets: `(topic, [(partition, offset)])`, for the requested
+/// partitions or all committed ones.
+async fn fetch_group(
+    broker: &Broker,
+    group: &str,
+    wanted: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, ResponseError> {
+    if group.is_empty() {
+        return Err(ResponseError::InvalidGroupId);
+    }
+    let stored = broker.groups.offsets(group).await?;
+    Ok(match wanted {
+        Some(topics) => topics
+            .into_iter()
+            .map(|(topic, partitions)| {
+                let found = partitions
+                    .into_iter()
+                    .map(|p| (p, stored.get(&(topic.clone(), p)).cloned()))
+                    .collect();
+                (topic, found)
+            })
+            .collect(),
+        None => {
+            let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
+                BTreeMap::new();
+            for ((topic, p), o) in stored {
+                by_topic.entry(topic).or_default().push((p, Some(o)));
+            }
+            by_topic.into_iter().collect()
+        }
+    })
+}
+
+pub async fn offset_fetch(
+    broker: &Broker,
+    req: OffsetFetchRequest,
+    version: i16,
+) -> OffsetFetchResponse {
+    let mut response = OffsetFetchResponse::default();
+    if version >= 8 {
+        for g in req.groups {
+            let wanted = g.topics.map(|ts| {
+                ts.into_iter()
+                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
+                    .collect()
+            });
+            let mut out = OffsetFetchResponseGroup::default();
+            out.group_id = g.group_id.clone();
+            match fetch_group(broker, g.group_id.0.as_str(), wanted).await {
+                Ok(topics) => {
+                    out.topics = topics
+                        .into_iter()
+                        .map(|(topic, parts)| {
+                            let mut t = OffsetFetchResponseTopics::default();
+                            t.name = TopicName(s(topic));
+                            t.partitions = parts
+                                .into_iter()
+                                .map(|(p, o)| {
+                                    let mut r = OffsetFetchResponsePartitions::default();
+                                    r.partition_index = p;
+                                    r.committed_offset = o.as_ref().map_or(-1, |o| o.offset);
+                                    r.committed_leader_epoch =
+                                        o.as_ref().map_or(-1, |o| o.leader_epoch);
+                                    r.metadata =
+                                        Some(s(o.and_then(|o| o.metadata).unwrap_or_default()));
+                                    r
+                                })
+                                .collect();
+                            t
+                        })
+                        .collect();
+                }
+                Err(e) => out.error_code = e.code(),
+            }
+            response.groups.push(out);
+        }
+        return response;
+    }
+    let wanted = req.topics.map(|ts| {
+        ts.into_iter()
+            .map(|t| (t.name.0.to_string(), t.partition_indexes))
+            .collect()
+    });
+    match fetch_group(broker, req.group_id.0.as_str(), wanted).await {
+        Ok(topics) => {
+            response.topics = topics
+                .into_iter()
+                .map(|(topic, parts)| {
+                    let mut t = OffsetFetchResponseTopic::default();
+                    t.name = TopicName(s(topic));
+                    t.partitions = parts
+                        .into_iter()
+                        .map(|(p, o)| {
+                            let mut r = OffsetFetchResponsePartition::default();
+                            r.partition_index = p;
+                            r.committed_offset = o.as_ref().map_or(-1, |o| o.offset);
+                            if version >= 5 {
+                                r.committed_leader_epoch =
+                                    o.as_ref().map_or(-1, |o| o.leader_epoch);
+                            }
+                            r.metadata = Some(s(o.and_then(|o| o.metadata).unwrap_or_default()));
+                            r
+                        })
+                        .collect();
+                    t
+                })
+                .collect();
+        }
+        Err(e) if version >= 2 => response.error_code = e.code(),
+        Err(_) => {}
+    }
+    response
+}
+
+pub async fn list_groups(
+    broker: &Broker,
+    req: ListGroupsRequest,
+    version: i16,
+) -> ListGroupsResponse {
+    let mut response = ListGroupsResponse::default();
+    match broker.groups.list().await {
+        Ok(groups) => {
+            for (id, protocol_type, state) in groups {
+                if !req.states_filter.is_empty()
+                    && !req
+                        .states_filter
+                        .iter()
+                        .any(|f| f.eq_ignore_ascii_case(state))
+                {
+                    continue;
+                }
+                if !req.types_filter.is_empty()
+                    && !req
+                        .types_filter
+                        .iter()
+                        .any(|f| f.eq_ignore_ascii_case("classic"))
+                {
+                    continue;
+                }
+                let mut g = ListedGroup::default();
+                g.group_id = GroupId(s(id));
+                g.protocol_type = s(protocol_type);
+                if version >= 4 {
+                    g.group_state = StrBytes::from_static_str(state);
+                }
+                if version >= 5 {
+                    g.group_type = StrBytes::from_static_str("classic");
+                }
+                response.groups.push(g);
+            }
+        }
+        Err(e) => response.error_code = e.code(),
+    }
+    response
+}
+
+pub async fn describe_groups(
+    broker: &Broker,
+    req: DescribeGroupsRequest,
+    version: i16,
+) -> DescribeGroupsResponse {
+    let mut response = DescribeGroupsResponse::default();
+    for id in req.groups {
+        let mut g = DescribedGroup::default();
+        g.group_id = id.clone();
+        if version >= 3 {
+            g.authorized_operations = i32::MIN;
+        }
+        match broker.groups.describe(id.0.as_str()).await {
+            Ok(Some(summary)) => {
+                g.group_state = StrBytes::from_static_str(summary.state);
+                g.protocol_type = s(summary.protocol_type);
+                g.protocol_data = s(summary.protocol_name.clone());
+                g.members = summary
+                    .members
+                    .iter()
+                    .map(|m| {
+                        let mut d = DescribedGroupMember::default();
+                        d.member_id = s(m.member_id.clone());
+                        if version >= 4 {
+                            d.group_instance_id = m.group_instance_id.clone().map(s);
+                        }
+                        d.client_id = s(m.client_id.clone());
+                        d.client_host = s(m.client_host.clone());
+                        d.member_metadata = m.metadata(&summary.protocol_name);
+                        d.member_assignment = m.assignment.clone();
+                        d
+                    })
+                    .collect();
+            }
+            Ok(None) => g.group_state = StrBytes::from_static_str("Dead"),
+            Err(e) => g.error_code = e.code(),
+        }
+        response.groups.push(g);
+    }
+    response
+}
+
+pub async fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+    let mut response = DeleteGroupsResponse::default();
+    for id in req.groups_names {
+        let mut r = DeletableGroupResult::default();
+        r.group_id = id.clone();
+        r.error_code = code(broker.groups.delete(id.0.as_str()).await.err());
+        response.results.push(r);
+    }
+    response
+}
+
+pub async fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+    let mut response = OffsetDeleteResponse::default();
+    let partitions: Vec<TopicPartition> = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(move |p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect();
+    match broker
+        .groups
+        .delete_offsets(req.group_id.0.as_str(), partitions)
+        .await
+    {
+        Ok(results) => {
+            let mut by_topic: BTreeMap<String, Vec<(i32, Option<ResponseError>)>> = BTreeMap::new();
+            for ((topic, p), e) in results {
+                by_topic.entry(topic).or_default().push((p, e));
+            }
+            response.topics = by_topic
+                .into_iter()
+                .map(|(topic, parts)| {
+                    let mut t = OffsetDeleteResponseTopic::default();
+                    t.name = TopicName(s(topic));
+                    t.partitions = parts
+                        .into_iter()
+                        .map(|(p, e)| {
+                            let mut r = OffsetDeleteResponsePartition::default();
+                            r.partition_index = p;
+                            r.error_code = code(e);
+                            r
+                        })
+                        .collect();
+                    t
+                })
+                .collect();
+        }
+        Err(e) => response.error_code = e.code(),
+    }
+    response
+}

@@ -1,0 +1,427 @@
+//! The group coordinator: the async shell around the [`state::Group`] state machines.
+//!
+//! It keeps one state machine per group in memory, turns their released [`state::Action`]s
+//! into replies on the waiting requests, ticks them for session and rebalance timeouts,
+//! and keeps committed offsets in the metastore (validated by the state machine first, so
+//! a stale generation writes nothing). Membership is not persisted: after a restart a
+//! group comes back Empty with its offsets, and its consumers simply rejoin.
+
+pub mod state;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use strata_metastore::{CommittedOffset, Metastore, TopicPartition};
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::{monotonic_ms, now_ms};
+use state::{
+    Action, Group, GroupConfig, GroupState, JoinRequest, JoinResponse, Leaving, SyncResponse,
+    Waiter,
+};
+
+/// How often sessions and rebalance deadlines are checked.
+const TICK: Duration = Duration::from_millis(100);
+/// How often expired offsets of empty groups are looked for.
+const OFFSET_EXPIRY_EVERY: Duration = Duration::from_secs(600);
+
+struct Slot {
+    group: Group,
+    joins: HashMap<Waiter, oneshot::Sender<JoinResponse>>,
+    syncs: HashMap<Waiter, oneshot::Sender<SyncResponse>>,
+}
+
+impl Slot {
+    fn deliver(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Join(w, r) => {
+                    if let Some(tx) = self.joins.remove(&w) {
+                        let _ = tx.send(r);
+                    }
+                }
+                Action::Sync(w, r) => {
+                    if let Some(tx) = self.syncs.remove(&w) {
+                        let _ = tx.send(r);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A group as DescribeGroups shows it.
+#[derive(Debug, Clone)]
+pub struct GroupSummary {
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub members: Vec<state::Member>,
+}
+
+pub struct Coordinator {
+    config: GroupConfig,
+    offsets_retention_ms: i64,
+    metastore: Metastore,
+    groups: Mutex<HashMap<String, Slot>>,
+    next_waiter: AtomicU64,
+}
+
+impl std::fmt::Debug for Coordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Coordinator")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Coordinator {
+    pub fn new(
+        config: GroupConfig,
+        offsets_retention_ms: i64,
+        metastore: Metastore,
+    ) -> Coordinator {
+        Coordinator {
+            config,
+            offsets_retention_ms,
+            metastore,
+            groups: Mutex::new(HashMap::new()),
+            next_waiter: AtomicU64::new(1),
+        }
+    }
+
+    fn groups(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        self.groups.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn with_slot<T>(&self, group_id: &str, f: impl FnOnce(&mut Slot) -> T) -> T {
+        let mut groups = self.groups();
+        let slot = groups.entry(group_id.to_string()).or_insert_with(|| Slot {
+            group: Group::new(group_id, self.config),
+            joins: HashMap::new(),
+            syncs: HashMap::new(),
+        });
+        f(slot)
+    }
+
+    fn with_existing<T>(&self, group_id: &str, f: impl FnOnce(&mut Slot) -> T) -> Option<T> {
+        self.groups().get_mut(group_id).map(f)
+    }
+
+    pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResponse {
+        let member_id = req.member_id.clone();
+        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.with_slot(group_id, |slot| {
+            slot.joins.insert(waiter, tx);
+            let actions = slot.group.join(monotonic_ms(), waiter, req);
+            slot.deliver(actions);
+        });
+        rx.await.unwrap_or_else(|_| JoinResponse {
+            error: Some(ResponseError::CoordinatorNotAvailable),
+            generation_id: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id,
+            members: Vec::new(),
+            skip_assignment: false,
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub async fn sync(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        protocol_type: Option<&str>,
+        protocol_name: Option<&str>,
+        assignments: Vec<(String, Bytes)>,
+    ) -> SyncResponse {
+        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        let found = self.with_existing(group_id, |slot| {
+            slot.syncs.insert(waiter, tx);
+            let actions = slot.group.sync(
+                monotonic_ms(),
+                waiter,
+                member_id,
+                group_instance_id,
+                generation_id,
+                protocol_type,
+                protocol_name,
+                assignments,
+            );
+            slot.deliver(actions);
+        });
+        let failed = |e| SyncResponse {
+            error: Some(e),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        };
+        if found.is_none() {
+            return failed(ResponseError::UnknownMemberId);
+        }
+        rx.await
+            .unwrap_or_else(|_| failed(ResponseError::CoordinatorNotAvailable))
+    }
+
+    pub fn heartbeat(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+    ) -> Result<(), ResponseError> {
+        self.with_existing(group_id, |slot| {
+            slot.group
+                .heartbeat(monotonic_ms(), member_id, group_instance_id, generation_id)
+        })
+        .unwrap_or(Err(ResponseError::UnknownMemberId))
+    }
+
+    pub fn leave(&self, group_id: &str, leaving: &[Leaving]) -> Vec<Result<(), ResponseError>> {
+        self.with_existing(group_id, |slot| {
+            let (results, actions) = slot.group.leave(monotonic_ms(), leaving);
+            slot.deliver(actions);
+            results
+        })
+        .unwrap_or_else(|| vec![Err(ResponseError::UnknownMemberId); leaving.len()])
+    }
+
+    /// Validates a commit against the group's generation and stores it.
+    pub async fn commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+    ) -> Result<(), ResponseError> {
+        let protocol_type = self
+            .with_existing(group_id, |slot| {
+                slot.group
+                    .validate_commit(member_id, group_instance_id, generation_id)?;
+                Ok::<_, ResponseError>(slot.group.protocol_type.clone())
+            })
+            .unwrap_or(if generation_id < 0 && member_id.is_empty() {
+                Ok(None)
+            } else {
+                Err(ResponseError::IllegalGeneration)
+            })?;
+        let protocol_type = protocol_type.unwrap_or_else(|| "consumer".to_string());
+        self.metastore
+            .commit_offsets(group_id, &protocol_type, offsets)
+            .await
+            .map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot store committed offsets");
+                ResponseError::CoordinatorNotAvailable
+            })
+    }
+
+    pub async fn offsets(
+        &self,
+        group_id: &str,
+    ) -> Result<BTreeMap<TopicPartition, CommittedOffset>, ResponseError> {
+        self.metastore.group_offsets(group_id).await.map_err(|e| {
+            tracing::warn!(group = group_id, error = %e, "cannot read committed offsets");
+            ResponseError::CoordinatorNotAvailable
+        })
+    }
+
+    /// The group as DescribeGroups shows it; `None` if it is unknown (Dead).
+    pub async fn describe(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
+        let live = self.with_existing(group_id, |slot| {
+            let g = &slot.group;
+            (!g.is_empty() || g.state != GroupState::Empty).then(|| GroupSummary {
+                state: g.state.name(),
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                protocol_name: g.protocol_name.clone().unwrap_or_default(),
+                members: g.members().cloned().collect(),
+            })
+        });
+        if let Some(Some(summary)) = live {
+            return Ok(Some(summary));
+        }
+        let stored = self.stored_groups().await?;
+        Ok(stored.get(group_id).map(|pt| GroupSummary {
+            state: GroupState::Empty.name(),
+            protocol_type: pt.clone(),
+            protocol_name: String::new(),
+            members: Vec::new(),
+        }))
+    }
+
+    async fn stored_groups(&self) -> Result<BTreeMap<String, String>, ResponseError> {
+        Ok(self
+            .metastore
+            .groups()
+            .await
+            .map_err(|e| {
+                tracing::warn!(error = %e, "cannot list groups");
+                ResponseError::CoordinatorNotAvailable
+            })?
+            .into_iter()
+            .map(|(name, r)| (name, r.protocol_type))
+            .collect())
+    }
+
+    /// Every known group: `(group id, protocol type, state)`.
+    pub async fn list(&self) -> Result<Vec<(String, String, &'static str)>, ResponseError> {
+        let mut out: BTreeMap<String, (String, &'static str)> = self
+            .stored_groups()
+            .await?
+            .into_iter()
+            .map(|(name, pt)| (name, (pt, GroupState::Empty.name())))
+            .collect();
+        for (name, slot) in self.groups().iter() {
+            let g = &slot.group;
+            if !g.is_empty() || g.state != GroupState::Empty {
+                out.insert(
+                    name.clone(),
+                    (g.protocol_type.clone().unwrap_or_default(), g.state.name()),
+                );
+            }
+        }
+        Ok(out.into_iter().map(|(n, (pt, s))| (n, pt, s)).collect())
+    }
+
+    /// Deletes an empty group and its offsets.
+    pub async fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
+        let live = self
+            .with_existing(group_id, |slot| !slot.group.is_empty())
+            .unwrap_or(false);
+        if live {
+            return Err(ResponseError::NonEmptyGroup);
+        }
+        let existed = self.metastore.delete_group(group_id).await.map_err(|e| {
+            tracing::warn!(group = group_id, error = %e, "cannot delete group");
+            ResponseError::CoordinatorNotAvailable
+        })?;
+        let in_memory = self.groups().remove(group_id).is_some();
+        if existed || in_memory {
+            Ok(())
+        } else {
+            Err(ResponseError::GroupIdNotFound)
+        }
+    }
+
+    /// Deletes offsets of topics the group does not consume (OffsetDelete).
+    pub async fn delete_offsets(
+        &self,
+        group_id: &str,
+        partitions: Vec<TopicPartition>,
+    ) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
+        let stored = self.offsets(group_id).await?;
+        let subscribed: Vec<bool> = self
+            .with_existing(group_id, |slot| {
+                partitions
+                    .iter()
+                    .map(|(t, _)| {
+                        slot.group.state != GroupState::Empty && slot.group.subscribes_to(t)
+                    })
+                    .collect()
+            })
+            .unwrap_or_else(|| vec![false; partitions.len()]);
+        if stored.is_empty() && self.with_existing(group_id, |_| ()).is_none() {
+            return Err(ResponseError::GroupIdNotFound);
+        }
+        let mut results = Vec::new();
+        let mut delete = Vec::new();
+        for (tp, subscribed) in partitions.into_iter().zip(subscribed) {
+            if subscribed {
+                results.push((tp, Some(ResponseError::GroupSubscribedToTopic)));
+            } else {
+                delete.push(tp.clone());
+                results.push((tp, None));
+            }
+        }
+        self.metastore
+            .delete_offsets(group_id, delete)
+            .await
+            .map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot delete offsets");
+                ResponseError::CoordinatorNotAvailable
+            })?;
+        Ok(results)
+    }
+
+    /// Ticks every group until shutdown, then fails every parked request.
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut last_expiry = monotonic_ms();
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = shutdown.cancelled() => break,
+            }
+            let now = monotonic_ms();
+            {
+                let mut groups = self.groups();
+                for slot in groups.values_mut() {
+                    let actions = slot.group.tick(now);
+                    slot.deliver(actions);
+                }
+                // Forget empty groups with nothing parked; their offsets stay stored.
+                groups.retain(|_, s| {
+                    !s.group.is_empty() || !s.joins.is_empty() || !s.syncs.is_empty()
+                });
+            }
+            if now - last_expiry >= OFFSET_EXPIRY_EVERY.as_millis() as i64 {
+                last_expiry = now;
+                if let Err(e) = self.expire_offsets().await {
+                    tracing::warn!(error = %e, "cannot expire offsets");
+                }
+            }
+        }
+        for slot in self.groups().values_mut() {
+            let actions = slot.group.abandon();
+            slot.deliver(actions);
+        }
+        tracing::debug!("group coordinator stopped: shutdown");
+    }
+
+    /// Drops offsets of empty groups committed longer ago than `offsets.retention.minutes`.
+    pub async fn expire_offsets(&self) -> Result<usize, strata_metastore::Error> {
+        let cutoff = now_ms() - self.offsets_retention_ms;
+        let mut dropped = 0;
+        for (group, _) in self.metastore.groups().await? {
+            let active = self
+                .with_existing(&group, |s| !s.group.is_empty())
+                .unwrap_or(false);
+            if active {
+                continue;
+            }
+            let offsets = self.metastore.group_offsets(&group).await?;
+            let expired: Vec<TopicPartition> = offsets
+                .iter()
+                .filter(|(_, o)| o.commit_timestamp_ms < cutoff)
+                .map(|(tp, _)| tp.clone())
+                .collect();
+            if expired.len() == offsets.len() {
+                self.metastore.delete_group(&group).await?;
+            } else if !expired.is_empty() {
+                self.metastore
+                    .delete_offsets(&group, expired.clone())
+                    .await?;
+            }
+            dropped += expired.len();
+        }
+        if dropped > 0 {
+            tracing::info!(
+                offsets = dropped,
+                "expired committed offsets of empty groups"
+            );
+        }
+        Ok(dropped)
+    }
+}
