@@ -6,11 +6,15 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{
     AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest, FetchRequest,
-    IncrementalAlterConfigsRequest, ListOffsetsRequest, MetadataRequest, ProduceRequest, TopicName,
+    DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
+    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
+    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, SyncGroupRequest, TopicName,
     alter_configs_request, create_partitions_request, delete_topics_request,
-    describe_configs_request, fetch_request, incremental_alter_configs_request,
-    list_offsets_request, metadata_request, produce_request,
+    describe_configs_request, fetch_request, incremental_alter_configs_request, join_group_request,
+    leave_group_request, list_offsets_request, metadata_request, offset_commit_request,
+    offset_delete_request, offset_fetch_request, produce_request, sync_group_request,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
@@ -152,7 +156,9 @@ async fn fetch_values(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_api_answers_at_every_advertised_version() {
-    let agent = TestAgent::start().await.expect("start");
+    let agent = TestAgent::start_with(|s| s.group_initial_rebalance_delay_ms = 0)
+        .await
+        .expect("start");
     let mut c = agent.client().await.expect("connect");
     assert_eq!(create(&mut c, "t", 2, &[]).await, 0);
     assert_eq!(create(&mut c, "cp", 1, &[]).await, 0);
@@ -306,6 +312,231 @@ async fn every_api_answers_at_every_advertised_version() {
                         .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert_eq!(r.brokers.len(), 1, "{ctx}");
+                }
+                ApiKey::FindCoordinator => {
+                    let mut req = FindCoordinatorRequest::default();
+                    if v >= 4 {
+                        req.coordinator_keys = vec![StrBytes::from_static_str("g")];
+                    } else {
+                        req.key = StrBytes::from_static_str("g");
+                    }
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let node = if v >= 4 {
+                        r.coordinators[0].node_id.0
+                    } else {
+                        r.node_id.0
+                    };
+                    assert_eq!((r.error_code, node), (0, 1), "{ctx}");
+                }
+                ApiKey::JoinGroup => {
+                    let group = format!("join-v{v}");
+                    let r = c
+                        .send(v, &join_request(&group, ""))
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = if v >= 4 {
+                        assert_eq!(
+                            r.error_code,
+                            ResponseError::MemberIdRequired.code(),
+                            "{ctx}"
+                        );
+                        let id = r.member_id.to_string();
+                        c.send(v, &join_request(&group, &id))
+                            .await
+                            .unwrap_or_else(|e| panic!("{ctx}: {e:#}"))
+                    } else {
+                        r
+                    };
+                    assert_eq!(
+                        (r.error_code, r.generation_id, r.members.len()),
+                        (0, 1, 1),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::SyncGroup => {
+                    let group = format!("sync-v{v}");
+                    let (member, generation) = join_alone(&mut c, &group).await;
+                    let mut req = SyncGroupRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(group));
+                    req.generation_id = generation;
+                    req.member_id = StrBytes::from_string(member.clone());
+                    if v >= 5 {
+                        req.protocol_type = Some(StrBytes::from_static_str("consumer"));
+                        req.protocol_name = Some(StrBytes::from_static_str("range"));
+                    }
+                    let mut a = sync_group_request::SyncGroupRequestAssignment::default();
+                    a.member_id = StrBytes::from_string(member);
+                    a.assignment = Bytes::from_static(b"assigned");
+                    req.assignments = vec![a];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        (r.error_code, r.assignment.as_ref()),
+                        (0, &b"assigned"[..]),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::Heartbeat => {
+                    let group = format!("hb-v{v}");
+                    let (member, generation) = join_and_sync(&mut c, &group).await;
+                    let mut req = HeartbeatRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(group));
+                    req.generation_id = generation;
+                    req.member_id = StrBytes::from_string(member);
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                }
+                ApiKey::LeaveGroup => {
+                    let group = format!("leave-v{v}");
+                    let (member, _) = join_and_sync(&mut c, &group).await;
+                    let mut req = LeaveGroupRequest::default();
+                    req.group_id = GroupId(StrBytes::from_string(group));
+                    if v >= 3 {
+                        let mut m = leave_group_request::MemberIdentity::default();
+                        m.member_id = StrBytes::from_string(member);
+                        req.members = vec![m];
+                    } else {
+                        req.member_id = StrBytes::from_string(member);
+                    }
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                    if v >= 3 {
+                        assert_eq!(r.members[0].error_code, 0, "{ctx}");
+                    }
+                }
+                ApiKey::OffsetCommit => {
+                    let r = c
+                        .send(
+                            v,
+                            &commit_request("simple", "", -1, "t", 0, 10 + i64::from(v)),
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.topics[0].partitions[0].error_code, 0, "{ctx}");
+                }
+                ApiKey::OffsetFetch => {
+                    assert_eq!(commit(&mut c, "fetched", "", -1, 42).await, 0);
+                    let mut req = OffsetFetchRequest::default();
+                    if v >= 8 {
+                        let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+                        g.group_id = GroupId(StrBytes::from_static_str("fetched"));
+                        g.topics = None;
+                        req.groups = vec![g];
+                    } else {
+                        req.group_id = GroupId(StrBytes::from_static_str("fetched"));
+                        let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+                        t.name = name("t");
+                        t.partition_indexes = vec![0, 1];
+                        req.topics = Some(vec![t]);
+                    }
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let offsets: Vec<i64> = if v >= 8 {
+                        r.groups[0].topics[0]
+                            .partitions
+                            .iter()
+                            .map(|p| p.committed_offset)
+                            .collect()
+                    } else {
+                        r.topics[0]
+                            .partitions
+                            .iter()
+                            .map(|p| p.committed_offset)
+                            .collect()
+                    };
+                    let expected: &[i64] = if v >= 8 { &[42] } else { &[42, -1] };
+                    assert_eq!(offsets, expected, "{ctx}");
+                }
+                ApiKey::ListGroups => {
+                    let r = c
+                        .send(v, &ListGroupsRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                    assert!(
+                        r.groups.iter().any(|g| g.group_id.0.as_str() == "simple"),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::DescribeGroups => {
+                    let group = format!("describe-v{v}");
+                    join_and_sync(&mut c, &group).await;
+                    let mut req = DescribeGroupsRequest::default();
+                    req.groups = vec![
+                        GroupId(StrBytes::from_string(group)),
+                        GroupId(StrBytes::from_static_str("nobody")),
+                    ];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.groups[0].group_state.as_str(), "Stable", "{ctx}");
+                    assert_eq!(r.groups[0].members.len(), 1, "{ctx}");
+                    assert_eq!(r.groups[1].group_state.as_str(), "Dead", "{ctx}");
+                }
+                ApiKey::DeleteGroups => {
+                    let group = format!("delete-v{v}");
+                    let r = c
+                        .send(8, &commit_request(&group, "", -1, "t", 0, 1))
+                        .await
+                        .expect("commit");
+                    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+                    let mut req = DeleteGroupsRequest::default();
+                    req.groups_names = vec![
+                        GroupId(StrBytes::from_string(group)),
+                        GroupId(StrBytes::from_static_str("never")),
+                    ];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.results[0].error_code, 0, "{ctx}");
+                    assert_eq!(
+                        r.results[1].error_code,
+                        ResponseError::GroupIdNotFound.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::OffsetDelete => {
+                    assert_eq!(commit(&mut c, "od", "", -1, 5).await, 0);
+                    let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
+                    p.partition_index = 0;
+                    let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+                    t.name = name("t");
+                    t.partitions = vec![p];
+                    let mut req = OffsetDeleteRequest::default();
+                    req.group_id = GroupId(StrBytes::from_static_str("od"));
+                    req.topics = vec![t];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        (r.error_code, r.topics[0].partitions[0].error_code),
+                        (0, 0),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::InitProducerId => {
+                    let r = c
+                        .send(v, &InitProducerIdRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                    assert!(r.producer_id.0 >= 0, "{ctx}");
                 }
                 other => panic!("no test for advertised API {other:?}"),
             }
@@ -775,5 +1006,249 @@ async fn fetch_respects_partition_and_response_limits() {
         .map(|p| p.records.as_ref().map_or(0, |b| b.len()))
         .collect();
     assert_eq!(sizes, [2 * batch_len, batch_len]);
+    agent.stop().await;
+}
+
+fn join_request(group: &str, member_id: &str) -> JoinGroupRequest {
+    let mut p = join_group_request::JoinGroupRequestProtocol::default();
+    p.name = StrBytes::from_static_str("range");
+    p.metadata = Bytes::from_static(b"\0\0\0\0\0\x01\0\x01t\0\0\0\0");
+    let mut req = JoinGroupRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.session_timeout_ms = 10_000;
+    req.rebalance_timeout_ms = 10_000;
+    req.member_id = StrBytes::from_string(member_id.to_string());
+    req.protocol_type = StrBytes::from_static_str("consumer");
+    req.protocols = vec![p];
+    req
+}
+
+/// Joins `group` as its only member (JoinGroup v5); returns (member id, generation).
+async fn join_alone(c: &mut Client, group: &str) -> (String, i32) {
+    let r = c.send(5, &join_request(group, "")).await.expect("join");
+    assert_eq!(r.error_code, ResponseError::MemberIdRequired.code());
+    let r = c
+        .send(5, &join_request(group, r.member_id.as_str()))
+        .await
+        .expect("join");
+    assert_eq!(r.error_code, 0);
+    (r.member_id.to_string(), r.generation_id)
+}
+
+async fn join_and_sync(c: &mut Client, group: &str) -> (String, i32) {
+    let (member, generation) = join_alone(c, group).await;
+    let mut req = SyncGroupRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.generation_id = generation;
+    req.member_id = StrBytes::from_string(member.clone());
+    let r = c.send(3, &req).await.expect("sync");
+    assert_eq!(r.error_code, 0);
+    (member, generation)
+}
+
+fn commit_request(
+    group: &str,
+    member: &str,
+    generation: i32,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+) -> OffsetCommitRequest {
+    let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+    p.partition_index = partition;
+    p.committed_offset = offset;
+    p.committed_metadata = Some(StrBytes::from_static_str("meta"));
+    let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+    t.name = name(topic);
+    t.partitions = vec![p];
+    let mut req = OffsetCommitRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    req.generation_id_or_member_epoch = generation;
+    req.member_id = StrBytes::from_string(member.to_string());
+    req.topics = vec![t];
+    req
+}
+
+/// Commits offset `offset` of t-0; returns the partition's error code.
+async fn commit(c: &mut Client, group: &str, member: &str, generation: i32, offset: i64) -> i16 {
+    let r = c
+        .send(
+            8,
+            &commit_request(group, member, generation, "t", 0, offset),
+        )
+        .await
+        .expect("commit");
+    r.topics[0].partitions[0].error_code
+}
+
+async fn committed(c: &mut Client, group: &str) -> i64 {
+    let mut req = OffsetFetchRequest::default();
+    req.group_id = GroupId(StrBytes::from_string(group.to_string()));
+    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+    t.name = name("t");
+    t.partition_indexes = vec![0];
+    req.topics = Some(vec![t]);
+    let r = c.send(7, &req).await.expect("offset fetch");
+    r.topics[0].partitions[0].committed_offset
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_from_a_stale_generation_is_refused_and_changes_nothing() {
+    let mut agent = TestAgent::start_with(|s| s.group_initial_rebalance_delay_ms = 0)
+        .await
+        .expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(create(&mut c, "t", 1, &[]).await, 0);
+    let (a, generation) = join_and_sync(&mut c, "g").await;
+    assert_eq!(commit(&mut c, "g", &a, generation, 10).await, 0);
+    // A second member joins and the group moves to the next generation.
+    let mut c2 = agent.client().await.expect("connect");
+    let r = c2.send(5, &join_request("g", "")).await.expect("join");
+    let b = r.member_id.to_string();
+    let waiting = tokio::spawn(async move {
+        let r = c2.send(5, &join_request("g", &b)).await.expect("join");
+        (c2, r)
+    });
+    // a learns of the rebalance from its heartbeat, then rejoins.
+    let mut hb = HeartbeatRequest::default();
+    hb.group_id = GroupId(StrBytes::from_static_str("g"));
+    hb.generation_id = generation;
+    hb.member_id = StrBytes::from_string(a.clone());
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let r = c.send(4, &hb).await.expect("heartbeat");
+        if r.error_code == ResponseError::RebalanceInProgress.code() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no rebalance signalled"
+        );
+        tokio::task::yield_now().await;
+    }
+    let r = c.send(5, &join_request("g", &a)).await.expect("rejoin");
+    assert_eq!((r.error_code, r.generation_id), (0, generation + 1));
+    let (_c2, rb) = waiting.await.expect("join b");
+    assert_eq!(rb.generation_id, generation + 1);
+
+    // The old generation, an unknown member, and a commit during CompletingRebalance: refused.
+    assert_eq!(
+        commit(&mut c, "g", &a, generation, 99).await,
+        ResponseError::IllegalGeneration.code()
+    );
+    assert_eq!(
+        commit(&mut c, "g", "who", generation + 1, 99).await,
+        ResponseError::UnknownMemberId.code()
+    );
+    assert_eq!(
+        commit(&mut c, "g", &a, generation + 1, 99).await,
+        ResponseError::RebalanceInProgress.code()
+    );
+    assert_eq!(committed(&mut c, "g").await, 10, "nothing was written");
+
+    // Offsets survive a restart; the group comes back empty.
+    agent.restart().await.expect("restart");
+    let mut c = agent.client().await.expect("reconnect");
+    assert_eq!(committed(&mut c, "g").await, 10);
+    let mut req = DescribeGroupsRequest::default();
+    req.groups = vec![GroupId(StrBytes::from_static_str("g"))];
+    let r = c.send(5, &req).await.expect("describe");
+    assert_eq!(
+        (r.groups[0].group_state.as_str(), r.groups[0].members.len()),
+        ("Empty", 0)
+    );
+    assert_eq!(
+        commit(&mut c, "g", &a, generation + 1, 99).await,
+        ResponseError::IllegalGeneration.code()
+    );
+    agent.stop().await;
+}
+
+/// An idempotent batch for producer `pid`, epoch 0, first sequence `seq`.
+fn idempotent_batch(pid: i64, seq: i32, values: &[&str]) -> Bytes {
+    let records: Vec<kafka_protocol::records::Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| kafka_protocol::records::Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: -1,
+            producer_id: pid,
+            producer_epoch: 0,
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
+            offset: i as i64,
+            sequence: seq + i as i32,
+            timestamp: 1000,
+            key: None,
+            value: Some(Bytes::copy_from_slice(v.as_bytes())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    kafka_protocol::records::RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &kafka_protocol::records::RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Zstd,
+        },
+    )
+    .expect("encode");
+    buf.freeze()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_idempotent_batch_twice_is_stored_once() {
+    let mut agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    assert_eq!(create(&mut c, "idem", 1, &[]).await, 0);
+    let r = c
+        .send(4, &InitProducerIdRequest::default())
+        .await
+        .expect("init");
+    let pid = r.producer_id.0;
+    let first = idempotent_batch(pid, 0, &["a", "b", "c"]);
+    assert_eq!(
+        produce_one(&mut c, 9, "idem", 0, first.clone()).await,
+        (0, 0)
+    );
+    assert_eq!(
+        produce_one(&mut c, 9, "idem", 0, idempotent_batch(pid, 3, &["d"])).await,
+        (0, 3)
+    );
+    // The retry gets the original offset and appends nothing.
+    assert_eq!(
+        produce_one(&mut c, 9, "idem", 0, first.clone()).await,
+        (0, 0)
+    );
+    assert_eq!(latest_offset(&mut c, "idem", 0).await, 4);
+    // A gap, and an old epoch, are refused.
+    let (code, _) = produce_one(&mut c, 9, "idem", 0, idempotent_batch(pid, 9, &["x"])).await;
+    assert_eq!(code, ResponseError::OutOfOrderSequenceNumber.code());
+    // After a restart the retry is still recognised.
+    agent.restart().await.expect("restart");
+    let mut c = agent.client().await.expect("reconnect");
+    assert_eq!(produce_one(&mut c, 9, "idem", 0, first).await, (0, 0));
+    assert_eq!(
+        produce_one(&mut c, 9, "idem", 0, idempotent_batch(pid, 4, &["e"])).await,
+        (0, 4)
+    );
+    let values: Vec<Option<Bytes>> = fetch_values(&mut c, "idem", 0, 0)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    let expected: Vec<Option<Bytes>> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|v| Some(Bytes::from(*v)))
+        .collect();
+    assert_eq!(values, expected);
+    // Producer ids are not reused across restarts.
+    let r = c
+        .send(4, &InitProducerIdRequest::default())
+        .await
+        .expect("init");
+    assert!(r.producer_id.0 > pid);
     agent.stop().await;
 }
