@@ -7,6 +7,9 @@
 //! | (prefix, "cluster")                   | ClusterRecord    | the first agent, once   |
 //! | (prefix, "topic", name)               | TopicRecord      | admin requests          |
 //! | (prefix, "partition", name, index)    | PartitionRecord  | admin; later the leader |
+//! | (prefix, "manifest", name, index, first offset) | ManifestEntry | the tiering worker |
+//!
+//! Group, offset and producer-id keys are in `groups.rs`.
 
 /// Builds a key element by element.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +34,12 @@ impl Key {
 
     pub fn u32(mut self, n: u32) -> Key {
         self.0.push(0x15);
+        self.0.extend_from_slice(&n.to_be_bytes());
+        self
+    }
+
+    pub fn u64(mut self, n: u64) -> Key {
+        self.0.push(0x19);
         self.0.extend_from_slice(&n.to_be_bytes());
         self
     }

@@ -8,11 +8,13 @@ pub mod error;
 pub mod groups;
 pub mod keys;
 pub mod kv;
+pub mod manifest;
 pub mod sqlite;
 pub mod topics;
 
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
+pub use manifest::{ManifestEntry, Published};
 pub use kv::{KvStore, KvTransaction, transact};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};

@@ -258,6 +258,10 @@ impl Metastore {
                 txn.clear(this.key().str("topic").str(&name).bytes());
                 let begin = this.key().str("partition").str(&name).into_bytes();
                 txn.clear_range(&begin, &prefix_end(&begin));
+                // The archive's manifest goes with the topic; the objects become orphans
+                // that the compactor collects.
+                let begin = this.key().str("manifest").str(&name).into_bytes();
+                txn.clear_range(&begin, &prefix_end(&begin));
                 Ok(topic)
             }
             .boxed()

@@ -97,6 +97,7 @@ def test_members_share_partitions_and_rebalance_on_join_and_leave(group_broker, 
         wait_until(lambda: c4.records(), 30, "c4 processing records")
 
         t_leave = time.monotonic()
+        acked_at_leave = prod.acked_count()
         c1.terminate()  # clean close: LeaveGroup
         assert c1.of("closed"), c1.diagnostics()
         rest = [c2, c3, c4]
@@ -106,6 +107,8 @@ def test_members_share_partitions_and_rebalance_on_join_and_leave(group_broker, 
         assert takeover < session_ms / 1000 - 1, (
             f"c1's partitions {four['c1']} were taken over only after {takeover:.1f}s, about its "
             f"session timeout ({session_ms} ms): was its LeaveGroup ignored?")
+        # and production goes on for a while under the new assignment
+        prod.wait_acked(acked_at_leave + 400, 30)
 
         acked += prod.stop()
         cov = wait_all_processed(acked, everyone, 60)
@@ -168,6 +171,8 @@ def test_sigkilled_member_is_replaced_after_session_timeout(group_broker, tmp_pa
         assert takeover >= session_ms / 1000 * 0.5, (
             f"partitions moved {takeover:.1f}s after the SIGKILL, well before the session "
             f"timeout of {session_ms} ms")
+        # production goes on while the survivors own everything
+        prod.wait_acked(prod.acked_count() + 300, 30)
 
         acked += prod.stop()
         cov = wait_all_processed(acked, cs, 60)
@@ -327,6 +332,7 @@ def test_cooperative_sticky_join_and_leave(group_broker, tmp_path):
             assert not c.of("revoke", "lost", since=t_leave), (
                 f"{c.name} lost partitions when another member left: {c.of('revoke', 'lost', since=t_leave)}")
             assert three[c.name] <= final[c.name]
+        prod.wait_acked(prod.acked_count() + 300, 30)
 
         acked += prod.stop()
         cov = wait_all_processed(acked, cs, 60)

@@ -1,4 +1,19 @@
-//! Tiering: moves closed log segments to object storage as Parquet and reads them back.
+//! Tiering: closed log segments to Parquet in object storage, and reads of archived
+//! offsets back as Kafka record batches.
 //!
-//! Not built yet (issue 4); the crate exists so the workspace has the layout of
-//! DESIGN.md section 3.
+//! - [`store`]: the object store from a URL (`file://` by default, `s3://` when configured);
+//! - [`codec`]: record batches to Arrow/Parquet rows and back;
+//! - [`worker`]: upload, then publish in the manifest (the crash-consistency argument is
+//!   in its module docs);
+//! - [`reader`]: fetches of archived offsets, with ranged reads and `moka` caches.
+
+pub mod codec;
+pub mod error;
+pub mod reader;
+pub mod store;
+pub mod worker;
+
+pub use error::{Error, Result};
+pub use reader::ArchiveReader;
+pub use store::Archive;
+pub use worker::{ClosedSegment, LocalPartition, PartitionStatus, TieringWorker};

@@ -1,0 +1,221 @@
+//! The tiering worker: uploads closed segments as Parquet and publishes them in the
+//! manifest.
+//!
+//! Crash consistency (DESIGN.md invariant 5): for each closed segment not yet covered by
+//! the manifest, the worker (1) encodes it, (2) uploads it under a fresh unique name, and
+//! only then (3) publishes it in one short metastore transaction that refuses anything
+//! not continuing the manifest. A crash after (2) leaves an object no manifest names; the
+//! next attempt uploads a new object and publishes that. A publish that finds its offsets
+//! already covered changes nothing. So the manifest never has a gap or a double entry, and
+//! nothing local is deleted (that is the agent's job) until the manifest covers it.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use strata_metastore::{ManifestEntry, Metastore, Published};
+use tokio_util::sync::CancellationToken;
+
+use crate::codec::encode_segment;
+use crate::error::{Error, Result};
+use crate::reader::ArchiveReader;
+
+/// A sealed segment of a local log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedSegment {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub path: PathBuf,
+}
+
+/// What the worker needs of a local partition.
+pub trait LocalPartition: Send + Sync {
+    fn topic(&self) -> &str;
+    fn partition(&self) -> i32;
+    /// Sealed segments, in offset order.
+    fn closed_segments(&self) -> Vec<ClosedSegment>;
+    fn log_end_offset(&self) -> i64;
+}
+
+/// Tiering progress of one partition.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionStatus {
+    pub topic: String,
+    pub partition: i32,
+    /// The last archived offset, or -1.
+    pub archived_upto: i64,
+    pub log_end_offset: i64,
+    /// Records not yet archived.
+    pub lag_records: i64,
+    pub objects: usize,
+    pub last_error: Option<String>,
+}
+
+/// Injected faults for tests, from `STRATA_FAILPOINT_TIERING_BEFORE_PUBLISH=N`: the next N
+/// uploads fail after the object is written and before it is published.
+#[derive(Debug, Default)]
+pub struct Failpoints {
+    before_publish: AtomicU32,
+}
+
+impl Failpoints {
+    pub fn from_env() -> Failpoints {
+        let n = std::env::var("STRATA_FAILPOINT_TIERING_BEFORE_PUBLISH").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+        Failpoints { before_publish: AtomicU32::new(n) }
+    }
+
+    fn fire_before_publish(&self) -> bool {
+        self.before_publish.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+    }
+}
+
+pub struct TieringWorker {
+    reader: Arc<ArchiveReader>,
+    metastore: Metastore,
+    status: Mutex<BTreeMap<(String, i32), PartitionStatus>>,
+    failpoints: Failpoints,
+}
+
+impl std::fmt::Debug for TieringWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TieringWorker").finish_non_exhaustive()
+    }
+}
+
+impl TieringWorker {
+    pub fn new(reader: Arc<ArchiveReader>, metastore: Metastore) -> TieringWorker {
+        TieringWorker { reader, metastore, status: Mutex::new(BTreeMap::new()), failpoints: Failpoints::from_env() }
+    }
+
+    /// Progress of every partition seen so far.
+    pub fn status(&self) -> Vec<PartitionStatus> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+    }
+
+    /// The last archived offset of a partition, as of the last pass (-1: none).
+    pub fn archived_upto(&self, topic: &str, partition: i32) -> i64 {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&(topic.to_string(), partition))
+            .map_or(-1, |s| s.archived_upto)
+    }
+
+    fn record(&self, s: PartitionStatus) {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).insert((s.topic.clone(), s.partition), s);
+    }
+
+    /// Forgets partitions no longer served.
+    pub fn retain(&self, keep: impl Fn(&str, i32) -> bool) {
+        self.status.lock().unwrap_or_else(|p| p.into_inner()).retain(|(t, p), _| keep(t, *p));
+    }
+
+    /// Archives every closed segment of `p` not yet in the manifest.
+    pub async fn tier_partition(&self, p: &dyn LocalPartition) -> Result<()> {
+        let (topic, partition) = (p.topic().to_string(), p.partition());
+        let manifest = self.reader.manifest(&topic, partition, true).await?;
+        let mut archived_upto = manifest.last().map_or(-1, |e| e.last_offset);
+        let mut objects = manifest.len();
+        let mut outcome = Ok(());
+        for seg in p.closed_segments() {
+            if seg.next_offset - 1 <= archived_upto || seg.next_offset == seg.base_offset {
+                continue;
+            }
+            match self.tier_segment(&topic, partition, &seg).await {
+                Ok(entry) => {
+                    archived_upto = entry.last_offset;
+                    objects += 1;
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let end = p.log_end_offset();
+        self.record(PartitionStatus {
+            topic,
+            partition,
+            archived_upto,
+            log_end_offset: end,
+            lag_records: (end - (archived_upto + 1)).max(0),
+            objects,
+            last_error: outcome.as_ref().err().map(|e| e.to_string()),
+        });
+        outcome
+    }
+
+    async fn tier_segment(&self, topic: &str, partition: i32, seg: &ClosedSegment) -> Result<ManifestEntry> {
+        let bytes = tokio::fs::read(&seg.path)
+            .await
+            .map_err(|source| Error::Io { context: format!("read segment {}", seg.path.display()), source })?;
+        let (file, summary) = tokio::task::spawn_blocking(move || encode_segment(&bytes))
+            .await
+            .map_err(|e| Error::Codec(format!("encoder task failed: {e}")))??;
+        let archive = self.reader.archive();
+        let unique = uuid::Uuid::new_v4().simple().to_string();
+        let path = archive.object_path(topic, partition, summary.first_offset, summary.last_offset, &unique);
+        let entry = ManifestEntry {
+            first_offset: summary.first_offset,
+            last_offset: summary.last_offset,
+            min_timestamp_ms: summary.min_timestamp_ms,
+            max_timestamp_ms: summary.max_timestamp_ms,
+            record_count: summary.record_count,
+            size_bytes: file.len() as u64,
+            path: path.to_string(),
+            checksum: crc32c::crc32c(&file),
+        };
+        archive.put(&path, Bytes::from(file)).await?;
+        if self.failpoints.fire_before_publish() {
+            return Err(Error::Injected("tiering.before_publish"));
+        }
+        let published = self.metastore.publish_archived(topic, partition, entry.clone()).await?;
+        self.reader.invalidate(topic, partition);
+        match published {
+            Published::Added => tracing::info!(
+                topic,
+                partition,
+                first_offset = entry.first_offset,
+                last_offset = entry.last_offset,
+                bytes = entry.size_bytes,
+                object = %entry.path,
+                "archived segment"
+            ),
+            Published::AlreadyCovered => {
+                tracing::info!(topic, partition, object = %entry.path, "segment was already archived; object left for collection")
+            }
+        }
+        Ok(entry)
+    }
+
+    /// Tiers every partition `partitions` yields, every `every`, until shutdown. After a
+    /// failed pass it waits twice as long (at most a minute) before the next.
+    pub async fn run<F>(self: Arc<Self>, partitions: F, every: Duration, shutdown: CancellationToken)
+    where
+        F: Fn() -> Vec<Arc<dyn LocalPartition>> + Send + Sync + 'static,
+    {
+        let mut wait = every;
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = shutdown.cancelled() => {
+                    tracing::debug!("tiering stopped: shutdown");
+                    return;
+                }
+            }
+            let mut failed = false;
+            let current = partitions();
+            self.retain(|t, p| current.iter().any(|c| c.topic() == t && c.partition() == p));
+            for p in current {
+                if let Err(e) = self.tier_partition(p.as_ref()).await {
+                    tracing::warn!(topic = p.topic(), partition = p.partition(), error = %e, "tiering failed; will retry");
+                    failed = true;
+                }
+            }
+            wait = if failed { (wait * 2).min(Duration::from_secs(60)) } else { every };
+        }
+    }
+}
