@@ -17,9 +17,10 @@ use crate::clock::now_ms;
 use crate::config::Settings;
 use crate::group::Coordinator;
 use crate::group::state::GroupConfig;
-use crate::partition::{Partition, PartitionError};
+use crate::partition::{Partition, PartitionError, ReadOutcome};
 use crate::producer_ids::ProducerIds;
 use crate::topic_config::TopicConfig;
+use strata_tiering::{ArchiveReader, LocalPartition, TieringWorker};
 
 /// A topic as this agent serves it.
 #[derive(Debug)]
@@ -57,6 +58,10 @@ pub struct Broker {
     /// The consumer-group coordinator (this agent coordinates every group).
     pub groups: Arc<Coordinator>,
     pub producer_ids: ProducerIds,
+    /// Reads of archived offsets.
+    pub archive: Arc<ArchiveReader>,
+    /// The tiering worker, when it runs inside this agent.
+    pub tiering: Option<Arc<TieringWorker>>,
     logs_dir: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<TopicState>>>,
     /// Serializes reconciliation so two admin requests never open one log twice.
@@ -75,8 +80,12 @@ impl Broker {
         settings: Settings,
         metastore: Metastore,
         logs_dir: PathBuf,
+        archive: Arc<ArchiveReader>,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Broker>> {
+        let tiering = settings
+            .tiering_enabled
+            .then(|| Arc::new(TieringWorker::new(Arc::clone(&archive), metastore.clone())));
         let (advertised_host, advertised_port) = settings.advertised()?;
         let cluster_id = metastore.cluster().await?.cluster_id;
         std::fs::create_dir_all(&logs_dir)?;
@@ -91,6 +100,8 @@ impl Broker {
         ));
         let producer_ids = ProducerIds::new(metastore.clone());
         let broker = Arc::new(Broker {
+            archive,
+            tiering,
             groups,
             producer_ids,
             node_id: settings.node_id,
@@ -273,6 +284,7 @@ impl Broker {
                 tracing::warn!(error = %e, "cannot refresh topics from the metastore");
             }
             let now = now_ms();
+            self.apply_local_retention(now).await;
             let producer_cutoff = now - self.settings.producer_id_expiration_ms;
             for topic in self.topics() {
                 for p in &topic.partitions {
@@ -282,6 +294,101 @@ impl Broker {
                     }
                     if let Err(e) = p.roll_if_due(now) {
                         tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot roll segment");
+                    }
+                }
+            }
+        }
+    }
+
+    /// Partitions whose topics are tiered, for the tiering worker.
+    pub fn tiered_partitions(&self) -> Vec<Arc<dyn LocalPartition>> {
+        self.topics()
+            .iter()
+            .filter(|t| t.config.tiered())
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(|p| Arc::clone(p) as Arc<dyn LocalPartition>)
+            })
+            .collect()
+    }
+
+    /// The first offset a client can read: archived or local.
+    pub async fn log_start_offset(&self, partition: &Partition) -> i64 {
+        let local = partition.log_start_offset();
+        match self
+            .archive
+            .start_offset(&partition.topic, partition.index)
+            .await
+        {
+            Ok(Some(archived)) => archived.min(local),
+            Ok(None) => local,
+            Err(e) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "cannot read the archive manifest");
+                local
+            }
+        }
+    }
+
+    /// Reads from `offset` locally, or from the archive when it lies below the local log.
+    pub async fn read(
+        &self,
+        partition: &Partition,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        let local_start = partition.log_start_offset();
+        if offset >= local_start {
+            let mut out = partition.read(offset, max_bytes)?;
+            out.log_start_offset = self.log_start_offset(partition).await;
+            return Ok(out);
+        }
+        let archived = self
+            .archive
+            .read(&partition.topic, partition.index, offset, max_bytes)
+            .await;
+        match archived {
+            Ok(Some(records)) => Ok(ReadOutcome {
+                records,
+                high_watermark: partition.high_watermark(),
+                log_start_offset: self.log_start_offset(partition).await,
+            }),
+            Ok(None) => Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset(partition).await,
+                log_end: partition.high_watermark(),
+            })),
+            Err(e) => Err(PartitionError::Archive(e.to_string())),
+        }
+    }
+
+    /// Deletes local segments that are archived and past local retention.
+    async fn apply_local_retention(&self, now: i64) {
+        for topic in self.topics().iter().filter(|t| t.config.tiered()) {
+            let (ms, bytes) = topic.config.local_retention();
+            for p in &topic.partitions {
+                let archived_upto = match self
+                    .archive
+                    .manifest(&topic.record.name, p.index, true)
+                    .await
+                {
+                    Ok(m) => m.last().map_or(-1, |e| e.last_offset),
+                    Err(e) => {
+                        tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot read the archive manifest");
+                        continue;
+                    }
+                };
+                match p.apply_local_retention(archived_upto, now, ms, bytes) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        topic = %topic.record.name,
+                        partition = p.index,
+                        segments = n,
+                        local_log_start = p.log_start_offset(),
+                        "deleted archived segments past local retention"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "local retention failed")
                     }
                 }
             }

@@ -40,6 +40,15 @@ pub struct Settings {
     pub offsets_retention_minutes: i64,
     /// Kafka's `producer.id.expiration.ms`: idempotent-producer state idle this long goes.
     pub producer_id_expiration_ms: i64,
+    /// Where archived segments go: `file:///dir` or `s3://bucket/prefix` (AWS settings
+    /// from the environment). Default: `file://{data_dir}/archive`.
+    pub archive_url: Option<String>,
+    /// Run the tiering worker inside this agent (off when `strata tiering` runs apart).
+    pub tiering_enabled: bool,
+    /// How often the tiering worker looks for closed segments.
+    pub tiering_interval_ms: u64,
+    /// Bytes of archived data (rebuilt row groups) kept in memory for replays.
+    pub archive_cache_bytes: u64,
 }
 
 /// Defaults for topics created without explicit values.
@@ -82,6 +91,10 @@ impl Default for Settings {
             group_max_session_timeout_ms: 1_800_000,
             offsets_retention_minutes: 7 * 24 * 60,
             producer_id_expiration_ms: 24 * 3600 * 1000,
+            archive_url: None,
+            tiering_enabled: true,
+            tiering_interval_ms: 1000,
+            archive_cache_bytes: 256 * 1024 * 1024,
         }
     }
 }

@@ -15,6 +15,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/v1/tiering", get(tiering))
         .with_state(broker)
 }
 
@@ -34,6 +35,17 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
             format!("not ready: metastore: {e}\n"),
         ),
     }
+}
+
+/// Tiering progress per partition: highest archived offset and lag in records.
+async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
+    let archive = broker.archive.archive().url.clone();
+    axum::Json(match &broker.tiering {
+        Some(worker) => serde_json::json!({ "archive": archive, "partitions": worker.status() }),
+        None => {
+            serde_json::json!({ "archive": archive, "partitions": [], "note": "tiering runs in another process" })
+        }
+    })
 }
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {

@@ -73,10 +73,40 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     if settings.kafka_advertised.is_none() {
         settings.kafka_advertised = Some(kafka_addr.to_string());
     }
-    let broker = Broker::new(settings, metastore, data_dir.logs(), shutdown.clone()).await?;
+    let archive_url = match &settings.archive_url {
+        Some(url) => url.clone(),
+        None => {
+            let dir = std::fs::canonicalize(data_dir.path())?.join("archive");
+            format!("file://{}", dir.display())
+        }
+    };
+    let archive = strata_tiering::Archive::from_url(&archive_url)?;
+    let reader = Arc::new(strata_tiering::ArchiveReader::new(
+        archive,
+        metastore.clone(),
+        settings.archive_cache_bytes,
+    ));
+    let tiering_every = Duration::from_millis(settings.tiering_interval_ms.max(10));
+    let broker = Broker::new(
+        settings,
+        metastore,
+        data_dir.logs(),
+        reader,
+        shutdown.clone(),
+    )
+    .await?;
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
     tracker.spawn(Arc::clone(&broker.groups).run(broker.shutdown.clone()));
+    if let Some(worker) = &broker.tiering {
+        let b = Arc::clone(&broker);
+        tracker.spawn(Arc::clone(worker).run(
+            move || b.tiered_partitions(),
+            tiering_every,
+            broker.shutdown.clone(),
+        ));
+        tracing::info!(archive = %archive_url, "tiering closed segments");
+    }
     tracker.spawn(server::serve(
         kafka_listener,
         Arc::clone(&broker),

@@ -56,6 +56,12 @@ struct AgentArgs {
     /// Kafka's auto.create.topics.enable.
     #[arg(long, env = "STRATA_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
+    /// Archive for closed segments: file:///dir or s3://bucket/prefix.
+    #[arg(long, env = "STRATA_ARCHIVE_URL")]
+    archive_url: Option<String>,
+    /// How often (ms) the tiering worker looks for closed segments.
+    #[arg(long, env = "STRATA_TIERING_INTERVAL_MS")]
+    tiering_interval_ms: Option<u64>,
     /// Kafka's group.initial.rebalance.delay.ms.
     #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -90,6 +96,12 @@ impl AgentArgs {
         }
         if let Some(v) = self.auto_create_topics {
             s.auto_create_topics = v;
+        }
+        if let Some(v) = self.archive_url {
+            s.archive_url = Some(v);
+        }
+        if let Some(v) = self.tiering_interval_ms {
+            s.tiering_interval_ms = v;
         }
         if let Some(v) = self.group_initial_rebalance_delay_ms {
             s.group_initial_rebalance_delay_ms = v;

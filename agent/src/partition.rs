@@ -11,7 +11,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use strata_log::{AppendOutcome, LogConfig, PartitionLog};
+use strata_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -49,6 +49,8 @@ pub enum PartitionError {
     Log(#[from] strata_log::Error),
     #[error("partition {0} failed to flush to disk and is offline")]
     Offline(String),
+    #[error("archive read failed: {0}")]
+    Archive(String),
 }
 
 impl Partition {
@@ -187,6 +189,41 @@ impl Partition {
         Ok(self.log().max_timestamp_record()?.filter(|(o, _)| *o < hw))
     }
 
+    pub fn log_end_offset(&self) -> i64 {
+        self.log().log_end_offset()
+    }
+
+    pub fn closed_segments(&self) -> Vec<ClosedSegmentInfo> {
+        self.log().closed_segments()
+    }
+
+    /// KIP-405 local retention: deletes the oldest sealed segments that are archived
+    /// (every offset at most `archived_upto`) and either older than `retention_ms` (by
+    /// their newest record) or beyond `retention_bytes` of local data. Negative limits
+    /// mean no limit. Returns how many segments went.
+    pub fn apply_local_retention(
+        &self,
+        archived_upto: i64,
+        now_ms: i64,
+        retention_ms: i64,
+        retention_bytes: i64,
+    ) -> Result<usize, PartitionError> {
+        let mut log = self.log();
+        let mut local_bytes = log.size_bytes() as i64;
+        let deleted = log.delete_oldest_segments(|seg| {
+            if seg.next_offset - 1 > archived_upto {
+                return false;
+            }
+            let too_old = retention_ms >= 0 && now_ms - seg.max_timestamp > retention_ms;
+            let too_big = retention_bytes >= 0 && local_bytes > retention_bytes;
+            if too_old || too_big {
+                local_bytes -= seg.size_bytes as i64;
+            }
+            too_old || too_big
+        })?;
+        Ok(deleted)
+    }
+
     pub fn set_config(&self, config: LogConfig) {
         self.log().set_config(config);
     }
@@ -257,5 +294,30 @@ impl Partition {
                 return;
             }
         }
+    }
+}
+
+impl strata_tiering::LocalPartition for Partition {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn partition(&self) -> i32 {
+        self.index
+    }
+
+    fn closed_segments(&self) -> Vec<strata_tiering::ClosedSegment> {
+        Partition::closed_segments(self)
+            .into_iter()
+            .map(|s| strata_tiering::ClosedSegment {
+                base_offset: s.base_offset,
+                next_offset: s.next_offset,
+                path: s.path,
+            })
+            .collect()
+    }
+
+    fn log_end_offset(&self) -> i64 {
+        Partition::log_end_offset(self)
     }
 }

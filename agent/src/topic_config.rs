@@ -185,9 +185,9 @@ pub const TOPIC_CONFIGS: &[ConfigDef] = &[
     def(
         "remote.storage.enable",
         Kind::Boolean,
-        "false",
+        "true",
         Rule::Any,
-        "Whether closed segments are tiered to object storage.",
+        "Whether closed segments are tiered to object storage (strata tiers by default).",
     ),
     def(
         "retention.bytes",
@@ -362,6 +362,26 @@ impl TopicConfig {
                     .and_then(|d| d.default.parse().ok())
                     .unwrap_or_default()
             })
+    }
+
+    /// Whether the topic's closed segments go to the archive.
+    pub fn tiered(&self) -> bool {
+        self.get("remote.storage.enable")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
+    /// `(local.retention.ms, local.retention.bytes)`, with -2 resolved to the total
+    /// retention as KIP-405 says.
+    pub fn local_retention(&self) -> (i64, i64) {
+        let ms = match self.long("local.retention.ms") {
+            -2 => self.long("retention.ms"),
+            v => v,
+        };
+        let bytes = match self.long("local.retention.bytes") {
+            -2 => self.long("retention.bytes"),
+            v => v,
+        };
+        (ms, bytes)
     }
 
     pub fn log_config(&self) -> LogConfig {

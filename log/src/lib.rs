@@ -14,4 +14,4 @@ pub mod segment;
 
 pub use batch::{BatchHeader, TimestampType};
 pub use error::{Error, Result};
-pub use partition_log::{AppendOutcome, LogConfig, PartitionLog, Recovery};
+pub use partition_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog, Recovery};

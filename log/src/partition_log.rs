@@ -46,6 +46,16 @@ impl Default for LogConfig {
     }
 }
 
+/// A sealed segment, as tiering and retention see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedSegmentInfo {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub size_bytes: u64,
+    pub path: PathBuf,
+}
+
 /// What opening the log found and repaired.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recovery {
@@ -386,6 +396,45 @@ impl PartitionLog {
             Some(s) => s.max_timestamp_record(),
             None => Ok(None),
         }
+    }
+
+    /// Sealed segments (every one but the active), oldest first:
+    /// `(base offset, next offset, max timestamp, size, path)`.
+    pub fn closed_segments(&self) -> Vec<ClosedSegmentInfo> {
+        let n = self.segments.len();
+        self.segments
+            .values()
+            .take(n.saturating_sub(1))
+            .map(|s| ClosedSegmentInfo {
+                base_offset: s.base_offset(),
+                next_offset: s.next_offset(),
+                max_timestamp: s.max_timestamp(),
+                size_bytes: s.size_bytes(),
+                path: s.path().to_path_buf(),
+            })
+            .collect()
+    }
+
+    /// Deletes the oldest sealed segments while `delete` says so; the active segment is
+    /// never deleted. The log start offset moves to the first segment kept. Returns the
+    /// number of segments deleted.
+    pub fn delete_oldest_segments(
+        &mut self,
+        mut delete: impl FnMut(&ClosedSegmentInfo) -> bool,
+    ) -> Result<usize> {
+        let mut deleted = 0;
+        while let Some(oldest) = self.closed_segments().into_iter().next() {
+            if !delete(&oldest) {
+                break;
+            }
+            if let Some(segment) = self.segments.remove(&oldest.base_offset) {
+                segment.delete()?;
+                deleted += 1;
+            }
+        }
+        // Producer state keeps its entries: a retried batch must still be recognised,
+        // and answered with its original offsets, after its segment left the disk.
+        Ok(deleted)
     }
 
     /// Fsyncs the active segment (on shutdown; the hot path uses [`Self::flush_target`]).

@@ -14,7 +14,7 @@ pub mod topics;
 
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
-pub use manifest::{ManifestEntry, Published};
 pub use kv::{KvStore, KvTransaction, transact};
+pub use manifest::{ManifestEntry, Published};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};

@@ -38,14 +38,29 @@ pub enum Published {
 
 impl Metastore {
     fn manifest_prefix(&self, topic: &str, partition: i32) -> Vec<u8> {
-        self.key().str("manifest").str(topic).u32(partition as u32).into_bytes()
+        self.key()
+            .str("manifest")
+            .str(topic)
+            .u32(partition as u32)
+            .into_bytes()
     }
 
     /// Publishes an uploaded object. It must continue the manifest (start right after the
     /// last entry), or start it.
-    pub async fn publish_archived(&self, topic: &str, partition: i32, entry: ManifestEntry) -> Result<Published> {
+    pub async fn publish_archived(
+        &self,
+        topic: &str,
+        partition: i32,
+        entry: ManifestEntry,
+    ) -> Result<Published> {
         let prefix = self.manifest_prefix(topic, partition);
-        let key = self.key().str("manifest").str(topic).u32(partition as u32).u64(entry.first_offset as u64).into_bytes();
+        let key = self
+            .key()
+            .str("manifest")
+            .str(topic)
+            .u32(partition as u32)
+            .u64(entry.first_offset as u64)
+            .into_bytes();
         transact(self.kv().as_ref(), move |txn| {
             let (prefix, key, entry) = (prefix.clone(), key.clone(), entry.clone());
             async move {
@@ -77,7 +92,10 @@ impl Metastore {
             let prefix = prefix.clone();
             async move {
                 let mut out = Vec::new();
-                for (k, v) in txn.get_range(&prefix, &prefix_end(&prefix), 0, false).await? {
+                for (k, v) in txn
+                    .get_range(&prefix, &prefix_end(&prefix), 0, false)
+                    .await?
+                {
                     out.push(decode(&k, &v)?);
                 }
                 Ok(out)
@@ -110,13 +128,45 @@ mod tests {
     #[tokio::test]
     async fn publishing_is_contiguous_and_idempotent() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let m = Metastore::new(Arc::new(SqliteStore::open(&dir.path().join("m.sqlite")).expect("open")), b"s");
-        assert_eq!(m.publish_archived("t", 0, entry(0, 99)).await.expect("first"), Published::Added);
-        assert_eq!(m.publish_archived("t", 0, entry(0, 99)).await.expect("retry"), Published::AlreadyCovered);
-        assert!(m.publish_archived("t", 0, entry(150, 199)).await.is_err(), "a gap");
-        assert_eq!(m.publish_archived("t", 0, entry(100, 199)).await.expect("next"), Published::Added);
-        assert_eq!(m.publish_archived("t", 1, entry(0, 5)).await.expect("other partition"), Published::Added);
-        let got: Vec<i64> = m.manifest("t", 0).await.expect("read").iter().map(|e| e.first_offset).collect();
+        let m = Metastore::new(
+            Arc::new(SqliteStore::open(&dir.path().join("m.sqlite")).expect("open")),
+            b"s",
+        );
+        assert_eq!(
+            m.publish_archived("t", 0, entry(0, 99))
+                .await
+                .expect("first"),
+            Published::Added
+        );
+        assert_eq!(
+            m.publish_archived("t", 0, entry(0, 99))
+                .await
+                .expect("retry"),
+            Published::AlreadyCovered
+        );
+        assert!(
+            m.publish_archived("t", 0, entry(150, 199)).await.is_err(),
+            "a gap"
+        );
+        assert_eq!(
+            m.publish_archived("t", 0, entry(100, 199))
+                .await
+                .expect("next"),
+            Published::Added
+        );
+        assert_eq!(
+            m.publish_archived("t", 1, entry(0, 5))
+                .await
+                .expect("other partition"),
+            Published::Added
+        );
+        let got: Vec<i64> = m
+            .manifest("t", 0)
+            .await
+            .expect("read")
+            .iter()
+            .map(|e| e.first_offset)
+            .collect();
         assert_eq!(got, [0, 100]);
     }
 }

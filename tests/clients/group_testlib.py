@@ -16,7 +16,7 @@ from pathlib import Path
 from confluent_kafka import ConsumerGroupTopicPartitions, KafkaError, Producer
 from confluent_kafka.admin import AdminClient
 
-from strata_testlib import RDKAFKA_LOG, producer_conf, wait_until
+from strata_testlib import producer_conf, wait_until
 
 HERE = Path(__file__).resolve().parent
 CONSUMER_SCRIPT = HERE / "group_consumer.py"

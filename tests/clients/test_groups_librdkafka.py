@@ -29,7 +29,6 @@ from group_testlib import (  # noqa: E402
     GroupConsumerProc,
     assert_consumers_healthy,
     assert_coverage,
-    assignments,
     describe_group,
     diagnostics,
     end_offsets,

@@ -16,6 +16,8 @@ OUT_OF_ORDER_SEQUENCE_NUMBER on gaps, producer state across a SIGKILL.
 
 from __future__ import annotations
 
+import logging
+import re
 import threading
 import time
 
@@ -40,15 +42,47 @@ from strata_testlib import (
 )
 
 PARTITIONS = 3
+BURST = 30000
+
+
+class BatchLog(logging.Handler):
+    """Receives librdkafka's `debug=msg` lines and keeps, per (partition, producer id,
+    epoch, base sequence), how often a batch was sent: a batch sent twice is one that
+    the producer retried (informational: whether a crash caught batches in flight)."""
+
+    PRODUCE = re.compile(r"\[(\d+)\]: Produce MessageSet with (\d+) message\(s\) .*"
+                         r"BaseSeq (-?\d+), PID\{Id:(\d+),Epoch:(\d+)\}")
+
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.sends: dict[tuple[int, int, int, int], int] = {}
+
+    def emit(self, record):
+        m = self.PRODUCE.search(record.getMessage())
+        if m:
+            p, _n, seq, pid, epoch = map(int, m.groups())
+            key = (p, pid, epoch, seq)
+            self.sends[key] = self.sends.get(key, 0) + 1
+        elif record.levelno >= logging.INFO:
+            RDKAFKA_LOG.handle(record)
+
+    def resent(self) -> int:
+        return sum(1 for n in self.sends.values() if n > 1)
 
 
 class IdempotentProducer:
     """Produces values f"idem-{seq:08d}" (key and partition from seq % PARTITIONS, so a
     partition's values are in seq order iff they are in send order) at about `rate`
-    records/s, with librdkafka's idempotence on; records every delivery report."""
+    records/s, plus bursts on demand, with librdkafka's idempotence on; records every
+    delivery report."""
 
     def __init__(self, bootstrap: str, topic: str, rate: float):
         self.topic, self.rate = topic, rate
+        self.batches = BatchLog()
+        self.log = logging.getLogger(f"librdkafka.idempotent.{topic}")
+        self.log.setLevel(logging.DEBUG)
+        self.log.propagate = False
+        self.log.addHandler(self.batches)
         self.producer = Producer({
             "bootstrap.servers": bootstrap,
             "enable.idempotence": True,  # implies acks=all, max.in.flight<=5, retries
@@ -57,16 +91,18 @@ class IdempotentProducer:
             "socket.timeout.ms": 10000,
             "reconnect.backoff.ms": 100,
             "reconnect.backoff.max.ms": 1000,
-            "queue.buffering.max.messages": 100000,
+            "queue.buffering.max.messages": 200000,
             "error_cb": self._on_error,
-            "logger": RDKAFKA_LOG,
+            "debug": "msg",
+            "logger": self.log,
         })
         self.lock = threading.Lock()
         self.acked: dict[int, tuple[int, int]] = {}  # seq -> (partition, offset)
-        self.ack_order: list[int] = []
+        self.max_acked_seq = -1
         self.failed: list[tuple[int, str]] = []
         self.client_errors: list[tuple[float, str, bool]] = []
         self.sent = 0
+        self.credit = 0  # records to produce at once, ahead of the pace
         self._stop = threading.Event()
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, name="idempotent-producer", daemon=True)
@@ -81,7 +117,7 @@ class IdempotentProducer:
             if err is None:
                 assert seq not in self.acked, f"seq {seq} acknowledged twice"
                 self.acked[seq] = (msg.partition(), msg.offset())
-                self.ack_order.append(seq)
+                self.max_acked_seq = max(self.max_acked_seq, seq)
             else:
                 self.failed.append((seq, str(err)))
 
@@ -90,7 +126,7 @@ class IdempotentProducer:
             t0 = time.monotonic()
             seq = 0
             while not self._stop.is_set():
-                ahead = seq / self.rate - (time.monotonic() - t0)
+                ahead = (seq - self.credit) / self.rate - (time.monotonic() - t0)
                 if ahead > 0:  # pacing, not waiting for a condition
                     self.producer.poll(min(ahead, 0.05))
                     continue
@@ -107,6 +143,12 @@ class IdempotentProducer:
         except BaseException as e:
             self.error = e
 
+    def burst(self, n: int) -> int:
+        """Produce n records at once; returns the seq of the first."""
+        first = self.sent
+        self.credit += n
+        return first
+
     def n_acked(self) -> int:
         with self.lock:
             return len(self.acked)
@@ -115,16 +157,19 @@ class IdempotentProducer:
         with self.lock:
             return [e for e in self.client_errors if e[2]]
 
-    def wait_acked(self, n: int, timeout: float, what: str) -> None:
-        wait_until(lambda: self.n_acked() >= n or self.error or self.fatal(), timeout, what, interval=0.1)
+    def check(self) -> None:
         assert self.error is None, f"producer thread failed: {self.error!r}"
         assert not self.fatal(), f"fatal producer errors: {self.fatal()}"
+
+    def wait_acked(self, n: int, timeout: float, what: str) -> None:
+        wait_until(lambda: self.n_acked() >= n or self.error or self.fatal(), timeout, what, interval=0.1)
+        self.check()
 
     def stop(self, timeout: float) -> None:
         self._stop.set()
         self.thread.join(timeout=10)
         assert not self.thread.is_alive()
-        assert self.error is None, f"producer thread failed: {self.error!r}"
+        self.check()
         remaining = self.producer.flush(timeout)
         assert remaining == 0, f"{remaining} records still undelivered {timeout}s after the last outage"
 
@@ -138,9 +183,17 @@ def test_idempotent_producer_through_broker_crashes(broker):
     try:
         prod.wait_acked(2000, 30, "2000 acknowledged records before the first crash")
         for round_ in (1, 2):
+            # A burst, and the SIGKILL as soon as its first record is acknowledged: the
+            # broker is then most likely still writing and answering the rest of it, so
+            # that batches which reached the log unacknowledged are retried after the
+            # restart (reported below as resent_batches).
+            first = prod.burst(BURST)
+            wait_until(lambda: prod.max_acked_seq >= first or prod.error or prod.fatal(), 30,
+                       f"the first acknowledgement of burst {round_}", interval=0.001)
+            prod.check()
             acked_before, sent_before = prod.n_acked(), prod.sent
             t_kill = time.monotonic()
-            broker.kill()  # SIGKILL with batches in flight
+            broker.kill()
             # the producer keeps accepting records while the broker is down
             wait_until(lambda: prod.sent >= sent_before + 1000, 20,
                        "the producer queueing 1000 records during the outage")
@@ -182,7 +235,7 @@ def test_idempotent_producer_through_broker_crashes(broker):
 
     print(f"\nacknowledged={len(acked)} present={present} duplicated={len(duplicated)} "
           f"out_of_order={len(out_of_order)} sent={sent} failed={len(failed)} log_end={ends} "
-          f"outages(down_s, acked_before, acked_after)={outages}")
+          f"resent_batches={prod.batches.resent()} outages(down_s, acked_before, acked_after)={outages}")
     if client_errors:
         print(f"client errors ({len(client_errors)}): {sorted({e[1] for e in client_errors})[:8]}")
 

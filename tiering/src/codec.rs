@@ -14,19 +14,20 @@
 use std::sync::Arc;
 
 use arrow_array::builder::{
-    BinaryBuilder, Int8Builder, Int16Builder, Int32Builder, Int64Builder, ListBuilder, StringBuilder,
-    StructBuilder, TimestampMillisecondBuilder,
+    BinaryBuilder, Int8Builder, Int16Builder, Int32Builder, Int64Builder, ListBuilder,
+    StringBuilder, StructBuilder, TimestampMillisecondBuilder,
 };
 use arrow_array::{
-    Array, BinaryArray, Int8Array, Int16Array, Int32Array, Int64Array, ListArray, RecordBatch, StringArray,
-    StructArray, TimestampMillisecondArray,
+    Array, BinaryArray, Int8Array, Int16Array, Int32Array, Int64Array, ListArray, RecordBatch,
+    StringArray, StructArray, TimestampMillisecondArray,
 };
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::{Bytes, BytesMut};
 use indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType as WireTs,
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+    TimestampType as WireTs,
 };
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression as ParquetCompression, ZstdLevel};
@@ -46,20 +47,31 @@ const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
 
 fn header_fields() -> Fields {
-    Fields::from(vec![Field::new("key", DataType::Utf8, false), Field::new("value", DataType::Binary, true)])
+    Fields::from(vec![
+        Field::new("key", DataType::Utf8, false),
+        Field::new("value", DataType::Binary, true),
+    ])
 }
 
 /// The archive's schema, one row per record.
 pub fn schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("offset", DataType::Int64, false),
-        Field::new("timestamp", DataType::Timestamp(TimeUnit::Millisecond, None), false),
+        Field::new(
+            "timestamp",
+            DataType::Timestamp(TimeUnit::Millisecond, None),
+            false,
+        ),
         Field::new("timestamp_type", DataType::Int8, false),
         Field::new("key", DataType::Binary, true),
         Field::new("value", DataType::Binary, true),
         Field::new(
             "headers",
-            DataType::List(Arc::new(Field::new("item", DataType::Struct(header_fields()), false))),
+            DataType::List(Arc::new(Field::new(
+                "item",
+                DataType::Struct(header_fields()),
+                false,
+            ))),
             false,
         ),
         Field::new("producer_id", DataType::Int64, false),
@@ -102,8 +114,11 @@ struct Builders {
 impl Builders {
     fn new() -> Builders {
         let header = StructBuilder::from_fields(header_fields(), 0);
-        let headers = ListBuilder::new(header)
-            .with_field(Arc::new(Field::new("item", DataType::Struct(header_fields()), false)));
+        let headers = ListBuilder::new(header).with_field(Arc::new(Field::new(
+            "item",
+            DataType::Struct(header_fields()),
+            false,
+        )));
         Builders {
             offset: Int64Builder::new(),
             timestamp: TimestampMillisecondBuilder::new(),
@@ -125,14 +140,22 @@ impl Builders {
     fn push(&mut self, h: &BatchHeader, r: &Record) {
         let log_append = h.is_log_append_time();
         self.offset.append_value(r.offset);
-        self.timestamp.append_value(if log_append { h.max_timestamp } else { r.timestamp });
+        self.timestamp.append_value(if log_append {
+            h.max_timestamp
+        } else {
+            r.timestamp
+        });
         self.timestamp_type.append_value(i8::from(log_append));
         self.key.append_option(r.key.as_deref());
         self.value.append_option(r.value.as_deref());
         let hb = self.headers.values();
         for (k, v) in &r.headers {
-            hb.field_builder::<StringBuilder>(0).expect("key builder").append_value(k.as_str());
-            hb.field_builder::<BinaryBuilder>(1).expect("value builder").append_option(v.as_deref());
+            hb.field_builder::<StringBuilder>(0)
+                .expect("key builder")
+                .append_value(k.as_str());
+            hb.field_builder::<BinaryBuilder>(1)
+                .expect("value builder")
+                .append_option(v.as_deref());
             hb.append(true);
         }
         self.headers.append(true);
@@ -172,7 +195,9 @@ impl Builders {
 
 fn writer_properties() -> WriterProperties {
     WriterProperties::builder()
-        .set_compression(ParquetCompression::ZSTD(ZstdLevel::try_new(3).expect("valid zstd level")))
+        .set_compression(ParquetCompression::ZSTD(
+            ZstdLevel::try_new(3).expect("valid zstd level"),
+        ))
         .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_statistics_enabled(EnabledStatistics::Chunk)
@@ -191,11 +216,19 @@ pub fn encode_segment(segment: &[u8]) -> Result<(Vec<u8>, Summary)> {
     let mut iter = BatchIter::new(segment);
     for (header, bytes) in iter.by_ref() {
         let mut buf = Bytes::copy_from_slice(bytes);
-        let set = RecordBatchDecoder::decode(&mut buf)
-            .map_err(|e| Error::Codec(format!("decode batch at offset {}: {e:#}", header.base_offset)))?;
+        let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| {
+            Error::Codec(format!(
+                "decode batch at offset {}: {e:#}",
+                header.base_offset
+            ))
+        })?;
         for r in &set.records {
             b.push(&header, r);
-            let ts = if header.is_log_append_time() { header.max_timestamp } else { r.timestamp };
+            let ts = if header.is_log_append_time() {
+                header.max_timestamp
+            } else {
+                r.timestamp
+            };
             let s = summary.get_or_insert(Summary {
                 first_offset: r.offset,
                 last_offset: r.offset,
@@ -209,16 +242,25 @@ pub fn encode_segment(segment: &[u8]) -> Result<(Vec<u8>, Summary)> {
             s.record_count += 1;
         }
         if b.rows >= ROW_GROUP_ROWS {
-            writer.write(&b.finish()?).map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
+            writer
+                .write(&b.finish()?)
+                .map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
         }
     }
     if iter.remainder() > 0 {
-        return Err(Error::Codec(format!("segment ends in {} bytes of a partial batch", iter.remainder())));
+        return Err(Error::Codec(format!(
+            "segment ends in {} bytes of a partial batch",
+            iter.remainder()
+        )));
     }
     if b.rows > 0 {
-        writer.write(&b.finish()?).map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
+        writer
+            .write(&b.finish()?)
+            .map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
     }
-    writer.close().map_err(|e| Error::Codec(format!("finish parquet: {e}")))?;
+    writer
+        .close()
+        .map_err(|e| Error::Codec(format!("finish parquet: {e}")))?;
     let summary = summary.ok_or_else(|| Error::Codec("segment holds no records".to_string()))?;
     Ok((out, summary))
 }
@@ -236,7 +278,11 @@ fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
     batch
         .column_by_name(name)
         .and_then(|c| c.as_any().downcast_ref::<T>())
-        .ok_or_else(|| Error::Codec(format!("archive file lacks column {name} of the expected type")))
+        .ok_or_else(|| {
+            Error::Codec(format!(
+                "archive file lacks column {name} of the expected type"
+            ))
+        })
 }
 
 fn compression_of(attributes: i16) -> Compression {
@@ -270,7 +316,9 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
     let mut row = 0;
     while row < batch.num_rows() {
         let base = batch_base.value(row);
-        let end = (row..batch.num_rows()).find(|&i| batch_base.value(i) != base).unwrap_or(batch.num_rows());
+        let end = (row..batch.num_rows())
+            .find(|&i| batch_base.value(i) != base)
+            .unwrap_or(batch.num_rows());
         let attrs = attributes.value(row);
         let log_append = ts_type.value(row) == 1;
         let mut records = Vec::with_capacity(end - row);
@@ -316,12 +364,16 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
         RecordBatchEncoder::encode(
             &mut buf,
             &records,
-            &RecordEncodeOptions { version: 2, compression: compression_of(attrs) },
+            &RecordEncodeOptions {
+                version: 2,
+                compression: compression_of(attrs),
+            },
         )
         .map_err(|e| Error::Codec(format!("rebuild batch at {base}: {e:#}")))?;
         let mut bytes = buf.to_vec();
         let max_ts = records.iter().map(|r| r.timestamp).max().unwrap_or(-1);
-        let header = BatchHeader::parse(&bytes).ok_or_else(|| Error::Codec("rebuilt batch too short".to_string()))?;
+        let header = BatchHeader::parse(&bytes)
+            .ok_or_else(|| Error::Codec("rebuilt batch too short".to_string()))?;
         if header.last_offset() != batch_last.value(row) || header.base_offset != base {
             return Err(Error::Codec(format!(
                 "rebuilt batch {}..={} differs from the archived {base}..={}",
@@ -353,9 +405,19 @@ mod tests {
     use super::*;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 
-    fn record(offset: i64, ts: i64, key: Option<&str>, value: Option<&str>, pid: i64, seq: i32) -> Record {
+    fn record(
+        offset: i64,
+        ts: i64,
+        key: Option<&str>,
+        value: Option<&str>,
+        pid: i64,
+        seq: i32,
+    ) -> Record {
         let mut headers = IndexMap::new();
-        headers.insert(StrBytes::from_static_str("h1"), Some(Bytes::from_static(b"x")));
+        headers.insert(
+            StrBytes::from_static_str("h1"),
+            Some(Bytes::from_static(b"x")),
+        );
         headers.insert(StrBytes::from_static_str("nul"), None);
         Record {
             transactional: false,
@@ -379,7 +441,13 @@ mod tests {
         let mut seg = Vec::new();
         let mut all = Vec::new();
         let mut next = 0i64;
-        let codecs = [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd];
+        let codecs = [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ];
         for (i, c) in codecs.into_iter().enumerate() {
             let pid = if i == 2 { 77 } else { -1 };
             let recs: Vec<Record> = (0..4)
@@ -387,13 +455,32 @@ mod tests {
                     let seq = if pid >= 0 { 10 + j } else { j - 1 };
                     let key = (j != 1).then(|| format!("k{i}{j}"));
                     let value = (j != 2).then(|| format!("v{i}{j}"));
-                    record(j as i64, 1000 + 10 * (i as i64) + j as i64, key.as_deref(), value.as_deref(), pid, seq)
+                    record(
+                        j as i64,
+                        1000 + 10 * (i as i64) + j as i64,
+                        key.as_deref(),
+                        value.as_deref(),
+                        pid,
+                        seq,
+                    )
                 })
                 .collect();
             let mut buf = BytesMut::new();
-            RecordBatchEncoder::encode(&mut buf, &recs, &RecordEncodeOptions { version: 2, compression: c }).expect("encode");
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &recs,
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: c,
+                },
+            )
+            .expect("encode");
             let mut bytes = buf.to_vec();
-            let kind = if i == 4 { strata_log::TimestampType::LogAppendTime } else { strata_log::TimestampType::CreateTime };
+            let kind = if i == 4 {
+                strata_log::TimestampType::LogAppendTime
+            } else {
+                strata_log::TimestampType::CreateTime
+            };
             strata_log::batch::assign(&mut bytes, next, 3, kind, 5555);
             let mut b = Bytes::from(bytes.clone());
             all.extend(RecordBatchDecoder::decode(&mut b).expect("decode").records);
@@ -407,8 +494,18 @@ mod tests {
     fn segments_round_trip_through_parquet() {
         let (seg, original) = segment();
         let (file, summary) = encode_segment(&seg).expect("encode");
-        assert_eq!((summary.first_offset, summary.last_offset, summary.record_count), (0, 19, 20));
-        let reader = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(file)).expect("open").build().expect("reader");
+        assert_eq!(
+            (
+                summary.first_offset,
+                summary.last_offset,
+                summary.record_count
+            ),
+            (0, 19, 20)
+        );
+        let reader = ParquetRecordBatchReaderBuilder::try_new(Bytes::from(file))
+            .expect("open")
+            .build()
+            .expect("reader");
         let mut rebuilt = Vec::new();
         for b in reader {
             rebuilt.extend(rebuild(&b.expect("read")).expect("rebuild"));
@@ -431,8 +528,11 @@ mod tests {
             r.timestamp = 5555;
         }
         let mut b = Bytes::from(bytes);
-        let decoded: Vec<Record> =
-            RecordBatchDecoder::decode_all(&mut b).expect("decode").into_iter().flat_map(|s| s.records).collect();
+        let decoded: Vec<Record> = RecordBatchDecoder::decode_all(&mut b)
+            .expect("decode")
+            .into_iter()
+            .flat_map(|s| s.records)
+            .collect();
         assert_eq!(decoded, original);
     }
 }

@@ -38,7 +38,9 @@ pub struct ArchiveReader {
 
 impl std::fmt::Debug for ArchiveReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ArchiveReader").field("archive", &self.archive.url).finish_non_exhaustive()
+        f.debug_struct("ArchiveReader")
+            .field("archive", &self.archive.url)
+            .finish_non_exhaustive()
     }
 }
 
@@ -58,12 +60,17 @@ impl ArchiveReader {
             manifests: Mutex::new(HashMap::new()),
             metadata: Cache::builder()
                 .max_capacity((cache_bytes / 8).max(1 << 20))
-                .weigher(|_, m: &ArrowReaderMetadata| m.metadata().memory_size().min(u32::MAX as usize) as u32)
+                .weigher(|_, m: &ArrowReaderMetadata| {
+                    m.metadata().memory_size().min(u32::MAX as usize) as u32
+                })
                 .build(),
             row_groups: Cache::builder()
                 .max_capacity(cache_bytes.max(1 << 20))
                 .weigher(|_, v: &Arc<Vec<RebuiltBatch>>| {
-                    v.iter().map(|b| b.bytes.len()).sum::<usize>().min(u32::MAX as usize) as u32
+                    v.iter()
+                        .map(|b| b.bytes.len())
+                        .sum::<usize>()
+                        .min(u32::MAX as usize) as u32
                 })
                 .build(),
         }
@@ -74,31 +81,60 @@ impl ArchiveReader {
     }
 
     /// The partition's manifest; read from the metastore when not cached or `refresh`.
-    pub async fn manifest(&self, topic: &str, partition: i32, refresh: bool) -> Result<Arc<Vec<ManifestEntry>>> {
+    pub async fn manifest(
+        &self,
+        topic: &str,
+        partition: i32,
+        refresh: bool,
+    ) -> Result<Arc<Vec<ManifestEntry>>> {
         let key = (topic.to_string(), partition);
-        if !refresh && let Some(m) = self.manifests.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        if !refresh
+            && let Some(m) = self
+                .manifests
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&key)
+        {
             return Ok(Arc::clone(m));
         }
         let m = Arc::new(self.metastore.manifest(topic, partition).await?);
-        self.manifests.lock().unwrap_or_else(|p| p.into_inner()).insert(key, Arc::clone(&m));
+        self.manifests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(key, Arc::clone(&m));
         Ok(m)
     }
 
     /// Forgets a partition's cached manifest (after publishing to it).
     pub fn invalidate(&self, topic: &str, partition: i32) {
-        self.manifests.lock().unwrap_or_else(|p| p.into_inner()).remove(&(topic.to_string(), partition));
+        self.manifests
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&(topic.to_string(), partition));
     }
 
     /// The first archived offset, if anything is archived.
     pub async fn start_offset(&self, topic: &str, partition: i32) -> Result<Option<i64>> {
-        Ok(self.manifest(topic, partition, false).await?.first().map(|e| e.first_offset))
+        Ok(self
+            .manifest(topic, partition, false)
+            .await?
+            .first()
+            .map(|e| e.first_offset))
     }
 
     /// The entry holding `offset`, refreshing the manifest once if it is not found.
-    async fn entry_for(&self, topic: &str, partition: i32, offset: i64) -> Result<Option<ManifestEntry>> {
+    async fn entry_for(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<Option<ManifestEntry>> {
         for refresh in [false, true] {
             let m = self.manifest(topic, partition, refresh).await?;
-            if let Some(e) = m.iter().find(|e| e.first_offset <= offset && offset <= e.last_offset) {
+            if let Some(e) = m
+                .iter()
+                .find(|e| e.first_offset <= offset && offset <= e.last_offset)
+            {
                 return Ok(Some(e.clone()));
             }
         }
@@ -107,15 +143,25 @@ impl ArchiveReader {
 
     async fn metadata(&self, entry: &ManifestEntry) -> Result<(ObjectReader, ArrowReaderMetadata)> {
         let path = Path::from(entry.path.as_str());
-        let reader = ObjectReader { store: Arc::clone(&self.archive.store), path, size: entry.size_bytes };
+        let reader = ObjectReader {
+            store: Arc::clone(&self.archive.store),
+            path,
+            size: entry.size_bytes,
+        };
         let meta = self
             .metadata
             .try_get_with(entry.path.clone(), async {
                 let mut r = reader.clone();
-                let load = ArrowReaderMetadata::load_async(&mut r, ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional));
+                let load = ArrowReaderMetadata::load_async(
+                    &mut r,
+                    ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+                );
                 match tokio::time::timeout(CALL_TIMEOUT, load).await {
                     Ok(Ok(m)) => Ok(m),
-                    Ok(Err(e)) => Err(Error::Corrupt { path: entry.path.clone(), reason: format!("footer: {e}") }),
+                    Ok(Err(e)) => Err(Error::Corrupt {
+                        path: entry.path.clone(),
+                        reason: format!("footer: {e}"),
+                    }),
                     Err(_) => Err(Error::Timeout(format!("read footer of {}", entry.path))),
                 }
             })
@@ -133,15 +179,31 @@ impl ArchiveReader {
     ) -> Result<Arc<Vec<RebuiltBatch>>> {
         self.row_groups
             .try_get_with((entry.path.clone(), index), async {
-                let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(reader.clone(), meta.clone())
-                    .with_row_groups(vec![index])
-                    .build()
-                    .map_err(|e| Error::Corrupt { path: entry.path.clone(), reason: e.to_string() })?;
+                let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(
+                    reader.clone(),
+                    meta.clone(),
+                )
+                .with_row_groups(vec![index])
+                .build()
+                .map_err(|e| Error::Corrupt {
+                    path: entry.path.clone(),
+                    reason: e.to_string(),
+                })?;
                 let read = stream.try_collect::<Vec<_>>();
                 let batches = match tokio::time::timeout(CALL_TIMEOUT, read).await {
                     Ok(Ok(b)) => b,
-                    Ok(Err(e)) => return Err(Error::Corrupt { path: entry.path.clone(), reason: e.to_string() }),
-                    Err(_) => return Err(Error::Timeout(format!("read {} row group {index}", entry.path))),
+                    Ok(Err(e)) => {
+                        return Err(Error::Corrupt {
+                            path: entry.path.clone(),
+                            reason: e.to_string(),
+                        });
+                    }
+                    Err(_) => {
+                        return Err(Error::Timeout(format!(
+                            "read {} row group {index}",
+                            entry.path
+                        )));
+                    }
                 };
                 let mut out = Vec::new();
                 for b in &batches {
@@ -155,15 +217,27 @@ impl ArchiveReader {
 
     /// Rebuilt batches from the one holding `offset`: at most `max_bytes`, but always at
     /// least one batch. `None` if `offset` is not archived.
-    pub async fn read(&self, topic: &str, partition: i32, offset: i64, max_bytes: usize) -> Result<Option<Vec<u8>>> {
+    pub async fn read(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Option<Vec<u8>>> {
         let Some(entry) = self.entry_for(topic, partition, offset).await? else {
             return Ok(None);
         };
         let (reader, meta) = self.metadata(&entry).await?;
-        let offset_column = meta.parquet_schema().columns().iter().position(|c| c.name() == "offset").unwrap_or(0);
+        let offset_column = meta
+            .parquet_schema()
+            .columns()
+            .iter()
+            .position(|c| c.name() == "offset")
+            .unwrap_or(0);
         let mut out = Vec::new();
         for (i, rg) in meta.metadata().row_groups().iter().enumerate() {
-            if i64_range(rg.column(offset_column).statistics()).is_some_and(|(_, max)| max < offset) {
+            if i64_range(rg.column(offset_column).statistics()).is_some_and(|(_, max)| max < offset)
+            {
                 continue;
             }
             for b in self.row_group(&entry, &reader, &meta, i).await?.iter() {
@@ -183,21 +257,34 @@ impl ArchiveReader {
     }
 
     /// The first archived record at or after `target_ms`, as `(offset, timestamp)`.
-    pub async fn offset_for_timestamp(&self, topic: &str, partition: i32, target_ms: i64) -> Result<Option<(i64, i64)>> {
+    pub async fn offset_for_timestamp(
+        &self,
+        topic: &str,
+        partition: i32,
+        target_ms: i64,
+    ) -> Result<Option<(i64, i64)>> {
         let manifest = self.manifest(topic, partition, true).await?;
         for entry in manifest.iter().filter(|e| e.max_timestamp_ms >= target_ms) {
             let (reader, meta) = self.metadata(entry).await?;
-            let ts_column = meta.parquet_schema().columns().iter().position(|c| c.name() == "timestamp").unwrap_or(1);
+            let ts_column = meta
+                .parquet_schema()
+                .columns()
+                .iter()
+                .position(|c| c.name() == "timestamp")
+                .unwrap_or(1);
             for (i, rg) in meta.metadata().row_groups().iter().enumerate() {
-                if i64_range(rg.column(ts_column).statistics()).is_some_and(|(_, max)| max < target_ms) {
+                if i64_range(rg.column(ts_column).statistics())
+                    .is_some_and(|(_, max)| max < target_ms)
+                {
                     continue;
                 }
                 for b in self.row_group(entry, &reader, &meta, i).await?.iter() {
                     if b.max_timestamp_ms < target_ms {
                         continue;
                     }
-                    if let Some(found) = strata_log::batch::first_record_at_or_after(&b.bytes, target_ms)
-                        .map_err(|e| Error::Codec(e.to_string()))?
+                    if let Some(found) =
+                        strata_log::batch::first_record_at_or_after(&b.bytes, target_ms)
+                            .map_err(|e| Error::Codec(e.to_string()))?
                     {
                         return Ok(Some(found));
                     }
@@ -216,7 +303,10 @@ impl ArchiveReader {
             .list(Some(&parent))
             .try_collect()
             .await
-            .map_err(|source| Error::Store { context: format!("list {parent}"), source })
+            .map_err(|source| Error::Store {
+                context: format!("list {parent}"),
+                source,
+            })
     }
 }
 
@@ -235,7 +325,8 @@ fn parquet_error(e: impl std::error::Error + Send + Sync + 'static) -> ParquetEr
 impl AsyncFileReader for ObjectReader {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
         async move {
-            match tokio::time::timeout(CALL_TIMEOUT, self.store.get_range(&self.path, range)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, self.store.get_range(&self.path, range)).await
+            {
                 Ok(r) => r.map_err(parquet_error),
                 Err(e) => Err(parquet_error(e)),
             }
@@ -243,9 +334,14 @@ impl AsyncFileReader for ObjectReader {
         .boxed()
     }
 
-    fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         async move {
-            match tokio::time::timeout(CALL_TIMEOUT, self.store.get_ranges(&self.path, &ranges)).await {
+            match tokio::time::timeout(CALL_TIMEOUT, self.store.get_ranges(&self.path, &ranges))
+                .await
+            {
                 Ok(r) => r.map_err(parquet_error),
                 Err(e) => Err(parquet_error(e)),
             }
@@ -259,8 +355,10 @@ impl AsyncFileReader for ObjectReader {
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
             let size = self.size;
-            let metadata =
-                ParquetMetaDataReader::new().with_arrow_reader_options(options).load_and_finish(self, size).await?;
+            let metadata = ParquetMetaDataReader::new()
+                .with_arrow_reader_options(options)
+                .load_and_finish(self, size)
+                .await?;
             Ok(Arc::new(metadata))
         }
         .boxed()
@@ -271,7 +369,10 @@ impl AsyncFileReader for ObjectReader {
 fn clone_error(e: &Error) -> Error {
     match e {
         Error::Timeout(s) => Error::Timeout(s.clone()),
-        Error::Corrupt { path, reason } => Error::Corrupt { path: path.clone(), reason: reason.clone() },
+        Error::Corrupt { path, reason } => Error::Corrupt {
+            path: path.clone(),
+            reason: reason.clone(),
+        },
         Error::Codec(s) => Error::Codec(s.clone()),
         other => Error::Codec(other.to_string()),
     }

@@ -31,18 +31,27 @@ impl Archive {
     /// Builds the store for `url`.
     pub fn from_url(url: &str) -> Result<Archive> {
         if let Some(dir) = url.strip_prefix("file://") {
-            std::fs::create_dir_all(dir)
-                .map_err(|source| Error::Io { context: format!("create archive directory {dir}"), source })?;
-            let store = LocalFileSystem::new_with_prefix(dir)
-                .map_err(|source| Error::Store { context: format!("open {url}"), source })?;
-            return Ok(Archive { store: Arc::new(store), prefix: Path::default(), url: url.to_string() });
+            std::fs::create_dir_all(dir).map_err(|source| Error::Io {
+                context: format!("create archive directory {dir}"),
+                source,
+            })?;
+            let store = LocalFileSystem::new_with_prefix(dir).map_err(|source| Error::Store {
+                context: format!("open {url}"),
+                source,
+            })?;
+            return Ok(Archive {
+                store: Arc::new(store),
+                prefix: Path::default(),
+                url: url.to_string(),
+            });
         }
         if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {
                 return Err(Error::Config(format!("'{url}' names no bucket")));
             }
-            let endpoint_is_http = std::env::var("AWS_ENDPOINT_URL").is_ok_and(|e| e.starts_with("http://"));
+            let endpoint_is_http =
+                std::env::var("AWS_ENDPOINT_URL").is_ok_and(|e| e.starts_with("http://"));
             let store = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_virtual_hosted_style_request(false)
@@ -54,27 +63,47 @@ impl Archive {
                     ..RetryConfig::default()
                 })
                 .build()
-                .map_err(|source| Error::Store { context: format!("configure {url}"), source })?;
+                .map_err(|source| Error::Store {
+                    context: format!("configure {url}"),
+                    source,
+                })?;
             return Ok(Archive {
                 store: Arc::new(store),
                 prefix: Path::from(prefix.trim_matches('/')),
                 url: url.to_string(),
             });
         }
-        Err(Error::Config(format!("unsupported archive URL '{url}': use file:///dir or s3://bucket/prefix")))
+        Err(Error::Config(format!(
+            "unsupported archive URL '{url}': use file:///dir or s3://bucket/prefix"
+        )))
     }
 
     /// The object path of a partition's archived range.
-    pub fn object_path(&self, topic: &str, partition: i32, first: i64, last: i64, unique: &str) -> Path {
-        let name = format!("topic={topic}/partition={partition}/{first:020}-{last:020}-{unique}.parquet");
-        if self.prefix.as_ref().is_empty() { Path::from(name) } else { Path::from(format!("{}/{name}", self.prefix)) }
+    pub fn object_path(
+        &self,
+        topic: &str,
+        partition: i32,
+        first: i64,
+        last: i64,
+        unique: &str,
+    ) -> Path {
+        let name =
+            format!("topic={topic}/partition={partition}/{first:020}-{last:020}-{unique}.parquet");
+        if self.prefix.as_ref().is_empty() {
+            Path::from(name)
+        } else {
+            Path::from(format!("{}/{name}", self.prefix))
+        }
     }
 
     pub async fn put(&self, path: &Path, bytes: Bytes) -> Result<()> {
         let call = self.store.put(path, PutPayload::from(bytes));
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(source)) => Err(Error::Store { context: format!("put {path}"), source }),
+            Ok(Err(source)) => Err(Error::Store {
+                context: format!("put {path}"),
+                source,
+            }),
             Err(_) => Err(Error::Timeout(format!("put {path}"))),
         }
     }
@@ -83,7 +112,10 @@ impl Archive {
         let call = async { self.store.get(path).await?.bytes().await };
         match tokio::time::timeout(CALL_TIMEOUT, call).await {
             Ok(Ok(b)) => Ok(b),
-            Ok(Err(source)) => Err(Error::Store { context: format!("get {path}"), source }),
+            Ok(Err(source)) => Err(Error::Store {
+                context: format!("get {path}"),
+                source,
+            }),
             Err(_) => Err(Error::Timeout(format!("get {path}"))),
         }
     }

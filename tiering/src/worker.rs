@@ -63,12 +63,19 @@ pub struct Failpoints {
 
 impl Failpoints {
     pub fn from_env() -> Failpoints {
-        let n = std::env::var("STRATA_FAILPOINT_TIERING_BEFORE_PUBLISH").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
-        Failpoints { before_publish: AtomicU32::new(n) }
+        let n = std::env::var("STRATA_FAILPOINT_TIERING_BEFORE_PUBLISH")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        Failpoints {
+            before_publish: AtomicU32::new(n),
+        }
     }
 
     fn fire_before_publish(&self) -> bool {
-        self.before_publish.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)).is_ok()
+        self.before_publish
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
     }
 }
 
@@ -87,12 +94,22 @@ impl std::fmt::Debug for TieringWorker {
 
 impl TieringWorker {
     pub fn new(reader: Arc<ArchiveReader>, metastore: Metastore) -> TieringWorker {
-        TieringWorker { reader, metastore, status: Mutex::new(BTreeMap::new()), failpoints: Failpoints::from_env() }
+        TieringWorker {
+            reader,
+            metastore,
+            status: Mutex::new(BTreeMap::new()),
+            failpoints: Failpoints::from_env(),
+        }
     }
 
     /// Progress of every partition seen so far.
     pub fn status(&self) -> Vec<PartitionStatus> {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).values().cloned().collect()
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
     }
 
     /// The last archived offset of a partition, as of the last pass (-1: none).
@@ -105,12 +122,18 @@ impl TieringWorker {
     }
 
     fn record(&self, s: PartitionStatus) {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).insert((s.topic.clone(), s.partition), s);
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert((s.topic.clone(), s.partition), s);
     }
 
     /// Forgets partitions no longer served.
     pub fn retain(&self, keep: impl Fn(&str, i32) -> bool) {
-        self.status.lock().unwrap_or_else(|p| p.into_inner()).retain(|(t, p), _| keep(t, *p));
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .retain(|(t, p), _| keep(t, *p));
     }
 
     /// Archives every closed segment of `p` not yet in the manifest.
@@ -148,16 +171,30 @@ impl TieringWorker {
         outcome
     }
 
-    async fn tier_segment(&self, topic: &str, partition: i32, seg: &ClosedSegment) -> Result<ManifestEntry> {
+    async fn tier_segment(
+        &self,
+        topic: &str,
+        partition: i32,
+        seg: &ClosedSegment,
+    ) -> Result<ManifestEntry> {
         let bytes = tokio::fs::read(&seg.path)
             .await
-            .map_err(|source| Error::Io { context: format!("read segment {}", seg.path.display()), source })?;
+            .map_err(|source| Error::Io {
+                context: format!("read segment {}", seg.path.display()),
+                source,
+            })?;
         let (file, summary) = tokio::task::spawn_blocking(move || encode_segment(&bytes))
             .await
             .map_err(|e| Error::Codec(format!("encoder task failed: {e}")))??;
         let archive = self.reader.archive();
         let unique = uuid::Uuid::new_v4().simple().to_string();
-        let path = archive.object_path(topic, partition, summary.first_offset, summary.last_offset, &unique);
+        let path = archive.object_path(
+            topic,
+            partition,
+            summary.first_offset,
+            summary.last_offset,
+            &unique,
+        );
         let entry = ManifestEntry {
             first_offset: summary.first_offset,
             last_offset: summary.last_offset,
@@ -172,7 +209,10 @@ impl TieringWorker {
         if self.failpoints.fire_before_publish() {
             return Err(Error::Injected("tiering.before_publish"));
         }
-        let published = self.metastore.publish_archived(topic, partition, entry.clone()).await?;
+        let published = self
+            .metastore
+            .publish_archived(topic, partition, entry.clone())
+            .await?;
         self.reader.invalidate(topic, partition);
         match published {
             Published::Added => tracing::info!(
@@ -193,8 +233,12 @@ impl TieringWorker {
 
     /// Tiers every partition `partitions` yields, every `every`, until shutdown. After a
     /// failed pass it waits twice as long (at most a minute) before the next.
-    pub async fn run<F>(self: Arc<Self>, partitions: F, every: Duration, shutdown: CancellationToken)
-    where
+    pub async fn run<F>(
+        self: Arc<Self>,
+        partitions: F,
+        every: Duration,
+        shutdown: CancellationToken,
+    ) where
         F: Fn() -> Vec<Arc<dyn LocalPartition>> + Send + Sync + 'static,
     {
         let mut wait = every;
@@ -215,7 +259,11 @@ impl TieringWorker {
                     failed = true;
                 }
             }
-            wait = if failed { (wait * 2).min(Duration::from_secs(60)) } else { every };
+            wait = if failed {
+                (wait * 2).min(Duration::from_secs(60))
+            } else {
+                every
+            };
         }
     }
 }

@@ -38,6 +38,10 @@ impl From<&PartitionError> for ApiError {
             PartitionError::Log(L::InvalidProducerEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch
             }
+            PartitionError::Archive(_) => {
+                tracing::warn!(error = %e, "archive read failed");
+                ResponseError::KafkaStorageError
+            }
             PartitionError::Log(L::CorruptSegment { .. } | L::Io { .. })
             | PartitionError::Offline(_) => {
                 tracing::error!(error = %e, "storage error");

@@ -31,7 +31,7 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
     let min_bytes = req.min_bytes.max(0) as usize;
     loop {
         let mut watches = Vec::new();
-        let (response, bytes, errors) = read_once(broker, &req, version, &mut watches);
+        let (response, bytes, errors) = read_once(broker, &req, version, &mut watches).await;
         if bytes >= min_bytes || errors || Instant::now() >= deadline || watches.is_empty() {
             return response;
         }
@@ -46,7 +46,7 @@ pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchRes
 
 /// One pass over the requested partitions. Subscribes to each partition's high
 /// watermark before reading it, so no append between the read and the wait is missed.
-fn read_once(
+async fn read_once(
     broker: &Broker,
     req: &FetchRequest,
     version: i16,
@@ -84,12 +84,15 @@ fn read_once(
             watches.push(rx);
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
             let read = if limit == 0 && total > 0 {
-                partition.read(p.fetch_offset, 0).map(|mut r| {
-                    r.records.clear();
-                    r
-                })
+                broker
+                    .read(partition, p.fetch_offset, 0)
+                    .await
+                    .map(|mut r| {
+                        r.records.clear();
+                        r
+                    })
             } else {
-                partition.read(p.fetch_offset, limit)
+                broker.read(partition, p.fetch_offset, limit).await
             };
             match read {
                 Ok(mut r) => {
@@ -113,7 +116,7 @@ fn read_once(
                     data.high_watermark = partition.high_watermark();
                     data.last_stable_offset = data.high_watermark;
                     if version >= 5 {
-                        data.log_start_offset = partition.log_start_offset();
+                        data.log_start_offset = broker.log_start_offset(partition).await;
                     }
                     errors = true;
                 }

@@ -1,5 +1,6 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), and by timestamp (the
-//! first offset whose record timestamp is at or after the one given).
+//! first offset whose record timestamp is at or after the one given). Earliest and
+//! by-timestamp look in the archive too; max timestamp looks at the local log only.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
@@ -15,7 +16,11 @@ const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
 const MAX_TIMESTAMP: i64 = -3;
 
-pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> ListOffsetsResponse {
+pub async fn list_offsets(
+    broker: &Broker,
+    req: ListOffsetsRequest,
+    version: i16,
+) -> ListOffsetsResponse {
     let mut response = ListOffsetsResponse::default();
     for t in req.topics {
         let topic = broker.topic(t.name.0.as_str());
@@ -28,7 +33,7 @@ pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> L
             r.offset = -1;
             match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
                 None => r.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(partition) => match lookup(partition, p.timestamp) {
+                Some(partition) => match lookup(broker, partition, p.timestamp).await {
                     Ok((offset, timestamp)) => {
                         r.offset = offset;
                         r.timestamp = timestamp;
@@ -47,12 +52,33 @@ pub fn list_offsets(broker: &Broker, req: ListOffsetsRequest, version: i16) -> L
 }
 
 /// `(offset, timestamp)` for one query; `(-1, -1)` when no record matches.
-fn lookup(partition: &Partition, timestamp: i64) -> Result<(i64, i64), ApiError> {
+async fn lookup(
+    broker: &Broker,
+    partition: &Partition,
+    timestamp: i64,
+) -> Result<(i64, i64), ApiError> {
     Ok(match timestamp {
         LATEST => (partition.high_watermark(), -1),
-        EARLIEST => (partition.log_start_offset(), -1),
+        EARLIEST => (broker.log_start_offset(partition).await, -1),
         MAX_TIMESTAMP => partition.max_timestamp_record()?.unwrap_or((-1, -1)),
-        t if t >= 0 => partition.offset_for_timestamp(t)?.unwrap_or((-1, -1)),
+        t if t >= 0 => {
+            // The archive holds the older offsets, so a match there comes first.
+            let archived = if broker.log_start_offset(partition).await
+                < partition.log_start_offset()
+            {
+                broker
+                    .archive
+                    .offset_for_timestamp(&partition.topic, partition.index, t)
+                    .await
+                    .map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?
+            } else {
+                None
+            };
+            match archived {
+                Some(found) => found,
+                None => partition.offset_for_timestamp(t)?.unwrap_or((-1, -1)),
+            }
+        }
         other => {
             return Err(ApiError::new(
                 ResponseError::InvalidRequest,

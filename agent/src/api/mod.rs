@@ -57,7 +57,9 @@ pub fn dispatch(
         RequestKind::Fetch(req) => {
             async move { Some(fetch::fetch(&b, req, version).await.into()) }.boxed()
         }
-        RequestKind::ListOffsets(req) => ready(list_offsets::list_offsets(broker, req, version)),
+        RequestKind::ListOffsets(req) => {
+            async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()
+        }
         RequestKind::Metadata(req) => {
             async move { Some(metadata::metadata(&b, req, version).await.into()) }.boxed()
         }
