@@ -14,6 +14,7 @@ pub mod http;
 pub mod partition;
 pub mod producer_ids;
 pub mod server;
+pub mod tiering_process;
 pub mod topic_config;
 
 use std::net::SocketAddr;
@@ -33,7 +34,7 @@ use crate::broker::Broker;
 use crate::datadir::DataDir;
 
 /// Key prefix of everything this cluster keeps in the metastore.
-const METASTORE_PREFIX: &[u8] = b"strata";
+pub(crate) const METASTORE_PREFIX: &[u8] = b"strata";
 
 /// How long shutdown waits for in-flight requests before closing anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);

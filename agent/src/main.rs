@@ -24,6 +24,9 @@ struct Cli {
 enum Command {
     /// Run a broker agent (the default when no command is given).
     Agent(AgentArgs),
+    /// Run the tiering worker alone, over the data directory of an agent on this machine
+    /// that runs with --tiering-enabled false.
+    Tiering(AgentArgs),
 }
 
 /// Flags override `STRATA_*` variables, which override the settings file.
@@ -59,6 +62,9 @@ struct AgentArgs {
     /// Archive for closed segments: file:///dir or s3://bucket/prefix.
     #[arg(long, env = "STRATA_ARCHIVE_URL")]
     archive_url: Option<String>,
+    /// Run the tiering worker inside the agent (default true).
+    #[arg(long, env = "STRATA_TIERING_ENABLED")]
+    tiering_enabled: Option<bool>,
     /// How often (ms) the tiering worker looks for closed segments.
     #[arg(long, env = "STRATA_TIERING_INTERVAL_MS")]
     tiering_interval_ms: Option<u64>,
@@ -100,6 +106,9 @@ impl AgentArgs {
         if let Some(v) = self.archive_url {
             s.archive_url = Some(v);
         }
+        if let Some(v) = self.tiering_enabled {
+            s.tiering_enabled = v;
+        }
         if let Some(v) = self.tiering_interval_ms {
             s.tiering_interval_ms = v;
         }
@@ -119,9 +128,10 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let args = match cli.command {
-        Some(Command::Agent(args)) => args,
-        None => cli.agent,
+    let (args, tiering_only) = match cli.command {
+        Some(Command::Agent(args)) => (args, false),
+        Some(Command::Tiering(args)) => (args, true),
+        None => (cli.agent, false),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -133,7 +143,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args)) {
+    match runtime.block_on(run(args, tiering_only)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");
@@ -143,14 +153,36 @@ fn main() -> std::process::ExitCode {
     }
 }
 
-async fn run(args: AgentArgs) -> anyhow::Result<()> {
-    let settings = args.settings()?;
-    let agent = strata_agent::start(settings).await?;
+/// Resolves on SIGINT or SIGTERM.
+async fn stop_signal() -> anyhow::Result<()> {
     let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
     tokio::select! {
         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
     }
+    Ok(())
+}
+
+async fn run(args: AgentArgs, tiering_only: bool) -> anyhow::Result<()> {
+    let settings = args.settings()?;
+    if tiering_only {
+        let shutdown = tokio_util::sync::CancellationToken::new();
+        let mut worker = tokio::spawn(strata_agent::tiering_process::run(
+            settings,
+            shutdown.clone(),
+        ));
+        return tokio::select! {
+            r = stop_signal() => {
+                r?;
+                shutdown.cancel();
+                worker.await?
+            }
+            // It stopped by itself: bad settings or an unusable archive.
+            done = &mut worker => done?,
+        };
+    }
+    let agent = strata_agent::start(settings).await?;
+    stop_signal().await?;
     agent.shutdown().await;
     Ok(())
 }

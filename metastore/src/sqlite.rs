@@ -21,6 +21,9 @@ use tokio::sync::{Mutex, OwnedMutexGuard};
 use crate::error::{Error, Result};
 use crate::kv::{FDB_LIMITS, KeyValue, KvStore, KvTransaction, LimitTracker, Limits};
 
+/// How long opening waits for another process that holds the file's lock.
+const SETUP_WAIT: Duration = Duration::from_secs(10);
+
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
@@ -33,14 +36,17 @@ impl SqliteStore {
     pub fn open(path: &Path) -> Result<SqliteStore> {
         let conn =
             Connection::open(path).map_err(|e| Error::backend("open sqlite metastore", e))?;
-        conn.pragma_update(None, "journal_mode", "WAL")
+        // Another process may be setting the file up at this moment: wait for it here
+        // (transactions themselves wait with async backoff, in `begin`).
+        conn.busy_timeout(SETUP_WAIT)
+            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
             .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
-            .and_then(|_| conn.busy_timeout(Duration::ZERO))
             .and_then(|_| {
                 conn.execute_batch(
                     "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID",
                 )
             })
+            .and_then(|_| conn.busy_timeout(Duration::ZERO))
             .map_err(|e| Error::backend("prepare sqlite metastore", e))?;
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
@@ -225,6 +231,31 @@ impl Drop for SqliteTransaction {
     fn drop(&mut self) {
         if !self.finished {
             let _ = self.conn.execute_batch("ROLLBACK");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Agents started together open one file at once; none may fail on the lock.
+    #[test]
+    fn concurrent_opens_of_a_new_file_all_succeed() {
+        for round in 0..5 {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let path = dir.path().join("m.sqlite");
+            let openers: Vec<_> = (0..6)
+                .map(|_| {
+                    let p = path.clone();
+                    std::thread::spawn(move || SqliteStore::open(&p).map(drop))
+                })
+                .collect();
+            for o in openers {
+                o.join()
+                    .expect("thread")
+                    .unwrap_or_else(|e| panic!("round {round}: {e}"));
+            }
         }
     }
 }

@@ -1,0 +1,155 @@
+//! `strata tiering`: the tiering worker as its own process, beside an agent that runs
+//! with `tiering_enabled = false` on the same machine.
+//!
+//! It reads the agent's data directory without taking its lock: sealed segments are
+//! immutable, and the agent deletes a segment only after the manifest covers it, which
+//! is exactly when this process stops looking at it. A partition directory counts only
+//! while its `topic.id` matches the topic in the metastore.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_metastore::{Metastore, SqliteStore};
+use strata_tiering::{Archive, ArchiveReader, ClosedSegment, LocalPartition, TieringWorker};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Settings;
+
+/// A partition's log directory, read from outside the agent.
+struct DirPartition {
+    topic: String,
+    partition: i32,
+    dir: PathBuf,
+}
+
+impl DirPartition {
+    /// Segment base offsets, ascending.
+    fn bases(&self) -> Vec<i64> {
+        let mut bases: Vec<i64> = std::fs::read_dir(&self.dir)
+            .map(|entries| {
+                entries
+                    .filter_map(|e| e.ok())
+                    .filter_map(|e| e.file_name().to_str()?.strip_suffix(".log")?.parse().ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        bases.sort_unstable();
+        bases
+    }
+}
+
+impl LocalPartition for DirPartition {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    fn partition(&self) -> i32 {
+        self.partition
+    }
+
+    /// Every segment but the last is sealed; it ends where the next one starts.
+    fn closed_segments(&self) -> Vec<ClosedSegment> {
+        self.bases()
+            .windows(2)
+            .map(|w| ClosedSegment {
+                base_offset: w[0],
+                next_offset: w[1],
+                path: self.dir.join(strata_log::segment::file_name(w[0], "log")),
+            })
+            .collect()
+    }
+
+    /// A lower bound: the start of the active segment.
+    fn log_end_offset(&self) -> i64 {
+        self.bases().last().copied().unwrap_or(0)
+    }
+}
+
+/// The partitions of `logs` whose directory belongs to a live, tiered topic.
+async fn partitions(
+    metastore: &Metastore,
+    logs: &Path,
+) -> anyhow::Result<Vec<Arc<dyn LocalPartition>>> {
+    let topics = metastore.topics().await?;
+    let mut out: Vec<Arc<dyn LocalPartition>> = Vec::new();
+    for topic in topics {
+        let hex: String = topic.id.iter().map(|b| format!("{b:02x}")).collect();
+        let tiered = topic
+            .configs
+            .get("remote.storage.enable")
+            .is_none_or(|v| v.eq_ignore_ascii_case("true"));
+        if !tiered {
+            continue;
+        }
+        for p in &topic.partitions {
+            let dir = logs.join(format!("{}-{}", topic.name, p.index));
+            let id = std::fs::read_to_string(dir.join("topic.id")).unwrap_or_default();
+            if id.trim() == hex {
+                out.push(Arc::new(DirPartition {
+                    topic: topic.name.clone(),
+                    partition: p.index as i32,
+                    dir,
+                }));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs the tiering worker over the agent's data directory until `shutdown`.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let metastore_path = settings.metastore_path();
+    let kv = SqliteStore::open(&metastore_path)
+        .with_context(|| format!("cannot open metastore {}", metastore_path.display()))?;
+    let metastore = Metastore::new(Arc::new(kv), crate::METASTORE_PREFIX);
+    let archive_url = match &settings.archive_url {
+        Some(url) => url.clone(),
+        None => format!(
+            "file://{}",
+            std::fs::canonicalize(&settings.data_dir)?
+                .join("archive")
+                .display()
+        ),
+    };
+    let archive = Archive::from_url(&archive_url)?;
+    let reader = Arc::new(ArchiveReader::new(
+        archive,
+        metastore.clone(),
+        settings.archive_cache_bytes,
+    ));
+    let worker = Arc::new(TieringWorker::new(reader, metastore.clone()));
+    let logs = settings.data_dir.join("logs");
+    let every = Duration::from_millis(settings.tiering_interval_ms.max(10));
+    tracing::info!(archive = %archive_url, logs = %logs.display(), "tiering process started");
+    let mut tick = tokio::time::interval(every);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = shutdown.cancelled() => {
+                tracing::info!("tiering process stopped");
+                return Ok(());
+            }
+        }
+        let current = match partitions(&metastore, &logs).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list partitions");
+                continue;
+            }
+        };
+        for p in current {
+            if let Err(e) = worker.tier_partition(p.as_ref()).await {
+                tracing::warn!(topic = p.topic(), partition = p.partition(), error = %e, "tiering failed; will retry");
+            }
+        }
+        for s in worker
+            .status()
+            .iter()
+            .filter(|s| s.lag_records > 0 || s.last_error.is_some())
+        {
+            tracing::debug!(topic = %s.topic, partition = s.partition, archived_upto = s.archived_upto, lag_records = s.lag_records, "tiering progress");
+        }
+    }
+}
