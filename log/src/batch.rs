@@ -348,7 +348,6 @@ pub fn record_with_max_timestamp(bytes: &[u8]) -> Result<Option<(i64, i64)>> {
 pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
-    use indexmap::IndexMap;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
         Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType as WireTimestampType,
@@ -356,11 +355,10 @@ pub(crate) mod tests {
     use proptest::prelude::*;
 
     pub(crate) fn record(offset: i64, ts: i64, key: Option<&[u8]>, value: Option<&[u8]>) -> Record {
-        let mut headers = IndexMap::new();
-        headers.insert(
+        let headers = vec![(
             StrBytes::from_static_str("h"),
             Some(Bytes::from_static(b"v")),
-        );
+        )];
         Record {
             transactional: false,
             control: false,

@@ -7,6 +7,10 @@ pub enum Error {
     /// Another transaction got in the way; running the transaction again may succeed.
     #[error("transaction conflict: {0}")]
     Conflict(String),
+    /// The commit may or may not have applied (FoundationDB's `commit_unknown_result`).
+    /// Retrying is safe because every typed operation is idempotent.
+    #[error("transaction outcome unknown: it may have committed")]
+    MaybeCommitted,
     /// A limit that FoundationDB enforces (and so every backend enforces).
     #[error("metastore limit exceeded: {0}")]
     LimitExceeded(String),
@@ -34,7 +38,10 @@ pub enum Error {
 impl Error {
     /// Whether running the whole transaction again may succeed.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, Error::Conflict(_) | Error::TransactionTooOld { .. })
+        matches!(
+            self,
+            Error::Conflict(_) | Error::TransactionTooOld { .. } | Error::MaybeCommitted
+        )
     }
 
     pub(crate) fn backend(

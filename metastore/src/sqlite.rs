@@ -239,6 +239,18 @@ impl Drop for SqliteTransaction {
 mod tests {
     use super::*;
 
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn passes_the_conformance_suite() {
+        let dirs = std::sync::Mutex::new(Vec::new());
+        let factory = || -> Arc<dyn KvStore> {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let store = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
+            dirs.lock().expect("lock").push(dir);
+            Arc::new(store)
+        };
+        crate::conformance::run_all(&factory).await;
+    }
+
     /// Agents started together open one file at once; none may fail on the lock.
     #[test]
     fn concurrent_opens_of_a_new_file_all_succeed() {

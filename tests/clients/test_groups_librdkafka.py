@@ -51,6 +51,14 @@ def _cleanup(consumers, producer=None):
         producer.thread.join(timeout=10)
 
 
+def _add_diagnostics(e: AssertionError, consumers) -> None:
+    """Append the consumers' recent events to a failing assertion (re-raised as is,
+    so the traceback still points at the failing line)."""
+    msg = str(e.args[0]) if e.args else ""
+    if "last non-record events" not in msg:  # not already added by a group_testlib wait
+        e.args = (f"{msg}\n{diagnostics(consumers)}", *e.args[1:])
+
+
 def _latest_stats(c: GroupConsumerProc) -> dict | None:
     st = c.of("stats")
     return st[-1]["cgrp"] if st else None
@@ -125,7 +133,8 @@ def test_members_share_partitions_and_rebalance_on_join_and_leave(group_broker, 
             c.terminate()
         assert topic_offsets(a, group, topic) == ends
     except AssertionError as e:
-        raise AssertionError(f"{e}\n{diagnostics(everyone)}") from None
+        _add_diagnostics(e, everyone)
+        raise
     finally:
         _cleanup(everyone, prod)
 
@@ -202,7 +211,8 @@ def test_sigkilled_member_is_replaced_after_session_timeout(group_broker, tmp_pa
                 f"partition {p}: {owner.name} resumed at offset {first}, outside [last commit "
                 f"{lo}, victim's next offset {hi}]: not from the committed offset")
     except AssertionError as e:
-        raise AssertionError(f"{e}\n{diagnostics(cs)}") from None
+        _add_diagnostics(e, cs)
+        raise
     finally:
         _cleanup(cs, prod)
 
@@ -283,7 +293,8 @@ def test_static_member_restart_within_session_keeps_assignment(group_broker, tmp
             old_member_b = members[f"{group}-b"].member_id
         assert_consumers_healthy([sa, sb])
     except AssertionError as e:
-        raise AssertionError(f"{e}\n{diagnostics([sa, sb])}") from None
+        _add_diagnostics(e, [sa, sb])
+        raise
     finally:
         _cleanup([sa, sb])
 
@@ -340,7 +351,8 @@ def test_cooperative_sticky_join_and_leave(group_broker, tmp_path):
         assert_coverage(cov)
         assert_consumers_healthy(cs)
     except AssertionError as e:
-        raise AssertionError(f"{e}\n{diagnostics(cs)}") from None
+        _add_diagnostics(e, cs)
+        raise
     finally:
         _cleanup(cs, prod)
 
@@ -544,7 +556,8 @@ def test_admin_client_group_operations(group_broker, tmp_path):
             a.delete_consumer_groups([group], request_timeout=15)[group].result(timeout=20)
         assert kafka_error_code(ei.value) == KafkaError.GROUP_ID_NOT_FOUND, ei.value
     except AssertionError as e:
-        raise AssertionError(f"{e}\n{diagnostics(cs)}") from None
+        _add_diagnostics(e, cs)
+        raise
     finally:
         kp.close()
         _cleanup(cs)

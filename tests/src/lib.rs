@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use indexmap::IndexMap;
 use kafka_protocol::messages::RequestHeader;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::records::{
@@ -179,12 +178,12 @@ pub fn batch(
         .iter()
         .enumerate()
         .map(|(i, (key, value, headers))| {
-            let mut h = IndexMap::new();
+            let mut h = Vec::new();
             for (k, v) in headers.iter() {
-                h.insert(
+                h.push((
                     StrBytes::from_string(k.to_string()),
                     v.map(Bytes::copy_from_slice),
-                );
+                ));
             }
             Record {
                 transactional: false,

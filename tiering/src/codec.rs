@@ -23,7 +23,6 @@ use arrow_array::{
 };
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::{Bytes, BytesMut};
-use indexmap::IndexMap;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
@@ -338,10 +337,10 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
                 .as_any()
                 .downcast_ref::<BinaryArray>()
                 .ok_or_else(|| Error::Codec("header values are not binary".to_string()))?;
-            let mut h = IndexMap::new();
+            let mut h = Vec::new();
             for j in 0..hs.len() {
                 let v = (!hv.is_null(j)).then(|| Bytes::copy_from_slice(hv.value(j)));
-                h.insert(StrBytes::from_string(hk.value(j).to_string()), v);
+                h.push((StrBytes::from_string(hk.value(j).to_string()), v));
             }
             let delta = (offset.value(i) - base) as i32;
             records.push(Record {
@@ -413,12 +412,16 @@ mod tests {
         pid: i64,
         seq: i32,
     ) -> Record {
-        let mut headers = IndexMap::new();
-        headers.insert(
+        let mut headers = Vec::new();
+        headers.push((
             StrBytes::from_static_str("h1"),
             Some(Bytes::from_static(b"x")),
-        );
-        headers.insert(StrBytes::from_static_str("nul"), None);
+        ));
+        headers.push((StrBytes::from_static_str("nul"), None));
+        headers.push((
+            StrBytes::from_static_str("h1"),
+            Some(Bytes::from_static(b"again")),
+        ));
         Record {
             transactional: false,
             control: false,

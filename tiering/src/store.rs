@@ -50,13 +50,18 @@ impl Archive {
             if bucket.is_empty() {
                 return Err(Error::Config(format!("'{url}' names no bucket")));
             }
+            // allow_http lives in the client options, which `with_client_options` replaces
+            // whole: set it there.
             let endpoint_is_http =
                 std::env::var("AWS_ENDPOINT_URL").is_ok_and(|e| e.starts_with("http://"));
             let store = AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_virtual_hosted_style_request(false)
-                .with_allow_http(endpoint_is_http)
-                .with_client_options(ClientOptions::new().with_timeout(Duration::from_secs(30)))
+                .with_client_options(
+                    ClientOptions::new()
+                        .with_timeout(Duration::from_secs(30))
+                        .with_allow_http(endpoint_is_http),
+                )
                 .with_retry(RetryConfig {
                     max_retries: 5,
                     retry_timeout: Duration::from_secs(30),

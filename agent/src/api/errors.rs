@@ -59,7 +59,9 @@ impl From<strata_metastore::Error> for ApiError {
             M::TopicExists(_) => ResponseError::TopicAlreadyExists,
             M::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
             M::Invalid(_) => ResponseError::InvalidRequest,
-            M::Conflict(_) | M::TransactionTooOld { .. } => ResponseError::RequestTimedOut,
+            M::Conflict(_) | M::TransactionTooOld { .. } | M::MaybeCommitted => {
+                ResponseError::RequestTimedOut
+            }
             M::LimitExceeded(_) => ResponseError::PolicyViolation,
             M::Corrupt { .. } | M::Backend { .. } => {
                 tracing::error!(error = %e, "metastore error");

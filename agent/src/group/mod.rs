@@ -378,7 +378,7 @@ impl Coordinator {
             }
             if now - last_expiry >= OFFSET_EXPIRY_EVERY.as_millis() as i64 {
                 last_expiry = now;
-                if let Err(e) = self.expire_offsets().await {
+                if let Err(e) = self.expire_offsets(now_ms()).await {
                     tracing::warn!(error = %e, "cannot expire offsets");
                 }
             }
@@ -391,8 +391,8 @@ impl Coordinator {
     }
 
     /// Drops offsets of empty groups committed longer ago than `offsets.retention.minutes`.
-    pub async fn expire_offsets(&self) -> Result<usize, strata_metastore::Error> {
-        let cutoff = now_ms() - self.offsets_retention_ms;
+    pub async fn expire_offsets(&self, now_ms: i64) -> Result<usize, strata_metastore::Error> {
+        let cutoff = now_ms - self.offsets_retention_ms;
         let mut dropped = 0;
         for (group, _) in self.metastore.groups().await? {
             let active = self
@@ -423,5 +423,55 @@ impl Coordinator {
             );
         }
         Ok(dropped)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use strata_metastore::SqliteStore;
+
+    fn offset(ts: i64) -> CommittedOffset {
+        CommittedOffset {
+            offset: 5,
+            leader_epoch: 0,
+            metadata: None,
+            commit_timestamp_ms: ts,
+        }
+    }
+
+    #[tokio::test]
+    async fn offsets_of_empty_groups_expire_after_retention() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
+        let metastore = Metastore::new(Arc::new(kv), b"s");
+        let retention = 60_000;
+        let c = Coordinator::new(GroupConfig::default(), retention, metastore.clone());
+        metastore
+            .commit_offsets(
+                "old",
+                "consumer",
+                vec![
+                    (("t".into(), 0), offset(1_000)),
+                    (("t".into(), 1), offset(50_000)),
+                ],
+            )
+            .await
+            .expect("commit");
+        metastore
+            .commit_offsets("new", "consumer", vec![(("t".into(), 0), offset(70_000))])
+            .await
+            .expect("commit");
+        assert_eq!(
+            c.expire_offsets(61_001).await.expect("expire"),
+            1,
+            "only t-0 of 'old' is past retention"
+        );
+        assert_eq!(metastore.group_offsets("old").await.expect("read").len(), 1);
+        assert_eq!(c.expire_offsets(200_000).await.expect("expire"), 2);
+        assert!(
+            metastore.groups().await.expect("groups").is_empty(),
+            "groups with no offsets left are gone"
+        );
     }
 }
