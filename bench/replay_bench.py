@@ -70,10 +70,10 @@ def main():
                 return False
         wait_for("readiness", ready, 30)
         bs = f"127.0.0.1:{kport}"
-        AdminClient({"bootstrap.servers": bs}).create_topics(
-            [NewTopic("replay", 1, 1, config={"segment.bytes": str(4 << 20)})])["replay"].result()
+        admin = AdminClient({"bootstrap.servers": bs})
+        admin.create_topics([NewTopic("replay", 1, 1, config={"segment.bytes": str(1 << 20)})])["replay"].result()
         p = Producer({"bootstrap.servers": bs, "acks": "1", "linger.ms": 5, "batch.size": 1 << 20,
-                      "compression.type": "lz4", "queue.buffering.max.messages": 1_000_000})
+                      "queue.buffering.max.messages": 1_000_000})
         pad = b"x" * max(0, args.size - 12)
         for i in range(args.records):
             while True:
@@ -87,19 +87,18 @@ def main():
         def status():
             st = json.load(urllib.request.urlopen(f"http://127.0.0.1:{hport}/v1/tiering"))
             return st["partitions"][0] if st["partitions"] else None
-        wait_for("tiering", lambda: (s := status()) and s["archived_upto"] >= 0 and s["lag_records"] < (4 << 20) // args.size, 300)
+        wait_for("tiering", lambda: (s := status()) and s["archived_upto"] >= 0 and s["lag_records"] < 2 * (1 << 20) // args.size, 300)
         archived = status()["archived_upto"] + 1
         local = consume_all(bs, "replay", archived, args.size)
-        a = AdminClient({"bootstrap.servers": bs})
         r = ConfigResource("topic", "replay", incremental_configs=[
             ConfigEntry("local.retention.ms", "0", incremental_operation=AlterConfigOpType.SET)])
-        a.incremental_alter_configs([r])[r].result()
+        admin.incremental_alter_configs([r])[r].result()
         seg_dir = os.path.join(work, "data", "logs", "replay-0")
         wait_for("local deletion", lambda: min(int(f[:20]) for f in os.listdir(seg_dir) if f.endswith(".log")) >= archived, 60)
         cold = consume_all(bs, "replay", archived, args.size)
         warm = consume_all(bs, "replay", archived, args.size)
         rows = [("local log", local), ("archive, cold cache", cold), ("archive, warm cache", warm)]
-        print(f"replay of {archived} records of {args.size} B (lz4 batches), one partition, librdkafka consumer")
+        print(f"replay of {archived} records of {args.size} B (uncompressed batches, 1 MiB segments), one partition, librdkafka consumer")
         print(f"{'source':<22}{'records/s':>12}{'MB/s':>8}{'vs local':>10}")
         for name, (rate, _) in rows:
             print(f"{name:<22}{rate:>12,.0f}{rate * args.size / 1e6:>8.1f}{rate / local[0]:>10.2f}")

@@ -7,7 +7,8 @@
 //! original offsets, timestamps (and timestamp type), keys, values, headers and producer
 //! fields; their CRC is computed afresh.
 //!
-//! Files are zstd-compressed, row groups hold at most [`ROW_GROUP_ROWS`] rows, and offset
+//! Files are zstd-compressed, a row group ends at the first Kafka batch boundary after
+//! [`ROW_GROUP_ROWS`] rows (so no batch spans two row groups), and offset
 //! and timestamp have page-level statistics (the column and offset index), so a reader
 //! can fetch only the row groups and pages it needs.
 
@@ -36,7 +37,8 @@ use strata_log::batch::{BatchHeader, BatchIter};
 
 use crate::error::{Error, Result};
 
-/// Rows per row group: bounds the memory a reader needs for one.
+/// Rows after which a row group ends (at the next batch boundary): bounds the memory a
+/// reader needs for one.
 pub const ROW_GROUP_ROWS: usize = 16 * 1024;
 /// Rows per data page, so the page index narrows reads within a row group.
 const PAGE_ROWS: usize = 1024;
@@ -197,7 +199,7 @@ fn writer_properties() -> WriterProperties {
         .set_compression(ParquetCompression::ZSTD(
             ZstdLevel::try_new(3).expect("valid zstd level"),
         ))
-        .set_max_row_group_row_count(Some(ROW_GROUP_ROWS))
+        .set_max_row_group_row_count(None)
         .set_data_page_row_count_limit(PAGE_ROWS)
         .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_column_statistics_enabled(ColumnPath::from("offset"), EnabledStatistics::Page)
@@ -240,9 +242,12 @@ pub fn encode_segment(segment: &[u8]) -> Result<(Vec<u8>, Summary)> {
             s.max_timestamp_ms = s.max_timestamp_ms.max(ts);
             s.record_count += 1;
         }
+        // Row groups end only between Kafka batches, so a reader can rebuild every
+        // batch from one row group.
         if b.rows >= ROW_GROUP_ROWS {
             writer
                 .write(&b.finish()?)
+                .and_then(|_| writer.flush())
                 .map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
         }
     }
@@ -294,8 +299,8 @@ fn compression_of(attributes: i16) -> Compression {
     }
 }
 
-/// Rebuilds the Kafka batches of the rows in `batch` (whole batches only: rows of a batch
-/// are never split across row groups, since a segment's batch is written in one go).
+/// Rebuilds the Kafka batches of the rows in `batch`, which must hold whole Kafka batches:
+/// read a row group as one Arrow batch (no batch spans two row groups).
 pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
     let offset = column::<Int64Array>(batch, "offset")?;
     let timestamp = column::<TimestampMillisecondArray>(batch, "timestamp")?;
@@ -491,6 +496,75 @@ mod tests {
             next += 4;
         }
         (seg, all)
+    }
+
+    /// Read back the way the archive reader does: each row group as one Arrow batch.
+    fn read_back(file: Vec<u8>) -> Vec<RebuiltBatch> {
+        let file = Bytes::from(file);
+        let meta = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+            .expect("open")
+            .metadata()
+            .clone();
+        let mut out = Vec::new();
+        for (i, rg) in meta.row_groups().iter().enumerate() {
+            let reader = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+                .expect("open")
+                .with_row_groups(vec![i])
+                .with_batch_size(rg.num_rows() as usize)
+                .build()
+                .expect("reader");
+            for b in reader {
+                out.extend(rebuild(&b.expect("read")).expect("rebuild"));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn batches_larger_than_a_row_group_stay_whole() {
+        let mut seg = Vec::new();
+        let mut next = 0i64;
+        for _ in 0..4 {
+            let recs: Vec<Record> = (0..7000)
+                .map(|j| record(j, 1000, None, Some("v"), -1, j as i32 - 1))
+                .collect();
+            let mut buf = BytesMut::new();
+            RecordBatchEncoder::encode(
+                &mut buf,
+                &recs,
+                &RecordEncodeOptions {
+                    version: 2,
+                    compression: Compression::Lz4,
+                },
+            )
+            .expect("encode");
+            let mut bytes = buf.to_vec();
+            strata_log::batch::assign(
+                &mut bytes,
+                next,
+                0,
+                strata_log::TimestampType::CreateTime,
+                0,
+            );
+            seg.extend_from_slice(&bytes);
+            next += 7000;
+        }
+        let (file, summary) = encode_segment(&seg).expect("encode");
+        assert_eq!(summary.record_count, 28_000);
+        let rebuilt = read_back(file);
+        let bases: Vec<(i64, i64)> = rebuilt
+            .iter()
+            .map(|b| (b.base_offset, b.last_offset))
+            .collect();
+        assert_eq!(
+            bases,
+            [
+                (0, 6999),
+                (7000, 13_999),
+                (14_000, 20_999),
+                (21_000, 27_999)
+            ]
+        );
     }
 
     #[test]

@@ -177,6 +177,7 @@ impl ArchiveReader {
         meta: &ArrowReaderMetadata,
         index: usize,
     ) -> Result<Arc<Vec<RebuiltBatch>>> {
+        let rows = (meta.metadata().row_group(index).num_rows().max(1)) as usize;
         self.row_groups
             .try_get_with((entry.path.clone(), index), async {
                 let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(
@@ -184,6 +185,9 @@ impl ArchiveReader {
                     meta.clone(),
                 )
                 .with_row_groups(vec![index])
+                // The whole row group in one Arrow batch: Kafka batches never span row
+                // groups, but they do span the default 1024-row Arrow batches.
+                .with_batch_size(rows)
                 .build()
                 .map_err(|e| Error::Corrupt {
                     path: entry.path.clone(),
