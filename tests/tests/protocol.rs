@@ -1164,8 +1164,13 @@ async fn a_commit_from_a_stale_generation_is_refused_and_changes_nothing() {
     agent.stop().await;
 }
 
-/// An idempotent batch for producer `pid`, epoch 0, first sequence `seq`.
+/// An idempotent batch for producer `pid`, epoch 0, first sequence `seq`. Timestamps are
+/// current: producer state expires by the batches' timestamps (as in Kafka), and a
+/// 1970 timestamp would expire at the agent's first maintenance tick.
 fn idempotent_batch(pid: i64, seq: i32, values: &[&str]) -> Bytes {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
     let records: Vec<kafka_protocol::records::Record> = values
         .iter()
         .enumerate()
@@ -1179,7 +1184,7 @@ fn idempotent_batch(pid: i64, seq: i32, values: &[&str]) -> Bytes {
             timestamp_type: kafka_protocol::records::TimestampType::Creation,
             offset: i as i64,
             sequence: seq + i as i32,
-            timestamp: 1000,
+            timestamp: now,
             key: None,
             value: Some(Bytes::copy_from_slice(v.as_bytes())),
             headers: Default::default(),
