@@ -58,7 +58,24 @@ impl Segment {
             .create_new(true)
             .open(&path)
             .context("create segment", &path)?;
-        Ok(Segment {
+        Ok(Segment::empty(
+            base_offset,
+            path,
+            file,
+            index_interval_bytes,
+            now_ms,
+        ))
+    }
+
+    /// A segment with nothing counted yet (before appends or a scan fill it in).
+    fn empty(
+        base_offset: i64,
+        path: PathBuf,
+        file: File,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Segment {
+        Segment {
             base_offset,
             path,
             file: Arc::new(file),
@@ -69,7 +86,7 @@ impl Segment {
             bytes_since_index: 0,
             index_interval_bytes,
             created_ms: now_ms,
-        })
+        }
     }
 
     /// Opens a segment file. A closed segment is trusted up to its index trailer (it was
@@ -88,18 +105,13 @@ impl Segment {
             .open(path)
             .context("open segment", path)?;
         let file_size = file.metadata().context("stat segment", path)?.len();
-        let mut segment = Segment {
+        let mut segment = Segment::empty(
             base_offset,
-            path: path.to_path_buf(),
-            file: Arc::new(file),
-            size: 0,
-            next_offset: base_offset,
-            max_timestamp: i64::MIN,
-            index: Vec::new(),
-            bytes_since_index: 0,
+            path.to_path_buf(),
+            file,
             index_interval_bytes,
-            created_ms: now_ms,
-        };
+            now_ms,
+        );
         if !scan_all
             && let Some((entries, trailer)) = index::read(
                 &segment.index_path("index"),
