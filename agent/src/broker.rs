@@ -267,6 +267,35 @@ impl Broker {
         }
     }
 
+    /// Brings the local logs in line as soon as topics change in the metastore (another
+    /// agent or an admin request there changed them), by watching one key. Stops on
+    /// shutdown. The periodic [`Broker::maintenance`] refresh stays as a backstop.
+    pub async fn follow_topic_changes(self: Arc<Self>) {
+        loop {
+            let watched = async {
+                let watch = self.metastore.watch_topics().await?;
+                watch.await
+            };
+            let watched = tokio::select! {
+                r = watched => r,
+                _ = self.shutdown.cancelled() => return,
+            };
+            if let Err(e) = watched {
+                tracing::warn!(error = %e, "cannot watch topics in the metastore; retrying in 1 s");
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = self.shutdown.cancelled() => return,
+                }
+            }
+            if self.shutdown.is_cancelled() {
+                return;
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh topics from the metastore");
+            }
+        }
+    }
+
     /// Periodic upkeep: picks up metastore changes made elsewhere and rolls segments
     /// whose `segment.ms` passed. Stops on shutdown.
     pub async fn maintenance(self: Arc<Self>, every: Duration) {

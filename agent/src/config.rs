@@ -22,8 +22,16 @@ pub struct Settings {
     pub http_listen: SocketAddr,
     /// Segments, the lock file and (by default) the embedded metastore live here.
     pub data_dir: PathBuf,
+    /// Which metastore holds the cluster's authoritative state.
+    pub metastore: MetastoreKind,
     /// The embedded metastore file; defaults to `{data_dir}/metastore.sqlite`.
     pub metastore_path: Option<PathBuf>,
+    /// FoundationDB's cluster file (`metastore = "fdb"`); defaults to the client's own
+    /// default, `/etc/foundationdb/fdb.cluster` or `FDB_CLUSTER_FILE`.
+    pub fdb_cluster_file: Option<PathBuf>,
+    /// Every key this cluster keeps in FoundationDB is under the tuple `(fdb_prefix,)`;
+    /// strata clusters sharing one FoundationDB cluster need different prefixes.
+    pub fdb_prefix: String,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     pub max_request_bytes: usize,
     /// Kafka's `auto.create.topics.enable`.
@@ -49,6 +57,18 @@ pub struct Settings {
     pub tiering_interval_ms: u64,
     /// Bytes of archived data (rebuilt row groups) kept in memory for replays.
     pub archive_cache_bytes: u64,
+}
+
+/// The metastore backends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "lowercase")]
+pub enum MetastoreKind {
+    /// A SQLite file on this machine (agents on one machine may share it).
+    #[default]
+    Embedded,
+    /// FoundationDB: production, and any cluster spanning machines. Needs a `strata`
+    /// built with `--features fdb`.
+    Fdb,
 }
 
 /// Defaults for topics created without explicit values.
@@ -82,7 +102,10 @@ impl Default for Settings {
             kafka_advertised: None,
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9644)),
             data_dir: PathBuf::from("./data"),
+            metastore: MetastoreKind::Embedded,
             metastore_path: None,
+            fdb_cluster_file: None,
+            fdb_prefix: "strata".to_string(),
             max_request_bytes: 100 * 1024 * 1024,
             auto_create_topics: true,
             topic_defaults: TopicDefaults::default(),

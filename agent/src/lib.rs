@@ -11,6 +11,7 @@ pub mod config;
 pub mod datadir;
 pub mod group;
 pub mod http;
+pub mod metastore;
 pub mod partition;
 pub mod producer_ids;
 pub mod server;
@@ -22,7 +23,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use strata_metastore::{Metastore, SqliteStore};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -32,9 +32,6 @@ pub use config::Settings;
 
 use crate::broker::Broker;
 use crate::datadir::DataDir;
-
-/// Key prefix of everything this cluster keeps in the metastore.
-pub(crate) const METASTORE_PREFIX: &[u8] = b"strata";
 
 /// How long shutdown waits for in-flight requests before closing anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -57,10 +54,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
             .map_err(|m| anyhow::anyhow!("topic_defaults.configs: {m}"))?;
     }
     let data_dir = DataDir::open(&settings.data_dir)?;
-    let metastore_path = settings.metastore_path();
-    let kv = SqliteStore::open(&metastore_path)
-        .with_context(|| format!("cannot open metastore {}", metastore_path.display()))?;
-    let metastore = Metastore::new(Arc::new(kv), METASTORE_PREFIX);
+    let metastore = metastore::open(&settings)?;
     let shutdown = CancellationToken::new();
     let kafka_listener = TcpListener::bind(settings.kafka_listen)
         .await
@@ -98,6 +92,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     .await?;
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
+    tracker.spawn(Arc::clone(&broker).follow_topic_changes());
     tracker.spawn(Arc::clone(&broker.groups).run(broker.shutdown.clone()));
     if let Some(worker) = &broker.tiering {
         let b = Arc::clone(&broker);

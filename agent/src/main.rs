@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use strata_agent::Settings;
+use strata_agent::config::MetastoreKind;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -50,9 +51,18 @@ struct AgentArgs {
     /// Directory for logs, the lock and the embedded metastore.
     #[arg(long, env = "STRATA_DATA_DIR")]
     data_dir: Option<PathBuf>,
+    /// Metastore backend: embedded (a SQLite file) or fdb (FoundationDB).
+    #[arg(long, env = "STRATA_METASTORE", value_enum)]
+    metastore: Option<MetastoreKind>,
     /// Embedded metastore file (default: DATA_DIR/metastore.sqlite).
     #[arg(long, env = "STRATA_METASTORE_PATH")]
     metastore_path: Option<PathBuf>,
+    /// FoundationDB cluster file (default: the client's default).
+    #[arg(long, env = "STRATA_FDB_CLUSTER_FILE")]
+    fdb_cluster_file: Option<PathBuf>,
+    /// Subspace prefix of this cluster's keys in FoundationDB (default: strata).
+    #[arg(long, env = "STRATA_FDB_PREFIX")]
+    fdb_prefix: Option<String>,
     /// Partitions of auto-created topics and of CreateTopics without a count.
     #[arg(long, env = "STRATA_NUM_PARTITIONS")]
     num_partitions: Option<i32>,
@@ -94,8 +104,17 @@ impl AgentArgs {
         if let Some(v) = self.data_dir {
             s.data_dir = v;
         }
+        if let Some(v) = self.metastore {
+            s.metastore = v;
+        }
         if let Some(v) = self.metastore_path {
             s.metastore_path = Some(v);
+        }
+        if let Some(v) = self.fdb_cluster_file {
+            s.fdb_cluster_file = Some(v);
+        }
+        if let Some(v) = self.fdb_prefix {
+            s.fdb_prefix = v;
         }
         if let Some(v) = self.num_partitions {
             s.topic_defaults.num_partitions = v;
@@ -143,7 +162,10 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(args, tiering_only)) {
+    let outcome = runtime.block_on(run(args, tiering_only));
+    drop(runtime);
+    strata_agent::metastore::close();
+    match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("{e:#}");

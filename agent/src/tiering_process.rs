@@ -10,8 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use strata_metastore::{Metastore, SqliteStore};
+use strata_metastore::Metastore;
 use strata_tiering::{Archive, ArchiveReader, ClosedSegment, LocalPartition, TieringWorker};
 use tokio_util::sync::CancellationToken;
 
@@ -100,10 +99,7 @@ async fn partitions(
 
 /// Runs the tiering worker over the agent's data directory until `shutdown`.
 pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let metastore_path = settings.metastore_path();
-    let kv = SqliteStore::open(&metastore_path)
-        .with_context(|| format!("cannot open metastore {}", metastore_path.display()))?;
-    let metastore = Metastore::new(Arc::new(kv), crate::METASTORE_PREFIX);
+    let metastore = crate::metastore::open(&settings)?;
     let archive_url = match &settings.archive_url {
         Some(url) => url.clone(),
         None => format!(

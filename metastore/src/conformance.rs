@@ -28,6 +28,8 @@ pub async fn run_all(new_store: Factory<'_>) {
     uncommitted_writes_vanish(new_store().as_ref()).await;
     eprintln!("conformance: concurrent_read_modify_write");
     concurrent_read_modify_write(new_store()).await;
+    eprintln!("conformance: watch");
+    watch(new_store().as_ref()).await;
     eprintln!("conformance: size_limits");
     size_limits(new_store().as_ref()).await;
     eprintln!("conformance: time_limit");
@@ -218,6 +220,29 @@ async fn concurrent_read_modify_write(store: Arc<dyn KvStore>) {
         2 * per_task,
         "concurrent_read_modify_write"
     );
+}
+
+/// A watch started before a change resolves after it, for a set and for a clear.
+async fn watch(store: &dyn KvStore) {
+    for change in [Some(&b"1"[..]), None] {
+        let watch = store.watch(b"watched").await.expect("watch");
+        transact(store, |txn| {
+            async move {
+                match change {
+                    Some(v) => txn.set(b"watched", v),
+                    None => txn.clear(b"watched"),
+                }
+                Ok(())
+            }
+            .boxed()
+        })
+        .await
+        .expect("transact");
+        tokio::time::timeout(Duration::from_secs(10), watch)
+            .await
+            .expect("watch: resolves within 10 s of a change")
+            .expect("watch");
+    }
 }
 
 async fn size_limits(store: &dyn KvStore) {

@@ -57,6 +57,10 @@ impl<S: KvStore> KvStore for FaultyStore<S> {
         };
         Ok(Box::new(FaultyTransaction { inner, fault }))
     }
+
+    async fn watch(&self, key: &[u8]) -> Result<crate::kv::Watch> {
+        self.inner.watch(key).await
+    }
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -26,8 +26,12 @@ pub struct Limits {
     pub transaction_duration: Duration,
 }
 
+/// Bytes of every key that a backend may spend on its own prefix (FoundationDB's
+/// subspace): the key limit callers get is FoundationDB's 10,000 bytes less this.
+pub const KEY_PREFIX_RESERVE: usize = 100;
+
 pub const FDB_LIMITS: Limits = Limits {
-    key_bytes: 10_000,
+    key_bytes: 10_000 - KEY_PREFIX_RESERVE,
     value_bytes: 100_000,
     transaction_bytes: 10_000_000,
     transaction_duration: Duration::from_secs(5),
@@ -93,7 +97,16 @@ impl LimitTracker {
 #[async_trait]
 pub trait KvStore: Send + Sync + Debug {
     async fn begin(&self) -> Result<Box<dyn KvTransaction>>;
+
+    /// Starts watching `key` (FoundationDB's watch). Once this returns, the [`Watch`]
+    /// resolves after the value at `key` changes from what it was when the watch began.
+    /// It may also resolve without a change (after a reconnect, say), so callers re-read
+    /// what they care about; it never misses a change committed after it began.
+    async fn watch(&self, key: &[u8]) -> Result<Watch>;
 }
+
+/// A started watch; see [`KvStore::watch`].
+pub type Watch = BoxFuture<'static, Result<()>>;
 
 /// One transaction. Writes are visible to the transaction's own reads at once and to
 /// everyone else after a successful [`KvTransaction::commit`]; dropping it without

@@ -7,6 +7,8 @@
 pub mod conformance;
 pub mod error;
 pub mod fault;
+#[cfg(feature = "fdb")]
+pub mod fdb;
 pub mod groups;
 pub mod keys;
 pub mod kv;
@@ -22,22 +24,25 @@ pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};
 
 /// Metastores for the typed layer's tests: plain SQLite, and SQLite behind the
-/// fault-injecting wrapper (conflicts and "maybe committed" results on 40% of commits).
+/// fault-injecting wrapper (conflicts and "maybe committed" results on 40% of commits);
+/// with the `fdb` feature and `FDB_CLUSTER_FILE` set, FoundationDB both ways as well.
 #[cfg(test)]
 pub(crate) fn test_metastores() -> Vec<(&'static str, Metastore, tempfile::TempDir)> {
     use std::sync::Arc;
+    let faults = fault::FaultRates {
+        conflict_percent: 20,
+        maybe_committed_percent: 20,
+    };
     let plain_dir = tempfile::tempdir().expect("tempdir");
     let plain = SqliteStore::open(&plain_dir.path().join("m.sqlite")).expect("open");
     let faulty_dir = tempfile::tempdir().expect("tempdir");
     let faulty = fault::FaultyStore::new(
         SqliteStore::open(&faulty_dir.path().join("m.sqlite")).expect("open"),
-        fault::FaultRates {
-            conflict_percent: 20,
-            maybe_committed_percent: 20,
-        },
+        faults,
         0x5eed,
     );
-    vec![
+    #[allow(unused_mut)]
+    let mut stores = vec![
         (
             "sqlite",
             Metastore::new(Arc::new(plain), b"strata"),
@@ -48,5 +53,21 @@ pub(crate) fn test_metastores() -> Vec<(&'static str, Metastore, tempfile::TempD
             Metastore::new(Arc::new(faulty), b"strata"),
             faulty_dir,
         ),
-    ]
+    ];
+    #[cfg(feature = "fdb")]
+    if let Some(file) = fdb::tests::cluster_file() {
+        let plain = fdb::tests::fresh(&file);
+        let faulty = fault::FaultyStore::new(fdb::tests::fresh(&file), faults, 0x5eed);
+        stores.push((
+            "fdb",
+            Metastore::new(Arc::new(plain), b"strata"),
+            tempfile::tempdir().expect("tempdir"),
+        ));
+        stores.push((
+            "faulty fdb",
+            Metastore::new(Arc::new(faulty), b"strata"),
+            tempfile::tempdir().expect("tempdir"),
+        ));
+    }
+    stores
 }

@@ -19,10 +19,14 @@ use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
 use tokio::sync::{Mutex, OwnedMutexGuard};
 
 use crate::error::{Error, Result};
-use crate::kv::{FDB_LIMITS, KeyValue, KvStore, KvTransaction, LimitTracker, Limits};
+use crate::kv::{FDB_LIMITS, KeyValue, KvStore, KvTransaction, LimitTracker, Limits, Watch};
 
 /// How long opening waits for another process that holds the file's lock.
 const SETUP_WAIT: Duration = Duration::from_secs(10);
+
+/// How often a watch re-reads its key. SQLite cannot tell one process about another's
+/// commit, so watches poll; a read of one key in WAL mode takes microseconds and no lock.
+const WATCH_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
@@ -96,6 +100,36 @@ impl KvStore for SqliteStore {
             finished: false,
         }))
     }
+
+    async fn watch(&self, key: &[u8]) -> Result<Watch> {
+        let initial = self.read_committed(key).await?;
+        let store = self.clone();
+        let key = key.to_vec();
+        Ok(Box::pin(async move {
+            loop {
+                tokio::time::sleep(WATCH_POLL).await;
+                match store.read_committed(&key).await {
+                    Ok(now) if now != initial => return Ok(()),
+                    Ok(_) | Err(Error::Conflict(_)) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }))
+    }
+}
+
+impl SqliteStore {
+    /// The committed value at `key`, read outside any transaction.
+    async fn read_committed(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
+        let conn = self.conn.lock().await;
+        read_value(&conn, key)
+    }
+}
+
+fn read_value(conn: &Connection, key: &[u8]) -> Result<Option<Vec<u8>>> {
+    conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")
+        .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(|e| sql_error("read", e))
 }
 
 struct SqliteTransaction {
@@ -116,10 +150,7 @@ impl SqliteTransaction {
     }
 
     fn read_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        self.conn
-            .prepare_cached("SELECT value FROM kv WHERE key = ?1")
-            .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
-            .map_err(|e| sql_error("read", e))
+        read_value(&self.conn, key)
     }
 }
 

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::keys::Key;
-use crate::kv::{KvStore, KvTransaction, prefix_end, transact};
+use crate::kv::{KvStore, KvTransaction, Watch, prefix_end, transact};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterRecord {
@@ -139,7 +139,23 @@ impl Metastore {
         }))
     }
 
+    /// Bumped (by an atomic add, which never conflicts) by every change to a topic or
+    /// partition record, so that agents can watch one key for all of them.
+    fn topics_version_key(&self) -> Vec<u8> {
+        self.key().str("topics-version").into_bytes()
+    }
+
+    fn touch_topics(&self, txn: &mut dyn KvTransaction) {
+        txn.atomic_add(&self.topics_version_key(), 1);
+    }
+
+    /// Starts a watch that resolves after any topic or partition record changes.
+    pub async fn watch_topics(&self) -> Result<Watch> {
+        self.kv.watch(&self.topics_version_key()).await
+    }
+
     fn write_topic_value(&self, txn: &mut dyn KvTransaction, topic: &TopicRecord) {
+        self.touch_topics(txn);
         let key = self.key().str("topic").str(&topic.name).into_bytes();
         let value = TopicValue {
             id: topic.id,
@@ -150,6 +166,7 @@ impl Metastore {
     }
 
     fn write_partition(&self, txn: &mut dyn KvTransaction, topic: &str, p: &PartitionRecord) {
+        self.touch_topics(txn);
         let key = self
             .key()
             .str("partition")
@@ -264,6 +281,7 @@ impl Metastore {
                     return earlier.ok_or(Error::UnknownTopic(name));
                 };
                 *deleted.lock().unwrap_or_else(|p| p.into_inner()) = Some(topic.clone());
+                this.touch_topics(txn);
                 txn.clear(this.key().str("topic").str(&name).bytes());
                 let begin = this.key().str("partition").str(&name).into_bytes();
                 txn.clear_range(&begin, &prefix_end(&begin));
@@ -392,6 +410,34 @@ mod tests {
         for (name, m, _dir) in crate::test_metastores() {
             lifecycle(m).await;
             eprintln!("topic lifecycle ok on {name}");
+        }
+    }
+
+    /// Every kind of topic change resolves a topic watch started before it.
+    #[tokio::test]
+    async fn topic_changes_resolve_the_topic_watch() {
+        use std::time::Duration;
+        for (name, m, _dir) in crate::test_metastores() {
+            let wait = |w: Watch, what: &'static str| async move {
+                tokio::time::timeout(Duration::from_secs(10), w)
+                    .await
+                    .unwrap_or_else(|_| panic!("{name}: no watch event after {what}"))
+                    .expect("watch");
+            };
+            let w = m.watch_topics().await.expect("watch");
+            m.create_topic(new_topic("w", 1)).await.expect("create");
+            wait(w, "create").await;
+            let w = m.watch_topics().await.expect("watch");
+            m.set_topic_configs("w", BTreeMap::new())
+                .await
+                .expect("configs");
+            wait(w, "configs").await;
+            let w = m.watch_topics().await.expect("watch");
+            m.add_partitions("w", 1, vec![vec![1]]).await.expect("add");
+            wait(w, "add partitions").await;
+            let w = m.watch_topics().await.expect("watch");
+            m.delete_topic("w").await.expect("delete");
+            wait(w, "delete").await;
         }
     }
 

@@ -46,6 +46,10 @@ impl TestAgent {
         })
     }
 
+    pub fn broker(&self) -> &std::sync::Arc<strata_agent::broker::Broker> {
+        &self.agent.as_ref().expect("running").broker
+    }
+
     pub fn kafka_addr(&self) -> SocketAddr {
         self.agent.as_ref().expect("running").kafka_addr
     }

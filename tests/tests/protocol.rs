@@ -1257,3 +1257,26 @@ async fn the_same_idempotent_batch_twice_is_stored_once() {
     assert!(r.producer_id.0 > pid);
     agent.stop().await;
 }
+
+/// A topic created through one agent is picked up by another agent on the same metastore
+/// through the metastore watch, sooner than the 5 s maintenance refresh would.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agents_on_one_metastore_follow_topic_changes_through_the_watch() {
+    let a = TestAgent::start().await.expect("start a");
+    let shared = a.settings.metastore_path();
+    let b = TestAgent::start_with(|s| s.metastore_path = Some(shared.clone()))
+        .await
+        .expect("start b");
+    let mut client = a.client().await.expect("connect");
+    assert_eq!(create(&mut client, "followed", 2, &[]).await, 0);
+    let created = std::time::Instant::now();
+    while b.broker().topic("followed").is_none() {
+        assert!(
+            created.elapsed() < std::time::Duration::from_secs(4),
+            "the second agent did not pick the topic up within 4 s"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    b.stop().await;
+    a.stop().await;
+}

@@ -1,0 +1,71 @@
+//! Opens the metastore the settings name.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use strata_metastore::{KvStore, Metastore, SqliteStore};
+
+use crate::config::{MetastoreKind, Settings};
+
+/// Key prefix of everything this cluster keeps in the metastore (FoundationDB adds its
+/// own subspace, `fdb_prefix`, in front).
+pub(crate) const PREFIX: &[u8] = b"strata";
+
+pub fn open(settings: &Settings) -> anyhow::Result<Metastore> {
+    let kv: Arc<dyn KvStore> = match settings.metastore {
+        MetastoreKind::Embedded => {
+            let path = settings.metastore_path();
+            Arc::new(
+                SqliteStore::open(&path)
+                    .with_context(|| format!("cannot open metastore {}", path.display()))?,
+            )
+        }
+        MetastoreKind::Fdb => open_fdb(settings)?,
+    };
+    Ok(Metastore::new(kv, PREFIX))
+}
+
+#[cfg(feature = "fdb")]
+fn open_fdb(settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
+    let cluster_file = match &settings.fdb_cluster_file {
+        Some(path) => Some(
+            path.to_str()
+                .with_context(|| format!("fdb_cluster_file {} is not UTF-8", path.display()))?,
+        ),
+        None => None,
+    };
+    let store = strata_metastore::fdb::FdbStore::open(cluster_file, &settings.fdb_prefix)
+        .context("cannot open the FoundationDB metastore")?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "fdb"))]
+fn open_fdb(_settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
+    anyhow::bail!(
+        "metastore = \"fdb\" needs a strata built with FoundationDB support: \
+         `cargo build --release --features fdb` (with libfdb_c 7.3 installed); \
+         this binary has only the embedded metastore"
+    )
+}
+
+/// Releases process-wide metastore resources (FoundationDB's network thread); call as the
+/// process ends, after every agent has stopped.
+pub fn close() {
+    #[cfg(feature = "fdb")]
+    strata_metastore::fdb::stop_network();
+}
+
+#[cfg(all(test, not(feature = "fdb")))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fdb_without_the_feature_is_refused_with_the_way_out() {
+        let settings = Settings {
+            metastore: MetastoreKind::Fdb,
+            ..Settings::default()
+        };
+        let message = format!("{:#}", open(&settings).expect_err("no fdb in this build"));
+        assert!(message.contains("--features fdb"), "{message}");
+    }
+}
