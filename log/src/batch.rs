@@ -344,6 +344,51 @@ pub fn record_with_max_timestamp(bytes: &[u8]) -> Result<Option<(i64, i64)>> {
     Ok(best)
 }
 
+/// A batch of `n` records with `value_bytes`-byte values (keys `k0`, `k1`, …, one header
+/// each) and timestamps `ts0, ts0 + 1, …`, as a producer would send it; for benchmarks
+/// and tests.
+pub fn example_batch(
+    n: usize,
+    value_bytes: usize,
+    ts0: i64,
+    compression: kafka_protocol::records::Compression,
+) -> Vec<u8> {
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions};
+    let value = Bytes::from(vec![b'v'; value_bytes]);
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
+            offset: i as i64,
+            sequence: -1,
+            timestamp: ts0 + i as i64,
+            key: Some(Bytes::from(format!("k{i}"))),
+            value: Some(value.clone()),
+            headers: vec![(
+                StrBytes::from_static_str("h"),
+                Some(Bytes::from_static(b"v")),
+            )],
+        })
+        .collect();
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encoding records in memory cannot fail");
+    buf.to_vec()
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

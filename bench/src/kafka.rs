@@ -1,0 +1,100 @@
+//! Talking to the broker through librdkafka: client settings, the topic, watermarks.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::error::RDKafkaErrorCode;
+
+/// How long any metadata or admin call may take.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+pub fn client_config(bootstrap: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", bootstrap)
+        .set("client.id", "strata-bench");
+    c
+}
+
+/// Creates `topic` with `partitions` partitions, or uses it if it exists; returns its
+/// partition count once every partition has a leader.
+pub fn ensure_topic(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i32,
+) -> anyhow::Result<i32> {
+    let admin: AdminClient<DefaultClientContext> = client_config(bootstrap)
+        .create()
+        .context("cannot create the admin client")?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    let new = NewTopic::new(
+        topic,
+        partitions,
+        TopicReplication::Fixed(replication_factor),
+    );
+    let options = AdminOptions::new().operation_timeout(Some(CALL_TIMEOUT));
+    let results = runtime
+        .block_on(admin.create_topics([&new], &options))
+        .context("CreateTopics failed")?;
+    for r in results {
+        match r {
+            Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+            Err((name, code)) => bail!("cannot create topic {name}: {code}"),
+        }
+    }
+    let consumer: BaseConsumer = client_config(bootstrap).create()?;
+    let deadline = std::time::Instant::now() + CALL_TIMEOUT;
+    loop {
+        let metadata = consumer
+            .fetch_metadata(Some(topic), CALL_TIMEOUT)
+            .context("Metadata failed")?;
+        if let Some(t) = metadata.topics().iter().find(|t| t.name() == topic)
+            && t.error().is_none()
+            && !t.partitions().is_empty()
+            && t.partitions().iter().all(|p| p.leader() >= 0)
+        {
+            return Ok(t.partitions().len() as i32);
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("topic {topic} has no leader for every partition after {CALL_TIMEOUT:?}");
+        }
+        // Metadata has no way to wait for a leader: ask again shortly.
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `(low, high)` watermark of every partition, by index.
+pub fn watermarks(
+    bootstrap: &str,
+    topic: &str,
+    partitions: i32,
+) -> anyhow::Result<Vec<(i64, i64)>> {
+    let consumer: BaseConsumer = client_config(bootstrap).create()?;
+    (0..partitions)
+        .map(|p| {
+            consumer
+                .fetch_watermarks(topic, p, CALL_TIMEOUT)
+                .with_context(|| format!("cannot read the watermarks of {topic}-{p}"))
+        })
+        .collect()
+}
+
+/// The partition count of an existing topic.
+pub fn partition_count(bootstrap: &str, topic: &str) -> anyhow::Result<i32> {
+    let consumer: BaseConsumer = client_config(bootstrap).create()?;
+    let metadata = consumer
+        .fetch_metadata(Some(topic), CALL_TIMEOUT)
+        .context("Metadata failed")?;
+    match metadata.topics().iter().find(|t| t.name() == topic) {
+        Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
+            Ok(t.partitions().len() as i32)
+        }
+        _ => bail!("topic {topic} does not exist"),
+    }
+}

@@ -1,0 +1,457 @@
+//! `strata-bench`: a load generator for any Kafka-compatible broker, on librdkafka, so
+//! its figures are what real clients see. It produces, consumes or both (end-to-end),
+//! prints throughput and latency percentiles, and reads back every record it sent to
+//! check that none was lost, duplicated or corrupted; it exits non-zero if one was.
+//!
+//! ```text
+//! strata-bench produce --records 1000000 --size 100 --partitions 8 --acks all
+//! strata-bench consume --topic orders
+//! strata-bench e2e --duration-s 30 --rate 20000
+//! ```
+
+mod consume;
+mod kafka;
+mod payload;
+mod produce;
+mod report;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use serde_json::json;
+
+use crate::consume::{ConsumeSettings, Ends};
+use crate::produce::ProduceSettings;
+use crate::report::{Latency, Report, Verification};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "strata-bench",
+    version,
+    about = "Load generator for Kafka-compatible brokers"
+)]
+struct Cli {
+    /// Bootstrap address of the broker (any Kafka-compatible broker).
+    #[arg(long, global = true, default_value = "127.0.0.1:9092")]
+    bootstrap: String,
+    /// Also write the report as JSON to this file ("-" for stdout, after the table).
+    #[arg(long, global = true)]
+    json: Option<PathBuf>,
+    #[command(subcommand)]
+    mode: Mode,
+}
+
+#[derive(Debug, Subcommand)]
+enum Mode {
+    /// Produce as fast as possible (or at --rate) and time acknowledgements.
+    Produce(ProduceArgs),
+    /// Read a topic from its start to the end offsets it had when the run began.
+    Consume(ConsumeArgs),
+    /// Producers and consumers together; latency is send to receipt.
+    E2e(E2eArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct ProduceArgs {
+    /// Topic to use; created if missing. Default: a new topic per run.
+    #[arg(long)]
+    topic: Option<String>,
+    /// Partitions of a topic this run creates.
+    #[arg(long, default_value_t = 1)]
+    partitions: i32,
+    /// Replication factor of a topic this run creates.
+    #[arg(long, default_value_t = 1)]
+    replication_factor: i32,
+    /// Value size in bytes (at least 32: a header and a checksum ride in each value).
+    #[arg(long, default_value_t = 100)]
+    size: usize,
+    /// Records per producer (default: 1,000,000 unless --duration-s is given).
+    #[arg(long)]
+    records: Option<u64>,
+    /// Produce for this many seconds instead of a record count.
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Producer clients, each with its own sending thread.
+    #[arg(long, default_value_t = 1)]
+    producers: u32,
+    /// acks: 0, 1 or all.
+    #[arg(long, default_value = "all")]
+    acks: String,
+    /// compression.type: none, gzip, snappy, lz4 or zstd.
+    #[arg(long, default_value = "none")]
+    compression: String,
+    /// linger.ms.
+    #[arg(long, default_value_t = 5)]
+    linger_ms: u32,
+    /// batch.size in bytes.
+    #[arg(long, default_value_t = 1_048_576)]
+    batch_bytes: u32,
+    /// enable.idempotence (then any duplicate fails the run).
+    #[arg(long)]
+    idempotence: bool,
+    /// Records per second over all producers (0: as fast as possible).
+    #[arg(long, default_value_t = 0)]
+    rate: u64,
+    /// Skip reading everything back (figures only; no loss check).
+    #[arg(long)]
+    no_verify: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+struct ConsumeArgs {
+    #[arg(long)]
+    topic: String,
+    /// Consume as this group (subscribe); default: assign every partition.
+    #[arg(long)]
+    group: Option<String>,
+    /// Stop after this long without a record.
+    #[arg(long, default_value_t = 30.0)]
+    idle_timeout_s: f64,
+}
+
+#[derive(Debug, Clone, Args)]
+struct E2eArgs {
+    #[command(flatten)]
+    produce: ProduceArgs,
+    /// Consumer clients, each assigned a share of the partitions.
+    #[arg(long, default_value_t = 1)]
+    consumers: u32,
+}
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(report) => {
+            report.print_table();
+            if let Err(e) = write_json(&cli, &report) {
+                eprintln!("strata-bench: {e:#}");
+                return std::process::ExitCode::FAILURE;
+            }
+            if report.ok {
+                std::process::ExitCode::SUCCESS
+            } else {
+                eprintln!("strata-bench: records were lost or corrupted");
+                std::process::ExitCode::from(2)
+            }
+        }
+        Err(e) => {
+            eprintln!("strata-bench: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn write_json(cli: &Cli, report: &Report) -> anyhow::Result<()> {
+    let Some(path) = &cli.json else { return Ok(()) };
+    let text = serde_json::to_string_pretty(report)?;
+    if path.as_os_str() == "-" {
+        println!("{text}");
+    } else {
+        std::fs::write(path, text + "\n")?;
+    }
+    Ok(())
+}
+
+fn run(cli: &Cli) -> anyhow::Result<Report> {
+    match &cli.mode {
+        Mode::Produce(args) => produce_mode(cli, args),
+        Mode::Consume(args) => consume_mode(cli, args),
+        Mode::E2e(args) => e2e_mode(cli, args),
+    }
+}
+
+fn run_id() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    (nanos as u32) ^ std::process::id().rotate_left(16)
+}
+
+/// `(low, high)` watermark of each partition, by index.
+type Watermarks = Vec<(i64, i64)>;
+
+/// Validates the arguments and prepares the topic; returns the settings, the partition
+/// count and the watermarks before the run.
+fn prepare(
+    cli: &Cli,
+    args: &ProduceArgs,
+    mode: &str,
+) -> anyhow::Result<(ProduceSettings, i32, Watermarks)> {
+    anyhow::ensure!(
+        args.size >= payload::MIN_SIZE,
+        "--size must be at least {} bytes",
+        payload::MIN_SIZE
+    );
+    anyhow::ensure!(args.producers > 0, "--producers must be at least 1");
+    let run = run_id();
+    let topic = args
+        .topic
+        .clone()
+        .unwrap_or_else(|| format!("strata-bench-{mode}-{run:08x}"));
+    let partitions = kafka::ensure_topic(
+        &cli.bootstrap,
+        &topic,
+        args.partitions,
+        args.replication_factor,
+    )?;
+    let before = kafka::watermarks(&cli.bootstrap, &topic, partitions)?;
+    let duration = args.duration_s.map(Duration::from_secs_f64);
+    let settings = ProduceSettings {
+        bootstrap: cli.bootstrap.clone(),
+        topic,
+        run,
+        size: args.size,
+        producers: args.producers,
+        count: match (args.records, duration) {
+            (Some(n), _) => Some(n),
+            (None, Some(_)) => None,
+            (None, None) => Some(1_000_000),
+        },
+        duration,
+        acks: args.acks.clone(),
+        compression: args.compression.clone(),
+        linger_ms: args.linger_ms,
+        batch_bytes: args.batch_bytes,
+        idempotence: args.idempotence,
+        rate: args.rate,
+    };
+    Ok((settings, partitions, before))
+}
+
+fn produce_settings_json(args: &ProduceArgs, partitions: i32) -> serde_json::Value {
+    json!({
+        "size": args.size,
+        "partitions": partitions,
+        "producers": args.producers,
+        "acks": args.acks,
+        "compression": args.compression,
+        "linger_ms": args.linger_ms,
+        "batch_bytes": args.batch_bytes,
+        "idempotence": args.idempotence,
+        "rate": args.rate,
+    })
+}
+
+/// Reads back `[before.high, end)` of every partition and checks it against what was
+/// acknowledged.
+fn verify(
+    settings: &ProduceSettings,
+    before: &[(i64, i64)],
+    acked: &payload::Tally,
+    failed_sends: u64,
+) -> anyhow::Result<Verification> {
+    let after = kafka::watermarks(&settings.bootstrap, &settings.topic, before.len() as i32)?;
+    let ends: Ends = Ends::new();
+    ends.set(after.iter().map(|&(_, high)| high).collect())
+        .expect("set once");
+    let read = consume::run(
+        &ConsumeSettings {
+            bootstrap: settings.bootstrap.clone(),
+            topic: settings.topic.clone(),
+            run: Some(settings.run),
+            group: None,
+            assigned: before
+                .iter()
+                .enumerate()
+                .map(|(p, &(_, high))| (p as i32, high))
+                .collect(),
+            idle_timeout: Duration::from_secs(30),
+        },
+        &ends,
+        None,
+        None,
+    )?;
+    Ok(compare(acked, &read, failed_sends))
+}
+
+fn compare(acked: &payload::Tally, read: &consume::Consumed, failed_sends: u64) -> Verification {
+    let lost = acked
+        .iter()
+        .filter(|&(p, s)| !read.tally.contains(p, s))
+        .count() as u64;
+    Verification {
+        expected: acked.distinct,
+        received: read.tally.distinct,
+        lost,
+        duplicated: read.tally.duplicated,
+        corrupted: read.corrupted,
+        failed_sends,
+        first_error: read.first_error.clone(),
+    }
+}
+
+fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
+    let (settings, partitions, before) = prepare(cli, args, "produce")?;
+    let produced = produce::run(&settings, || {})?;
+    let mut verification = if args.no_verify {
+        Verification {
+            expected: produced.acked.distinct,
+            failed_sends: produced.failed,
+            ..Verification::default()
+        }
+    } else {
+        verify(&settings, &before, &produced.acked, produced.failed)?
+    };
+    if verification.first_error.is_none() {
+        verification.first_error = produced.first_error.clone();
+    }
+    let seconds = produced.elapsed.as_secs_f64();
+    Ok(Report {
+        mode: "produce".into(),
+        bootstrap: cli.bootstrap.clone(),
+        topic: settings.topic.clone(),
+        settings: produce_settings_json(args, partitions),
+        records: produced.acked.distinct,
+        bytes: produced.acked_bytes,
+        seconds,
+        records_per_s: produced.acked.distinct as f64 / seconds,
+        mb_per_s: produced.acked_bytes as f64 / seconds / 1e6,
+        latency: Latency::of(&produced.latency),
+        ok: verification.ok(args.idempotence) && (args.no_verify || verification.received > 0),
+        verification,
+    })
+}
+
+fn consume_mode(cli: &Cli, args: &ConsumeArgs) -> anyhow::Result<Report> {
+    let partitions = kafka::partition_count(&cli.bootstrap, &args.topic)?;
+    let marks = kafka::watermarks(&cli.bootstrap, &args.topic, partitions)?;
+    let expected: u64 = marks.iter().map(|&(low, high)| (high - low) as u64).sum();
+    let ends: Ends = Ends::new();
+    ends.set(marks.iter().map(|&(_, high)| high).collect())
+        .expect("set once");
+    let read = consume::run(
+        &ConsumeSettings {
+            bootstrap: cli.bootstrap.clone(),
+            topic: args.topic.clone(),
+            run: None,
+            group: args.group.clone(),
+            assigned: marks
+                .iter()
+                .enumerate()
+                .map(|(p, &(low, _))| (p as i32, low))
+                .collect(),
+            idle_timeout: Duration::from_secs_f64(args.idle_timeout_s),
+        },
+        &ends,
+        args.group.is_some().then_some(expected),
+        None,
+    )?;
+    // Values of several runs may share a topic, so this counts offsets, not stamps.
+    let verification = Verification {
+        expected,
+        received: read.records,
+        lost: expected.saturating_sub(read.records),
+        duplicated: 0,
+        corrupted: read.corrupted,
+        failed_sends: 0,
+        first_error: read.first_error.clone(),
+    };
+    let seconds = read.elapsed.as_secs_f64().max(1e-9);
+    Ok(Report {
+        mode: "consume".into(),
+        bootstrap: cli.bootstrap.clone(),
+        topic: args.topic.clone(),
+        settings: json!({ "partitions": partitions, "group": args.group }),
+        records: read.records,
+        bytes: read.bytes,
+        seconds,
+        records_per_s: read.records as f64 / seconds,
+        mb_per_s: read.bytes as f64 / seconds / 1e6,
+        latency: None,
+        ok: verification.ok(false),
+        verification,
+    })
+}
+
+fn e2e_mode(cli: &Cli, args: &E2eArgs) -> anyhow::Result<Report> {
+    anyhow::ensure!(args.consumers > 0, "--consumers must be at least 1");
+    let (settings, partitions, before) = prepare(cli, &args.produce, "e2e")?;
+    let ends: Ends = Ends::new();
+    let consumers = args.consumers.min(partitions as u32);
+    let ready = std::sync::Barrier::new(consumers as usize + 1);
+    let (produced, reads) = std::thread::scope(|scope| {
+        let readers: Vec<_> = (0..consumers)
+            .map(|c| {
+                let consume_settings = ConsumeSettings {
+                    bootstrap: settings.bootstrap.clone(),
+                    topic: settings.topic.clone(),
+                    run: Some(settings.run),
+                    group: None,
+                    assigned: before
+                        .iter()
+                        .enumerate()
+                        .filter(|(p, _)| *p as u32 % consumers == c)
+                        .map(|(p, &(_, high))| (p as i32, high))
+                        .collect(),
+                    idle_timeout: Duration::from_secs(60),
+                };
+                let (ends, ready) = (&ends, &ready);
+                scope.spawn(move || consume::run(&consume_settings, ends, None, Some(ready)))
+            })
+            .collect();
+        ready.wait();
+        let produced = produce::run(&settings, || {});
+        // Whatever happened, tell the consumers where to stop.
+        let after = kafka::watermarks(&settings.bootstrap, &settings.topic, partitions);
+        let stop_at = match &after {
+            Ok(after) => after.iter().map(|&(_, high)| high).collect(),
+            Err(_) => before.iter().map(|&(_, high)| high).collect(),
+        };
+        ends.set(stop_at).expect("set once");
+        let reads: Vec<_> = readers
+            .into_iter()
+            .map(|r| r.join().expect("consumer thread"))
+            .collect();
+        (produced.and_then(|p| after.map(|_| p)), reads)
+    });
+    let produced = produced?;
+    let mut all = consume::Consumed {
+        tally: payload::Tally::default(),
+        records: 0,
+        bytes: 0,
+        corrupted: 0,
+        first_error: None,
+        latency: report::histogram(),
+        elapsed: Duration::ZERO,
+    };
+    for read in reads {
+        let read = read?;
+        all.tally.merge(&read.tally);
+        all.records += read.records;
+        all.bytes += read.bytes;
+        all.corrupted += read.corrupted;
+        all.latency
+            .add(&read.latency)
+            .expect("same histogram bounds");
+        all.elapsed = all.elapsed.max(read.elapsed);
+        if all.first_error.is_none() {
+            all.first_error = read.first_error;
+        }
+    }
+    let mut verification = compare(&produced.acked, &all, produced.failed);
+    if verification.first_error.is_none() {
+        verification.first_error = produced.first_error.clone();
+    }
+    // From the first send until the last record arrived.
+    let seconds = produced.elapsed.max(all.elapsed).as_secs_f64();
+    Ok(Report {
+        mode: "e2e".into(),
+        bootstrap: cli.bootstrap.clone(),
+        topic: settings.topic.clone(),
+        settings: {
+            let mut s = produce_settings_json(&args.produce, partitions);
+            s["consumers"] = json!(consumers);
+            s
+        },
+        records: all.tally.distinct,
+        bytes: all.bytes,
+        seconds,
+        records_per_s: all.tally.distinct as f64 / seconds,
+        mb_per_s: all.bytes as f64 / seconds / 1e6,
+        latency: Latency::of(&all.latency),
+        ok: verification.ok(args.produce.idempotence) && verification.received > 0,
+        verification,
+    })
+}

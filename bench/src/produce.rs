@@ -1,0 +1,235 @@
+//! Producers: one librdkafka producer and one sending thread each. Acknowledgements
+//! arrive in the delivery callback, which times them and marks the record as acked.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use hdrhistogram::Histogram;
+use rdkafka::ClientContext;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+
+use crate::kafka::client_config;
+use crate::payload::{self, Stamp, Tally, Writer};
+use crate::report::histogram;
+
+/// How producers send.
+#[derive(Debug, Clone)]
+pub struct ProduceSettings {
+    pub bootstrap: String,
+    pub topic: String,
+    pub run: u32,
+    pub size: usize,
+    pub producers: u32,
+    /// Records per producer, or until `duration` passes.
+    pub count: Option<u64>,
+    pub duration: Option<Duration>,
+    pub acks: String,
+    pub compression: String,
+    pub linger_ms: u32,
+    pub batch_bytes: u32,
+    pub idempotence: bool,
+    /// Records per second over all producers; 0 = as fast as possible.
+    pub rate: u64,
+}
+
+/// What the producers did.
+#[derive(Debug)]
+pub struct Produced {
+    pub acked: Tally,
+    pub acked_bytes: u64,
+    pub failed: u64,
+    pub first_error: Option<String>,
+    pub latency: Histogram<u64>,
+    pub elapsed: Duration,
+}
+
+struct Acks {
+    acked: Tally,
+    acked_bytes: u64,
+    failed: u64,
+    first_error: Option<String>,
+    latency: Histogram<u64>,
+}
+
+struct AckContext {
+    acks: Mutex<Acks>,
+}
+
+impl ClientContext for AckContext {}
+
+impl ProducerContext for AckContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        let now = payload::now_ns();
+        let mut acks = self.acks.lock().unwrap_or_else(|p| p.into_inner());
+        match result {
+            Ok(message) => {
+                use rdkafka::Message;
+                let value = message.payload().unwrap_or_default();
+                match payload::read(value) {
+                    Some(stamp) => {
+                        acks.acked.add(stamp.producer, stamp.seq);
+                        acks.acked_bytes += value.len() as u64;
+                        let _ = acks
+                            .latency
+                            .record(now.saturating_sub(stamp.sent_ns).max(1_000));
+                    }
+                    None => {
+                        acks.failed += 1;
+                        acks.first_error
+                            .get_or_insert_with(|| "an acknowledged value does not check".into());
+                    }
+                }
+            }
+            Err((e, _)) => {
+                acks.failed += 1;
+                acks.first_error.get_or_insert_with(|| e.to_string());
+            }
+        }
+    }
+}
+
+fn producer(settings: &ProduceSettings) -> anyhow::Result<BaseProducer<AckContext>> {
+    let mut config = client_config(&settings.bootstrap);
+    config
+        .set("acks", &settings.acks)
+        .set("compression.type", &settings.compression)
+        .set("linger.ms", settings.linger_ms.to_string())
+        .set("batch.size", settings.batch_bytes.to_string())
+        .set("enable.idempotence", settings.idempotence.to_string())
+        .set("queue.buffering.max.kbytes", "1048576")
+        .set("message.timeout.ms", "120000");
+    config
+        .create_with_context(AckContext {
+            acks: Mutex::new(Acks {
+                acked: Tally::default(),
+                acked_bytes: 0,
+                failed: 0,
+                first_error: None,
+                latency: histogram(),
+            }),
+        })
+        .context("cannot create a producer")
+}
+
+/// Runs the producers to the end (count or duration) and waits for every delivery.
+/// `started` is called once every producer exists, just before the first send.
+pub fn run(settings: &ProduceSettings, started: impl FnOnce()) -> anyhow::Result<Produced> {
+    let producers = (0..settings.producers)
+        .map(|_| producer(settings))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    started();
+    let start = Instant::now();
+    let start_ns = payload::now_ns();
+    let per_producer_rate = settings.rate as f64 / f64::from(settings.producers);
+    std::thread::scope(|scope| {
+        for (index, producer) in producers.iter().enumerate() {
+            let settings = settings.clone();
+            scope.spawn(move || {
+                send_all(
+                    producer,
+                    index as u32,
+                    &settings,
+                    per_producer_rate,
+                    start,
+                    start_ns,
+                )
+            });
+        }
+    });
+    for p in &producers {
+        // Everything was sent; wait (up to the message timeout) for the last acks.
+        let _ = p.flush(Duration::from_secs(130));
+    }
+    let elapsed = start.elapsed();
+    let mut out = Produced {
+        acked: Tally::default(),
+        acked_bytes: 0,
+        failed: 0,
+        first_error: None,
+        latency: histogram(),
+        elapsed,
+    };
+    for p in producers {
+        let mut acks = p.context().acks.lock().unwrap_or_else(|e| e.into_inner());
+        out.acked.merge(&acks.acked);
+        out.acked_bytes += acks.acked_bytes;
+        out.failed += acks.failed;
+        if out.first_error.is_none() {
+            out.first_error = acks.first_error.take();
+        }
+        out.latency
+            .add(&acks.latency)
+            .expect("same histogram bounds");
+    }
+    Ok(out)
+}
+
+fn send_all(
+    producer: &BaseProducer<AckContext>,
+    index: u32,
+    settings: &ProduceSettings,
+    rate: f64,
+    start: Instant,
+    start_ns: u64,
+) {
+    let mut writer = Writer::new(
+        settings.size,
+        u64::from(settings.run) << 32 | u64::from(index),
+    );
+    let mut seq = 0u64;
+    loop {
+        if settings.count.is_some_and(|n| seq >= n)
+            || settings.duration.is_some_and(|d| start.elapsed() >= d)
+        {
+            return;
+        }
+        // At a fixed rate, each record has a due time; latency counts from it, so a
+        // stall in the broker shows up in the figures instead of slowing the load.
+        let sent_ns = if rate > 0.0 {
+            let due_ns = start_ns + (seq as f64 / rate * 1e9) as u64;
+            loop {
+                let now = payload::now_ns();
+                if now >= due_ns {
+                    break;
+                }
+                producer.poll(Duration::from_nanos(due_ns - now));
+            }
+            due_ns
+        } else {
+            payload::now_ns()
+        };
+        let stamp = Stamp {
+            run: settings.run,
+            producer: index,
+            seq,
+            sent_ns,
+        };
+        let mut record: BaseRecord<'_, [u8], [u8]> =
+            BaseRecord::to(&settings.topic).payload(writer.value(stamp));
+        loop {
+            match producer.send(record) {
+                Ok(()) => break,
+                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
+                    record = back;
+                    // The local queue is full: serve acknowledgements until there is room.
+                    producer.poll(Duration::from_millis(10));
+                }
+                Err((e, _)) => {
+                    let ctx = producer.context();
+                    let mut acks = ctx.acks.lock().unwrap_or_else(|p| p.into_inner());
+                    acks.failed += 1;
+                    acks.first_error.get_or_insert_with(|| e.to_string());
+                    break;
+                }
+            }
+        }
+        seq += 1;
+        if seq.is_multiple_of(1024) {
+            producer.poll(Duration::ZERO);
+        }
+    }
+}
