@@ -14,9 +14,10 @@ if [ "${SKIP_INSTALL:-0}" != 1 ]; then
     step "installing test dependencies (apt, pip, npm)"
     # libclang: bindgen for the FoundationDB bindings (the `fdb` feature is only checked
     # here, never linked: there is no libfdb_c on this machine).
-    if ! ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1; then
+    # iperf3: the loopback reference of the benchmark suite.
+    if ! ls /usr/lib/llvm-*/lib/libclang.so* >/dev/null 2>&1 || ! command -v iperf3 >/dev/null; then
         apt-get update
-        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libclang-dev
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libclang-dev iperf3
     fi
     bash tests/clients/install-deps.sh
 fi
@@ -30,11 +31,14 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 step "cargo clippy --features fdb (the FoundationDB backend: type-checked, not linked)"
 cargo clippy -p strata-agent -p strata-metastore --all-targets --features fdb --locked -- -D warnings
 
-step "cargo build (the strata binary the client tests run)"
-cargo build --locked -p strata-agent --bin strata
+step "cargo build (the strata and strata-bench binaries the client tests run)"
+cargo build --locked -p strata-agent --bin strata -p strata-bench
 
 step "cargo test"
 cargo test --workspace --locked
+
+step "benchmark smoke run (criterion benches once each, in test mode)"
+cargo test --locked -p strata-log -p strata-tiering --benches
 
 if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
     step "metastore tests on FoundationDB ($FDB_CLUSTER_FILE)"
@@ -43,6 +47,13 @@ else
     echo "FoundationDB metastore tests skipped: FDB_CLUSTER_FILE is not set (no cluster here)"
 fi
 
-step "real-client tests"
+step "real-client tests (strata-bench's smoke tests among them)"
 export STRATA_BIN="$PWD/target/debug/strata"
 python3 -m pytest tests/clients
+
+step "benchmark suite smoke run (debug builds, one small configuration)"
+python3 bench/suite.py --quick --strata target/debug/strata --bench target/debug/strata-bench \
+    --out "$(mktemp -d)/suite.json"
+
+step "infra checks (Terraform, checkov, compose; offline)"
+bash scripts/check-infra.sh

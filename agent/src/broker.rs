@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
+use kafka_protocol::error::ResponseError;
+
 use strata_metastore::{Metastore, TopicRecord};
 use tokio_util::sync::CancellationToken;
 
@@ -17,6 +19,7 @@ use crate::clock::now_ms;
 use crate::config::Settings;
 use crate::group::Coordinator;
 use crate::group::state::GroupConfig;
+use crate::membership::Membership;
 use crate::partition::{Partition, PartitionError, ReadOutcome};
 use crate::producer_ids::ProducerIds;
 use crate::topic_config::TopicConfig;
@@ -27,14 +30,37 @@ use strata_tiering::{ArchiveReader, LocalPartition, TieringWorker};
 pub struct TopicState {
     pub record: TopicRecord,
     pub config: TopicConfig,
-    pub partitions: Vec<Arc<Partition>>,
+    /// By index; `None` for a partition another agent leads.
+    pub partitions: Vec<Option<Arc<Partition>>>,
 }
 
 impl TopicState {
+    /// The partition, if this agent leads it.
     pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
         usize::try_from(index)
             .ok()
             .and_then(|i| self.partitions.get(i))
+            .and_then(Option::as_ref)
+    }
+
+    /// Whether the topic has partition `index` (led here or elsewhere).
+    pub fn has_partition(&self, index: i32) -> bool {
+        usize::try_from(index).is_ok_and(|i| i < self.record.partitions.len())
+    }
+
+    /// The partition to produce to or fetch from, or the error a client gets: the
+    /// partition does not exist, or another agent leads it.
+    pub fn served(&self, index: i32) -> Result<&Arc<Partition>, ResponseError> {
+        match self.partition(index) {
+            Some(p) => Ok(p),
+            None if self.has_partition(index) => Err(ResponseError::NotLeaderOrFollower),
+            None => Err(ResponseError::UnknownTopicOrPartition),
+        }
+    }
+
+    /// The partitions this agent leads.
+    pub fn local_partitions(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.partitions.iter().flatten()
     }
 }
 
@@ -55,7 +81,9 @@ pub struct Broker {
     pub advertised_port: i32,
     pub cluster_id: String,
     pub metastore: Metastore,
-    /// The consumer-group coordinator (this agent coordinates every group).
+    /// The live agents of the cluster, this one among them.
+    pub membership: Arc<Membership>,
+    /// The consumer-group coordinator (for the groups hashed to this agent).
     pub groups: Arc<Coordinator>,
     pub producer_ids: ProducerIds,
     /// Reads of archived offsets.
@@ -79,6 +107,7 @@ impl Broker {
     pub async fn new(
         settings: Settings,
         metastore: Metastore,
+        membership: Arc<Membership>,
         logs_dir: PathBuf,
         archive: Arc<ArchiveReader>,
         shutdown: CancellationToken,
@@ -88,6 +117,7 @@ impl Broker {
             .then(|| Arc::new(TieringWorker::new(Arc::clone(&archive), metastore.clone())));
         let (advertised_host, advertised_port) = settings.advertised()?;
         let cluster_id = metastore.cluster().await?.cluster_id;
+        let node_id = settings.node_id;
         std::fs::create_dir_all(&logs_dir)?;
         let groups = Arc::new(Coordinator::new(
             GroupConfig {
@@ -97,6 +127,10 @@ impl Broker {
             },
             settings.offsets_retention_minutes * 60_000,
             metastore.clone(),
+            {
+                let membership = Arc::clone(&membership);
+                Box::new(move |group| membership.coordinator_of(group).node_id == node_id)
+            },
         ));
         let producer_ids = ProducerIds::new(metastore.clone());
         let broker = Arc::new(Broker {
@@ -110,6 +144,7 @@ impl Broker {
             advertised_port,
             cluster_id,
             metastore,
+            membership,
             logs_dir,
             topics: RwLock::new(BTreeMap::new()),
             reconcile: tokio::sync::Mutex::new(()),
@@ -194,7 +229,7 @@ impl Broker {
         let mut partitions = Vec::with_capacity(record.partitions.len());
         match &existing {
             Some(old) if old.record.id == record.id => {
-                for p in &old.partitions {
+                for p in old.local_partitions() {
                     p.set_config(log_config);
                 }
                 partitions.extend(old.partitions.iter().cloned());
@@ -203,6 +238,11 @@ impl Broker {
             None => {}
         }
         for p in record.partitions.iter().skip(partitions.len()) {
+            // Without replication, an agent keeps the logs of the partitions it leads.
+            if p.leader != self.node_id {
+                partitions.push(None);
+                continue;
+            }
             let dir = self.partition_dir(&record.name, p.index);
             self.claim_dir(&dir, &record.id)?;
             let partition = Partition::open(
@@ -213,7 +253,7 @@ impl Broker {
                 now_ms(),
                 &self.shutdown,
             )?;
-            partitions.push(partition);
+            partitions.push(Some(partition));
         }
         let state = Arc::new(TopicState {
             record: record.clone(),
@@ -258,7 +298,7 @@ impl Broker {
             .unwrap_or_else(|p| p.into_inner())
             .remove(name);
         if let Some(topic) = removed {
-            for p in &topic.partitions {
+            for p in topic.local_partitions() {
                 if let Err(e) = p.delete().await {
                     tracing::error!(topic = name, partition = p.index, error = %e, "cannot delete partition log");
                 }
@@ -316,7 +356,7 @@ impl Broker {
             self.apply_local_retention(now).await;
             let producer_cutoff = now - self.settings.producer_id_expiration_ms;
             for topic in self.topics() {
-                for p in &topic.partitions {
+                for p in topic.local_partitions() {
                     let expired = p.expire_producers(producer_cutoff);
                     if expired > 0 {
                         tracing::info!(topic = %topic.record.name, partition = p.index, expired, "expired idle producer ids");
@@ -335,8 +375,7 @@ impl Broker {
             .iter()
             .filter(|t| t.config.tiered())
             .flat_map(|t| {
-                t.partitions
-                    .iter()
+                t.local_partitions()
                     .map(|p| Arc::clone(p) as Arc<dyn LocalPartition>)
             })
             .collect()
@@ -395,7 +434,7 @@ impl Broker {
     async fn apply_local_retention(&self, now: i64) {
         for topic in self.topics().iter().filter(|t| t.config.tiered()) {
             let (ms, bytes) = topic.config.local_retention();
-            for p in &topic.partitions {
+            for p in topic.local_partitions() {
                 let archived_upto = match self
                     .archive
                     .manifest(&topic.record.name, p.index, true)
@@ -427,7 +466,7 @@ impl Broker {
     /// Flushes every partition and stops the flushers.
     pub async fn close(&self) {
         for topic in self.topics() {
-            for p in &topic.partitions {
+            for p in topic.local_partitions() {
                 p.close().await;
             }
         }

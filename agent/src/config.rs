@@ -14,6 +14,8 @@ use serde::Deserialize;
 pub struct Settings {
     /// This agent's broker id, as clients see it.
     pub node_id: i32,
+    /// Kafka's `broker.rack`: shown in Metadata (placement by rack comes with replication).
+    pub rack: Option<String>,
     /// Where the Kafka listener binds.
     pub kafka_listen: SocketAddr,
     /// `host:port` clients are told to connect to; defaults to `kafka_listen`.
@@ -98,6 +100,7 @@ impl Default for Settings {
     fn default() -> Self {
         Settings {
             node_id: 1,
+            rack: None,
             kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             kafka_advertised: None,
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9644)),

@@ -11,11 +11,15 @@ use anyhow::{Context, bail};
 pub const FORMAT_VERSION: u32 = 1;
 const FORMAT_FILE: &str = "strata.format";
 const LOCK_FILE: &str = ".lock";
+const ID_FILE: &str = "strata.id";
 
 /// A locked data directory; the lock lasts as long as this value.
 #[derive(Debug)]
 pub struct DataDir {
     path: PathBuf,
+    /// Random, made when the directory was first used: tells this agent's restarts
+    /// from another agent that claims the same node id.
+    id: String,
     _lock: File,
 }
 
@@ -78,8 +82,10 @@ impl DataDir {
                 return Err(e).with_context(|| format!("cannot read {}", format_path.display()));
             }
         }
+        let id = read_or_create_id(&path.join(ID_FILE))?;
         Ok(DataDir {
             path: path.to_path_buf(),
+            id,
             _lock: lock,
         })
     }
@@ -88,15 +94,45 @@ impl DataDir {
         &self.path
     }
 
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
     /// Where partition logs live.
     pub fn logs(&self) -> PathBuf {
         self.path.join("logs")
     }
 }
 
+fn read_or_create_id(path: &Path) -> anyhow::Result<String> {
+    match fs::read_to_string(path) {
+        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
+        Ok(_) => bail!("{} is empty", path.display()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            let tmp = path.with_extension("tmp");
+            fs::write(&tmp, format!("{id}\n"))
+                .and_then(|_| File::open(&tmp)?.sync_all())
+                .and_then(|_| fs::rename(&tmp, path))
+                .with_context(|| format!("cannot write {}", path.display()))?;
+            Ok(id)
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_id_survives_reopening() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let id = DataDir::open(dir.path()).expect("open").id().to_string();
+        assert_eq!(DataDir::open(dir.path()).expect("reopen").id(), id);
+        let other = tempfile::tempdir().expect("tempdir");
+        assert_ne!(DataDir::open(other.path()).expect("open").id(), id);
+    }
 
     #[test]
     fn second_open_is_refused_while_locked() {

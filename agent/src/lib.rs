@@ -11,6 +11,7 @@ pub mod config;
 pub mod datadir;
 pub mod group;
 pub mod http;
+pub mod membership;
 pub mod metastore;
 pub mod partition;
 pub mod producer_ids;
@@ -82,9 +83,21 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
         settings.archive_cache_bytes,
     ));
     let tiering_every = Duration::from_millis(settings.tiering_interval_ms.max(10));
+    let membership = Arc::new(
+        membership::Membership::join(
+            metastore.clone(),
+            settings.node_id,
+            settings.advertised()?,
+            http_addr.to_string(),
+            settings.rack.clone(),
+            data_dir.id(),
+        )
+        .await?,
+    );
     let broker = Broker::new(
         settings,
         metastore,
+        Arc::clone(&membership),
         data_dir.logs(),
         reader,
         shutdown.clone(),
@@ -93,6 +106,10 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
     tracker.spawn(Arc::clone(&broker).follow_topic_changes());
+    {
+        let shutdown = broker.shutdown.clone();
+        tracker.spawn(async move { membership.run(shutdown).await });
+    }
     tracker.spawn(Arc::clone(&broker.groups).run(broker.shutdown.clone()));
     if let Some(worker) = &broker.tiering {
         let b = Arc::clone(&broker);

@@ -39,6 +39,9 @@ struct AgentArgs {
     /// Broker id of this agent.
     #[arg(long, env = "STRATA_NODE_ID")]
     node_id: Option<i32>,
+    /// Rack (e.g. the availability zone) of this agent.
+    #[arg(long, env = "STRATA_RACK")]
+    rack: Option<String>,
     /// Address the Kafka listener binds.
     #[arg(long, env = "STRATA_KAFKA_LISTEN")]
     kafka_listen: Option<SocketAddr>,
@@ -91,6 +94,9 @@ impl AgentArgs {
         };
         if let Some(v) = self.node_id {
             s.node_id = v;
+        }
+        if let Some(v) = self.rack {
+            s.rack = Some(v);
         }
         if let Some(v) = self.kafka_listen {
             s.kafka_listen = v;

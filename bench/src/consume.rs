@@ -85,7 +85,8 @@ pub fn run(
         }
         ready.wait();
     }
-    let start = Instant::now();
+    // Throughput counts from the first record, not from joining a group or connecting.
+    let mut first_arrival: Option<Instant> = None;
     let mut last_arrival = Instant::now();
     loop {
         let done = match expected_total {
@@ -110,7 +111,7 @@ pub fn run(
         };
         let now = payload::now_ns();
         last_arrival = Instant::now();
-        out.elapsed = start.elapsed();
+        out.elapsed = first_arrival.get_or_insert(last_arrival).elapsed();
         let p = message.partition() as usize;
         if next.len() <= p {
             next.resize(p + 1, 0);
@@ -120,7 +121,18 @@ pub fn run(
         let value = message.payload().unwrap_or_default();
         out.bytes += value.len() as u64;
         match payload::read(value) {
-            None => out.corrupted += 1,
+            None => {
+                out.corrupted += 1;
+                out.first_error.get_or_insert_with(|| {
+                    format!(
+                        "the value at {}-{} offset {} ({} bytes) fails its checksum",
+                        message.topic(),
+                        message.partition(),
+                        message.offset(),
+                        value.len()
+                    )
+                });
+            }
             Some(stamp) if settings.run.is_none_or(|r| r == stamp.run) => {
                 out.tally.add(stamp.producer, stamp.seq);
                 if settings.run.is_some() {

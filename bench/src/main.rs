@@ -75,11 +75,11 @@ struct ProduceArgs {
     /// Producer clients, each with its own sending thread.
     #[arg(long, default_value_t = 1)]
     producers: u32,
-    /// acks: 0, 1 or all.
-    #[arg(long, default_value = "all")]
+    /// acks.
+    #[arg(long, default_value = "all", value_parser = ["0", "1", "all"])]
     acks: String,
-    /// compression.type: none, gzip, snappy, lz4 or zstd.
-    #[arg(long, default_value = "none")]
+    /// compression.type.
+    #[arg(long, default_value = "none", value_parser = ["none", "gzip", "snappy", "lz4", "zstd"])]
     compression: String,
     /// linger.ms.
     #[arg(long, default_value_t = 5)]
@@ -131,7 +131,9 @@ fn main() -> std::process::ExitCode {
             if report.ok {
                 std::process::ExitCode::SUCCESS
             } else {
-                eprintln!("strata-bench: records were lost or corrupted");
+                eprintln!(
+                    "strata-bench: FAILED: records were lost, corrupted, duplicated or not acknowledged"
+                );
                 std::process::ExitCode::from(2)
             }
         }

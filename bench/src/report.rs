@@ -45,16 +45,21 @@ pub struct Verification {
     pub duplicated: u64,
     /// Values whose checksum did not match.
     pub corrupted: u64,
-    /// Sends the producer gave up on (never acknowledged; not counted as lost).
+    /// Sends the producer gave up on (never acknowledged; not counted as lost, but they
+    /// fail the run).
     pub failed_sends: u64,
     pub first_error: Option<String>,
 }
 
 impl Verification {
-    /// Lost or corrupted records fail a run; duplicates fail it only when the producer
-    /// promised none (idempotence).
+    /// Lost, corrupted or unacknowledged records fail a run (a figure with failed sends
+    /// measures something else); duplicates fail it only when the producer promised none
+    /// (idempotence).
     pub fn ok(&self, idempotent: bool) -> bool {
-        self.lost == 0 && self.corrupted == 0 && (!idempotent || self.duplicated == 0)
+        self.lost == 0
+            && self.corrupted == 0
+            && self.failed_sends == 0
+            && (!idempotent || self.duplicated == 0)
     }
 }
 

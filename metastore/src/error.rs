@@ -21,6 +21,14 @@ pub enum Error {
     TopicExists(String),
     #[error("topic '{0}' does not exist")]
     UnknownTopic(String),
+    #[error(
+        "node id {node_id} is in use by a live agent at {holder} (its lease runs {lease_left_ms} ms more)"
+    )]
+    NodeIdInUse {
+        node_id: i32,
+        holder: String,
+        lease_left_ms: i64,
+    },
     #[error("invalid request: {0}")]
     Invalid(String),
     /// A value in the store does not decode: a bug or a newer writer.

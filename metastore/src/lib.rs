@@ -4,6 +4,7 @@
 //! [`topics`] is the typed layer written once on top of it; [`sqlite`] is the embedded
 //! backend.
 
+pub mod agents;
 pub mod conformance;
 pub mod error;
 pub mod fault;
@@ -16,6 +17,7 @@ pub mod manifest;
 pub mod sqlite;
 pub mod topics;
 
+pub use agents::AgentRecord;
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
 pub use kv::{KvStore, KvTransaction, transact};

@@ -139,22 +139,26 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int, config: dict | None = None,
-                 timeout: float = 20) -> None:
+                 timeout: float = 20, any_leader: bool = False) -> None:
+    """Creates the topic and waits until every partition has a leader: the single test
+    broker (NODE_ID), or any agent (`any_leader`, for clusters)."""
     a = admin(bootstrap)
     fs = a.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1,
                                    config=config or {})], operation_timeout=timeout,
                          request_timeout=timeout)
     fs[topic].result(timeout=timeout)
-    wait_for_partitions(a, topic, partitions, timeout)
+    wait_for_partitions(a, topic, partitions, timeout, any_leader)
 
 
-def wait_for_partitions(a: AdminClient, topic: str, partitions: int, timeout: float = 20):
+def wait_for_partitions(a: AdminClient, topic: str, partitions: int, timeout: float = 20,
+                        any_leader: bool = False):
     def ok():
         md = a.list_topics(timeout=5)
         t = md.topics.get(topic)
         if t is None or t.error is not None or len(t.partitions) != partitions:
             return False
-        return all(pm.leader == NODE_ID and pm.error is None for pm in t.partitions.values())
+        return all((pm.leader >= 0 if any_leader else pm.leader == NODE_ID) and pm.error is None
+                   for pm in t.partitions.values())
     wait_until(ok, timeout, f"metadata for {topic} with {partitions} partitions and leaders")
 
 

@@ -1264,9 +1264,12 @@ async fn the_same_idempotent_batch_twice_is_stored_once() {
 async fn agents_on_one_metastore_follow_topic_changes_through_the_watch() {
     let a = TestAgent::start().await.expect("start a");
     let shared = a.settings.metastore_path();
-    let b = TestAgent::start_with(|s| s.metastore_path = Some(shared.clone()))
-        .await
-        .expect("start b");
+    let b = TestAgent::start_with(|s| {
+        s.node_id = 2;
+        s.metastore_path = Some(shared.clone());
+    })
+    .await
+    .expect("start b");
     let mut client = a.client().await.expect("connect");
     assert_eq!(create(&mut client, "followed", 2, &[]).await, 0);
     let created = std::time::Instant::now();

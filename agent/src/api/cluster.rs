@@ -9,12 +9,20 @@ use crate::broker::Broker;
 pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
     let mut response = DescribeClusterResponse::default();
     response.cluster_id = StrBytes::from_string(broker.cluster_id.clone());
-    response.controller_id = BrokerId(broker.node_id);
-    let mut b = DescribeClusterBroker::default();
-    b.broker_id = BrokerId(broker.node_id);
-    b.host = StrBytes::from_string(broker.advertised_host.clone());
-    b.port = broker.advertised_port;
-    response.brokers = vec![b];
+    let live = broker.membership.live();
+    // There is no controller; the lowest live node id stands in for one.
+    response.controller_id = BrokerId(live.first().map_or(broker.node_id, |a| a.node_id));
+    response.brokers = live
+        .into_iter()
+        .map(|a| {
+            let mut b = DescribeClusterBroker::default();
+            b.broker_id = BrokerId(a.node_id);
+            b.host = StrBytes::from_string(a.host);
+            b.port = a.port;
+            b.rack = a.rack.map(StrBytes::from_string);
+            b
+        })
+        .collect();
     response.cluster_authorized_operations = i32::MIN;
     response
 }

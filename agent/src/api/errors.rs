@@ -63,7 +63,7 @@ impl From<strata_metastore::Error> for ApiError {
                 ResponseError::RequestTimedOut
             }
             M::LimitExceeded(_) => ResponseError::PolicyViolation,
-            M::Corrupt { .. } | M::Backend { .. } => {
+            M::Corrupt { .. } | M::Backend { .. } | M::NodeIdInUse { .. } => {
                 tracing::error!(error = %e, "metastore error");
                 ResponseError::UnknownServerError
             }

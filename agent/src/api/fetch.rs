@@ -72,12 +72,18 @@ async fn read_once(
             data.high_watermark = -1;
             data.last_stable_offset = -1;
             data.log_start_offset = -1;
-            let partition = topic.as_ref().and_then(|t| t.partition(p.partition));
-            let Some(partition) = partition else {
-                data.error_code = ResponseError::UnknownTopicOrPartition.code();
-                errors = true;
-                out.partitions.push(data);
-                continue;
+            let partition = topic
+                .as_ref()
+                .ok_or(ResponseError::UnknownTopicOrPartition)
+                .and_then(|t| t.served(p.partition));
+            let partition = match partition {
+                Ok(partition) => partition,
+                Err(code) => {
+                    data.error_code = code.code();
+                    errors = true;
+                    out.partitions.push(data);
+                    continue;
+                }
             };
             let mut rx = partition.watch();
             rx.borrow_and_update();

@@ -60,18 +60,20 @@ pub fn find_coordinator(
             .coordinator_keys
             .iter()
             .map(|key| {
+                let agent = broker.membership.coordinator_of(key.as_str());
                 let mut c = CoordinatorEntry::default();
                 c.key = key.clone();
-                c.node_id = BrokerId(broker.node_id);
-                c.host = s(broker.advertised_host.clone());
-                c.port = broker.advertised_port;
+                c.node_id = BrokerId(agent.node_id);
+                c.host = s(agent.host);
+                c.port = agent.port;
                 c
             })
             .collect();
     } else {
-        response.node_id = BrokerId(broker.node_id);
-        response.host = s(broker.advertised_host.clone());
-        response.port = broker.advertised_port;
+        let agent = broker.membership.coordinator_of(req.key.as_str());
+        response.node_id = BrokerId(agent.node_id);
+        response.host = s(agent.host);
+        response.port = agent.port;
     }
     response
 }
@@ -235,10 +237,10 @@ pub async fn offset_commit(
         let topic = broker.topic(t.name.0.as_str());
         for p in &t.partitions {
             let tp = (t.name.0.to_string(), p.partition_index);
-            if topic
+            // The partition may be led by another agent: offsets live in the metastore.
+            if !topic
                 .as_ref()
-                .and_then(|x| x.partition(p.partition_index))
-                .is_none()
+                .is_some_and(|x| x.has_partition(p.partition_index))
             {
                 errors.insert(tp, ResponseError::UnknownTopicOrPartition);
             } else if p

@@ -31,9 +31,13 @@ pub async fn list_offsets(
             r.partition_index = p.partition_index;
             r.timestamp = -1;
             r.offset = -1;
-            match topic.as_ref().and_then(|t| t.partition(p.partition_index)) {
-                None => r.error_code = ResponseError::UnknownTopicOrPartition.code(),
-                Some(partition) => match lookup(broker, partition, p.timestamp).await {
+            let partition = topic
+                .as_ref()
+                .ok_or(ResponseError::UnknownTopicOrPartition)
+                .and_then(|t| t.served(p.partition_index));
+            match partition {
+                Err(code) => r.error_code = code.code(),
+                Ok(partition) => match lookup(broker, partition, p.timestamp).await {
                     Ok((offset, timestamp)) => {
                         r.offset = offset;
                         r.timestamp = timestamp;

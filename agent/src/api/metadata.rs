@@ -14,16 +14,26 @@ use crate::broker::{Broker, TopicState};
 
 pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut response = MetadataResponse::default();
-    let mut b = MetadataResponseBroker::default();
-    b.node_id = BrokerId(broker.node_id);
-    b.host = StrBytes::from_string(broker.advertised_host.clone());
-    b.port = broker.advertised_port;
-    response.brokers = vec![b];
+    let live = broker.membership.live();
+    if version >= 1 {
+        // There is no controller; the lowest live node id stands in for one.
+        response.controller_id = BrokerId(live.first().map_or(broker.node_id, |a| a.node_id));
+    }
+    response.brokers = live
+        .into_iter()
+        .map(|a| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = BrokerId(a.node_id);
+            b.host = StrBytes::from_string(a.host);
+            b.port = a.port;
+            if version >= 1 {
+                b.rack = a.rack.map(StrBytes::from_string);
+            }
+            b
+        })
+        .collect();
     if version >= 2 {
         response.cluster_id = Some(StrBytes::from_string(broker.cluster_id.clone()));
-    }
-    if version >= 1 {
-        response.controller_id = BrokerId(broker.node_id);
     }
     response.cluster_authorized_operations = i32::MIN;
 
@@ -35,7 +45,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
         response.topics = broker
             .topics()
             .iter()
-            .map(|t| describe(t, version))
+            .map(|t| describe(broker, t, version))
             .collect();
         return response;
     }
@@ -52,7 +62,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
             }
         };
         response.topics.push(match topic {
-            Ok(t) => describe(&t, version),
+            Ok(t) => describe(broker, &t, version),
             Err(e) => {
                 let mut t = MetadataResponseTopic::default();
                 t.error_code = e.code();
@@ -98,7 +108,7 @@ async fn by_name(
     }
 }
 
-fn describe(topic: &TopicState, version: i16) -> MetadataResponseTopic {
+fn describe(broker: &Broker, topic: &TopicState, version: i16) -> MetadataResponseTopic {
     let mut t = MetadataResponseTopic::default();
     t.name = Some(TopicName(StrBytes::from_string(topic.record.name.clone())));
     if version >= 10 {
@@ -112,7 +122,13 @@ fn describe(topic: &TopicState, version: i16) -> MetadataResponseTopic {
         .map(|p| {
             let mut m = MetadataResponsePartition::default();
             m.partition_index = p.index as i32;
-            m.leader_id = BrokerId(p.leader);
+            if broker.membership.is_live(p.leader) {
+                m.leader_id = BrokerId(p.leader);
+            } else {
+                // Its leader is down, and without replication no other agent has its data.
+                m.error_code = ResponseError::LeaderNotAvailable.code();
+                m.leader_id = BrokerId(-1);
+            }
             if version >= 7 {
                 m.leader_epoch = p.leader_epoch;
             }

@@ -47,7 +47,10 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
         let topic = broker.topic(t.name.0.as_str());
         let mut results = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
-            let partition = topic.as_ref().and_then(|topic| topic.partition(p.index));
+            let partition = topic
+                .as_ref()
+                .ok_or(ResponseError::UnknownTopicOrPartition)
+                .and_then(|topic| topic.served(p.index));
             let outcome = if !matches!(acks, -1..=1) {
                 Err(ApiError::new(
                     ResponseError::InvalidRequiredAcks,
@@ -60,15 +63,15 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
                 ))
             } else {
                 match (partition, p.records.as_deref()) {
-                    (None, _) => Err(ApiError::new(
-                        ResponseError::UnknownTopicOrPartition,
-                        "This server does not host this topic-partition.",
+                    (Err(code), _) => Err(ApiError::new(
+                        code,
+                        "This server does not lead this topic-partition.",
                     )),
-                    (Some(_), None | Some([])) => Err(ApiError::new(
+                    (Ok(_), None | Some([])) => Err(ApiError::new(
                         ResponseError::InvalidRecord,
                         "produce request holds no record batch",
                     )),
-                    (Some(partition), Some(records)) => partition
+                    (Ok(partition), Some(records)) => partition
                         .append(records, now)
                         .map(|out| (Arc::clone(partition), out))
                         .map_err(ApiError::from),
@@ -87,7 +90,10 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
                     Appended { response: r, wait }
                 }
                 Err(e) => {
-                    if e.code != ResponseError::UnknownTopicOrPartition {
+                    if !matches!(
+                        e.code,
+                        ResponseError::UnknownTopicOrPartition | ResponseError::NotLeaderOrFollower
+                    ) {
                         tracing::debug!(topic = %t.name.0.as_str(), partition = p.index, error = %e.message, "produce refused");
                     }
                     failed(p.index, e, version)

@@ -81,12 +81,15 @@ pub struct Created {
     pub config: TopicConfig,
 }
 
-fn live_brokers(broker: &Broker) -> Vec<i32> {
-    vec![broker.node_id]
+/// The live agents to place replicas on. Placement is rare; read the freshest view.
+async fn live_brokers(broker: &Broker) -> Vec<i32> {
+    if let Err(e) = broker.membership.refresh().await {
+        tracing::warn!(error = %e, "cannot read the live agents; placing on the last known");
+    }
+    broker.membership.live().iter().map(|a| a.node_id).collect()
 }
 
-fn check_replicas(broker: &Broker, replicas: &[i32]) -> Result<(), ApiError> {
-    let live = live_brokers(broker);
+fn check_replicas(live: &[i32], replicas: &[i32]) -> Result<(), ApiError> {
     if replicas.is_empty() {
         return Err(ApiError::new(
             ResponseError::InvalidReplicaAssignment,
@@ -134,7 +137,7 @@ async fn plan_and_create(
             format!("Topic '{}' already exists.", spec.name),
         ));
     }
-    let live = live_brokers(broker);
+    let live = live_brokers(broker).await;
     let assignments: Vec<Vec<i32>> = if spec.assignments.is_empty() {
         let partitions = match spec.num_partitions {
             -1 => broker.settings.topic_defaults.num_partitions,
@@ -190,7 +193,7 @@ async fn plan_and_create(
                     "Partitions should be a consecutive 0-based integer sequence",
                 ));
             }
-            check_replicas(broker, replicas)?;
+            check_replicas(&live, replicas)?;
             if replicas.len() != by_index[0].1.len() {
                 return Err(ApiError::new(
                     ResponseError::InvalidReplicaAssignment,
@@ -205,6 +208,14 @@ async fn plan_and_create(
     let config = TopicConfig::resolve(&broker.settings.topic_defaults.configs, &spec.configs);
     let num_partitions = assignments.len() as i32;
     let replication_factor = assignments[0].len() as i16;
+    if replication_factor > 1 {
+        return Err(ApiError::new(
+            ResponseError::InvalidReplicationFactor,
+            format!(
+                "Replication factor {replication_factor}: strata does not replicate partitions across agents yet; use 1."
+            ),
+        ));
+    }
     if validate_only {
         return Ok(Created {
             state: None,
@@ -403,6 +414,7 @@ pub async fn create_partitions(
             }
             let added = (t.count - current) as usize;
             let rf = topic.record.replication_factor.max(1) as usize;
+            let live = live_brokers(broker).await;
             let assignments: Vec<Vec<i32>> = match t.assignments.as_ref().filter(|a| !a.is_empty()) {
                 Some(a) => {
                     if a.len() != added {
@@ -413,12 +425,17 @@ pub async fn create_partitions(
                     }
                     let lists: Vec<Vec<i32>> = a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect();
                     for l in &lists {
-                        check_replicas(broker, l)?;
+                        check_replicas(&live, l)?;
+                        if l.len() > 1 {
+                            return Err(ApiError::new(
+                                ResponseError::InvalidReplicaAssignment,
+                                "strata does not replicate partitions across agents yet: one replica per partition",
+                            ));
+                        }
                     }
                     lists
                 }
                 None => {
-                    let live = live_brokers(broker);
                     (0..added)
                         .map(|p| (0..rf.min(live.len())).map(|r| live[(current as usize + p + r) % live.len()]).collect())
                         .collect()

@@ -64,10 +64,15 @@ pub struct GroupSummary {
     pub members: Vec<state::Member>,
 }
 
+/// Whether this agent coordinates a group (by group id).
+pub type Owns = Box<dyn Fn(&str) -> bool + Send + Sync>;
+
 pub struct Coordinator {
     config: GroupConfig,
     offsets_retention_ms: i64,
     metastore: Metastore,
+    /// Requests for groups another agent coordinates get NOT_COORDINATOR.
+    owns: Owns,
     groups: Mutex<HashMap<String, Slot>>,
     next_waiter: AtomicU64,
 }
@@ -85,11 +90,13 @@ impl Coordinator {
         config: GroupConfig,
         offsets_retention_ms: i64,
         metastore: Metastore,
+        owns: Owns,
     ) -> Coordinator {
         Coordinator {
             config,
             offsets_retention_ms,
             metastore,
+            owns,
             groups: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
         }
@@ -113,17 +120,20 @@ impl Coordinator {
         self.groups().get_mut(group_id).map(f)
     }
 
+    /// `NOT_COORDINATOR` for a group another agent coordinates: the client looks the
+    /// coordinator up again.
+    fn check_owner(&self, group_id: &str) -> Result<(), ResponseError> {
+        if (self.owns)(group_id) {
+            Ok(())
+        } else {
+            Err(ResponseError::NotCoordinator)
+        }
+    }
+
     pub async fn join(&self, group_id: &str, req: JoinRequest) -> JoinResponse {
         let member_id = req.member_id.clone();
-        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        self.with_slot(group_id, |slot| {
-            slot.joins.insert(waiter, tx);
-            let actions = slot.group.join(monotonic_ms(), waiter, req);
-            slot.deliver(actions);
-        });
-        rx.await.unwrap_or_else(|_| JoinResponse {
-            error: Some(ResponseError::CoordinatorNotAvailable),
+        let failed = |error, member_id| JoinResponse {
+            error: Some(error),
             generation_id: -1,
             protocol_type: None,
             protocol_name: None,
@@ -131,7 +141,19 @@ impl Coordinator {
             member_id,
             members: Vec::new(),
             skip_assignment: false,
-        })
+        };
+        if let Err(e) = self.check_owner(group_id) {
+            return failed(e, member_id);
+        }
+        let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        self.with_slot(group_id, |slot| {
+            slot.joins.insert(waiter, tx);
+            let actions = slot.group.join(monotonic_ms(), waiter, req);
+            slot.deliver(actions);
+        });
+        rx.await
+            .unwrap_or_else(|_| failed(ResponseError::CoordinatorNotAvailable, member_id))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -145,6 +167,15 @@ impl Coordinator {
         protocol_name: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> SyncResponse {
+        let failed = |e| SyncResponse {
+            error: Some(e),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        };
+        if let Err(e) = self.check_owner(group_id) {
+            return failed(e);
+        }
         let waiter = self.next_waiter.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         let found = self.with_existing(group_id, |slot| {
@@ -161,12 +192,6 @@ impl Coordinator {
             );
             slot.deliver(actions);
         });
-        let failed = |e| SyncResponse {
-            error: Some(e),
-            protocol_type: None,
-            protocol_name: None,
-            assignment: Bytes::new(),
-        };
         if found.is_none() {
             return failed(ResponseError::UnknownMemberId);
         }
@@ -181,6 +206,7 @@ impl Coordinator {
         group_instance_id: Option<&str>,
         generation_id: i32,
     ) -> Result<(), ResponseError> {
+        self.check_owner(group_id)?;
         self.with_existing(group_id, |slot| {
             slot.group
                 .heartbeat(monotonic_ms(), member_id, group_instance_id, generation_id)
@@ -189,6 +215,9 @@ impl Coordinator {
     }
 
     pub fn leave(&self, group_id: &str, leaving: &[Leaving]) -> Vec<Result<(), ResponseError>> {
+        if let Err(e) = self.check_owner(group_id) {
+            return vec![Err(e); leaving.len()];
+        }
         self.with_existing(group_id, |slot| {
             let (results, actions) = slot.group.leave(monotonic_ms(), leaving);
             slot.deliver(actions);
@@ -206,6 +235,7 @@ impl Coordinator {
         generation_id: i32,
         offsets: Vec<(TopicPartition, CommittedOffset)>,
     ) -> Result<(), ResponseError> {
+        self.check_owner(group_id)?;
         let protocol_type = self
             .with_existing(group_id, |slot| {
                 slot.group
@@ -231,6 +261,7 @@ impl Coordinator {
         &self,
         group_id: &str,
     ) -> Result<BTreeMap<TopicPartition, CommittedOffset>, ResponseError> {
+        self.check_owner(group_id)?;
         self.metastore.group_offsets(group_id).await.map_err(|e| {
             tracing::warn!(group = group_id, error = %e, "cannot read committed offsets");
             ResponseError::CoordinatorNotAvailable
@@ -239,6 +270,7 @@ impl Coordinator {
 
     /// The group as DescribeGroups shows it; `None` if it is unknown (Dead).
     pub async fn describe(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
+        self.check_owner(group_id)?;
         let live = self.with_existing(group_id, |slot| {
             let g = &slot.group;
             (!g.is_empty() || g.state != GroupState::Empty).then(|| GroupSummary {
@@ -282,9 +314,10 @@ impl Coordinator {
             .into_iter()
             .map(|(name, pt)| (name, (pt, GroupState::Empty.name())))
             .collect();
+        out.retain(|name, _| (self.owns)(name));
         for (name, slot) in self.groups().iter() {
             let g = &slot.group;
-            if !g.is_empty() || g.state != GroupState::Empty {
+            if (self.owns)(name) && (!g.is_empty() || g.state != GroupState::Empty) {
                 out.insert(
                     name.clone(),
                     (g.protocol_type.clone().unwrap_or_default(), g.state.name()),
@@ -296,6 +329,7 @@ impl Coordinator {
 
     /// Deletes an empty group and its offsets.
     pub async fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
+        self.check_owner(group_id)?;
         let live = self
             .with_existing(group_id, |slot| !slot.group.is_empty())
             .unwrap_or(false);
@@ -395,6 +429,9 @@ impl Coordinator {
         let cutoff = now_ms - self.offsets_retention_ms;
         let mut dropped = 0;
         for (group, _) in self.metastore.groups().await? {
+            if !(self.owns)(&group) {
+                continue;
+            }
             let active = self
                 .with_existing(&group, |s| !s.group.is_empty())
                 .unwrap_or(false);
@@ -446,7 +483,12 @@ mod tests {
         let kv = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
         let metastore = Metastore::new(Arc::new(kv), b"s");
         let retention = 60_000;
-        let c = Coordinator::new(GroupConfig::default(), retention, metastore.clone());
+        let c = Coordinator::new(
+            GroupConfig::default(),
+            retention,
+            metastore.clone(),
+            Box::new(|_| true),
+        );
         metastore
             .commit_offsets(
                 "old",

@@ -1,0 +1,156 @@
+//! This agent's membership in the cluster: it registers under its node id at start,
+//! renews its lease while it runs, deregisters on a clean shutdown, and keeps the set of
+//! live agents that Metadata, FindCoordinator and topic placement use.
+//!
+//! The lease is [`LEASE`]; it is renewed every [`RENEW_EVERY`], so an agent that stops
+//! (SIGKILL, a lost machine) leaves the live set at most [`LEASE`] later, and an agent
+//! that stops cleanly leaves at once.
+
+use std::sync::RwLock;
+use std::time::Duration;
+
+use anyhow::Context;
+use strata_metastore::{AgentRecord, Metastore};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+
+pub const LEASE: Duration = Duration::from_secs(10);
+pub const RENEW_EVERY: Duration = Duration::from_secs(2);
+
+#[derive(Debug)]
+pub struct Membership {
+    metastore: Metastore,
+    me: AgentRecord,
+    /// Live agents by node id, this one always among them.
+    live: RwLock<Vec<AgentRecord>>,
+}
+
+impl Membership {
+    /// Registers this agent; fails if another live process holds the node id.
+    pub async fn join(
+        metastore: Metastore,
+        node_id: i32,
+        (host, port): (String, i32),
+        http: String,
+        rack: Option<String>,
+        data_dir_id: &str,
+    ) -> anyhow::Result<Membership> {
+        let me = AgentRecord {
+            node_id,
+            host,
+            port,
+            http,
+            rack,
+            incarnation: uuid::Uuid::new_v4().simple().to_string(),
+            data_dir_id: data_dir_id.to_string(),
+            lease_until_ms: 0,
+        };
+        let membership = Membership {
+            metastore,
+            live: RwLock::new(vec![me.clone()]),
+            me,
+        };
+        membership
+            .renew()
+            .await
+            .with_context(|| format!("cannot join the cluster as node {node_id}"))?;
+        Ok(membership)
+    }
+
+    async fn renew(&self) -> strata_metastore::Result<()> {
+        let now = now_ms();
+        let record = AgentRecord {
+            lease_until_ms: now + LEASE.as_millis() as i64,
+            ..self.me.clone()
+        };
+        self.metastore.register_agent(record, now).await?;
+        self.refresh().await
+    }
+
+    /// Reads the live agents from the metastore (placement calls this before it picks).
+    pub async fn refresh(&self) -> strata_metastore::Result<()> {
+        let mut live = self.metastore.live_agents(now_ms()).await?;
+        if !live.iter().any(|a| a.node_id == self.me.node_id) {
+            live.push(self.me.clone());
+            live.sort_by_key(|a| a.node_id);
+        }
+        *self.live.write().unwrap_or_else(|p| p.into_inner()) = live;
+        Ok(())
+    }
+
+    /// Renews the lease, and follows agents joining and leaving, until `shutdown`; then
+    /// deregisters.
+    pub async fn run(&self, shutdown: CancellationToken) {
+        let mut next_renewal = tokio::time::Instant::now() + RENEW_EVERY;
+        loop {
+            let joined_or_left = async {
+                match self.metastore.watch_agents().await {
+                    Ok(watch) => watch.await,
+                    Err(e) => Err(e),
+                }
+            };
+            let renew = tokio::select! {
+                _ = tokio::time::sleep_until(next_renewal) => true,
+                r = joined_or_left => {
+                    if let Err(e) = r {
+                        tracing::warn!(error = %e, "cannot watch agents in the metastore");
+                        // Do not spin on a failing watch: wait for the renewal.
+                        tokio::select! {
+                            _ = tokio::time::sleep_until(next_renewal) => {}
+                            _ = shutdown.cancelled() => break,
+                        }
+                        true
+                    } else {
+                        false
+                    }
+                }
+                _ = shutdown.cancelled() => break,
+            };
+            let outcome = if renew {
+                next_renewal = tokio::time::Instant::now() + RENEW_EVERY;
+                self.renew().await
+            } else {
+                self.refresh().await
+            };
+            if let Err(e) = outcome {
+                tracing::error!(error = %e, "cannot renew this agent's lease in the metastore");
+            }
+        }
+        if let Err(e) = self
+            .metastore
+            .deregister_agent(self.me.node_id, &self.me.incarnation)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot deregister; others will see this agent leave when its lease runs out");
+        }
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.me.node_id
+    }
+
+    /// The live agents, by node id.
+    pub fn live(&self) -> Vec<AgentRecord> {
+        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn is_live(&self, node_id: i32) -> bool {
+        self.live
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .any(|a| a.node_id == node_id)
+    }
+
+    /// The agent that coordinates `group`: one of the live agents, chosen by a hash of
+    /// the group id, so every agent with the same view picks the same one.
+    pub fn coordinator_of(&self, group: &str) -> AgentRecord {
+        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        // FNV-1a: stable across processes and versions, unlike std's hasher.
+        let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        });
+        live[(hash % live.len() as u64) as usize].clone()
+    }
+}

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Runs the whole benchmark suite against a fresh single-node strata and writes the
+results as JSON (and a Markdown table to stdout).
+
+    cargo build --release -p strata-agent --bin strata -p strata-bench
+    python3 bench/suite.py                   # the full matrix, ~20 min
+    python3 bench/suite.py --quick           # a smoke run: tiny counts, a minute
+
+What it measures, in one run so the figures can be compared:
+  * references: the disk's sequential write speed with fdatasync and its synchronous
+    4 KiB write rate (dd, in strata's data directory), and loopback TCP bandwidth (iperf3);
+  * for 1 and 8 partitions x 100 B and 1 KiB values x acks=1 and acks=all x no
+    compression and lz4: produce at full speed; consume that topic from the start;
+    produce at a fixed 50% of the full-speed rate (latency under load); end-to-end at the
+    same 50% rate (send to receipt);
+  * the broker's peak resident memory during each run (VmHWM, reset before each run).
+
+Every run reads back what it sent; a run that lost or corrupted a record fails the suite.
+Needs dd (coreutils) and iperf3 (`apt-get install iperf3`); Linux only (/proc).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def machine() -> dict:
+    cpu = "unknown"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kib = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(mem_kib / 2**20, 1),
+        "kernel": platform.release(),
+    }
+
+
+def dd_write(directory: Path, quick: bool) -> dict:
+    """Sequential write with one fdatasync at the end, and synchronous 4 KiB writes."""
+    target = directory / "dd.bench"
+    mib = 64 if quick else 1024
+    out = subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=1M", f"count={mib}", "conv=fdatasync"],
+        capture_output=True, text=True, check=True).stderr
+    seconds = float(re.search(r"([\d.]+) s,", out).group(1))
+    sequential = mib * 2**20 / seconds / 1e6
+    count = 200 if quick else 2000
+    out = subprocess.run(
+        ["dd", "if=/dev/zero", f"of={target}", "bs=4k", f"count={count}", "oflag=dsync"],
+        capture_output=True, text=True, check=True).stderr
+    seconds = float(re.search(r"([\d.]+) s,", out).group(1))
+    target.unlink()
+    return {
+        "sequential_write_fdatasync_mb_per_s": round(sequential, 1),
+        "sync_4k_writes_per_s": round(count / seconds, 1),
+        "sync_4k_write_ms": round(seconds / count * 1000, 3),
+    }
+
+
+def loopback(quick: bool) -> dict:
+    if not shutil.which("iperf3"):
+        return {"error": "iperf3 not installed (apt-get install iperf3)"}
+    port = free_port()
+    server = subprocess.Popen(["iperf3", "-s", "-1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "2" if quick else "5", "-J"]
+        for _ in range(50):
+            run = subprocess.run(client, capture_output=True, text=True)
+            if run.returncode == 0:
+                bps = json.loads(run.stdout)["end"]["sum_received"]["bits_per_second"]
+                return {"tcp_mb_per_s": round(bps / 8 / 1e6, 1)}
+            time.sleep(0.1)  # the server is not listening yet
+        return {"error": f"iperf3 failed: {run.stdout[-500:]}"}
+    finally:
+        server.kill()
+        server.wait()
+
+
+class Strata:
+    """A release strata on free ports; its peak RSS can be reset between runs."""
+
+    def __init__(self, binary: Path, root: Path):
+        self.root = root
+        self.kafka = free_port()
+        self.http = free_port()
+        self.log = open(root / "strata.log", "w")
+        self.proc = subprocess.Popen(
+            [str(binary), "agent", "--data-dir", str(root / "data"),
+             "--kafka-listen", f"127.0.0.1:{self.kafka}",
+             "--http-listen", f"127.0.0.1:{self.http}",
+             # Tiering would compete for the two cores and is measured on its own
+             # (docs/BENCHMARKS.md, replay).
+             "--tiering-enabled", "false"],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.http}/readyz", timeout=1)
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"strata did not start; see {root / 'strata.log'}")
+                time.sleep(0.1)
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka}"
+
+    def reset_peak_memory(self) -> None:
+        # Writing 5 to clear_refs resets VmHWM (Linux >= 4.0); needs to own the process.
+        Path(f"/proc/{self.proc.pid}/clear_refs").write_text("5")
+
+    def peak_memory_mib(self) -> float:
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return round(int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024, 1)
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self.log.close()
+
+
+def bench(binary: Path, strata: Strata, args: list[str], work: Path) -> dict:
+    out = work / "run.json"
+    strata.reset_peak_memory()
+    cmd = [str(binary), "--bootstrap", strata.bootstrap, "--json", str(out), *args]
+    print("$", " ".join(cmd[1:]), flush=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0 or not out.exists():
+        sys.stdout.write(proc.stdout + proc.stderr)
+        raise SystemExit(f"strata-bench failed (exit {proc.returncode}): {' '.join(args)}")
+    report = json.loads(out.read_text())
+    report["broker_peak_rss_mib"] = strata.peak_memory_mib()
+    return report
+
+
+def delete_topics(strata: Strata, topics: list[str]) -> None:
+    """Frees the disk between configurations (the full matrix writes tens of GB)."""
+    from confluent_kafka.admin import AdminClient
+    admin = AdminClient({"bootstrap.servers": strata.bootstrap})
+    for future in admin.delete_topics(topics, operation_timeout=30).values():
+        future.result()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="smoke run: one small configuration")
+    ap.add_argument("--seconds", type=float, default=8.0, help="length of each produce run")
+    ap.add_argument("--strata", type=Path, default=REPO / "target/release/strata")
+    ap.add_argument("--bench", type=Path, default=REPO / "target/release/strata-bench")
+    ap.add_argument("--dir", type=Path, default=None,
+                    help="where strata keeps its data (default: a temp dir); dd measures this disk")
+    ap.add_argument("--out", type=Path, default=None, help="JSON results (default bench/results/<time>.json)")
+    opts = ap.parse_args()
+    for b in (opts.strata, opts.bench):
+        if not b.exists():
+            raise SystemExit(f"{b} is missing: cargo build --release -p strata-agent --bin strata -p strata-bench")
+
+    root = Path(tempfile.mkdtemp(prefix="strata-suite-", dir=opts.dir))
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    results: dict = {"started": started, "machine": machine(), "references": {}, "runs": []}
+    print(f"machine: {results['machine']}", flush=True)
+    results["references"]["disk"] = dd_write(root, opts.quick)
+    results["references"]["loopback"] = loopback(opts.quick)
+    print(f"references: {results['references']}", flush=True)
+
+    if opts.quick:
+        matrix = [(1, 100, "all", "none")]
+        count_args = ["--records", "20000"]
+    else:
+        matrix = [(p, size, acks, comp)
+                  for p in (1, 8) for size in (100, 1024)
+                  for acks in ("1", "all") for comp in ("none", "lz4")]
+        count_args = ["--duration-s", str(opts.seconds)]
+
+    strata = Strata(opts.strata, root)
+    try:
+        for partitions, size, acks, compression in matrix:
+            common = ["--partitions", str(partitions), "--size", str(size),
+                      "--acks", acks, "--compression", compression]
+            config = {"partitions": partitions, "size": size, "acks": acks, "compression": compression}
+            full = bench(opts.bench, strata, ["produce", *common, *count_args], root)
+            consume = bench(opts.bench, strata, ["consume", "--topic", full["topic"]], root)
+            rate = max(1, int(full["records_per_s"] * 0.5))
+            rate_args = ["--rate", str(rate)] + (["--records", "10000"] if opts.quick
+                                                 else ["--duration-s", str(opts.seconds)])
+            half = bench(opts.bench, strata, ["produce", *common, *rate_args], root)
+            e2e = bench(opts.bench, strata, ["e2e", *common, *rate_args], root)
+            for kind, report in (("produce", full), ("consume", consume),
+                                 ("produce@50%", half), ("e2e@50%", e2e)):
+                results["runs"].append({"config": config, "kind": kind, **report})
+            delete_topics(strata, [full["topic"], half["topic"], e2e["topic"]])
+    finally:
+        strata.stop()
+
+    out = opts.out or REPO / "bench" / "results" / f"{started.replace(':', '')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    print_table(results)
+    print(f"\nresults: {out}")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def print_table(results: dict) -> None:
+    disk = results["references"]["disk"]["sequential_write_fdatasync_mb_per_s"]
+    net = results["references"]["loopback"].get("tcp_mb_per_s")
+    print(f"\nreferences: disk {disk} MB/s sequential (fdatasync), "
+          f"{results['references']['disk']['sync_4k_write_ms']} ms per synchronous 4 KiB write; "
+          f"loopback {net} MB/s")
+    print("\n| partitions | size | acks | compression | run | records/s | MB/s | of disk | "
+          "p50 ms | p99 ms | p99.9 ms | max ms | broker peak RSS MiB |")
+    print("|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in results["runs"]:
+        c, lat = r["config"], r.get("latency") or {}
+        fmt = lambda v: "" if v is None else f"{v:.2f}"
+        print(f"| {c['partitions']} | {c['size']} | {c['acks']} | {c['compression']} | {r['kind']} | "
+              f"{r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | {r['mb_per_s'] / disk:.2f} | "
+              f"{fmt(lat.get('p50_ms'))} | {fmt(lat.get('p99_ms'))} | {fmt(lat.get('p999_ms'))} | "
+              f"{fmt(lat.get('max_ms'))} | {r['broker_peak_rss_mib']} |")
+
+
+if __name__ == "__main__":
+    main()
