@@ -92,10 +92,11 @@ def loopback(quick: bool) -> dict:
         client = ["iperf3", "-c", "127.0.0.1", "-p", str(port), "-t", "2" if quick else "5", "-J"]
         for _ in range(50):
             run = subprocess.run(client, capture_output=True, text=True)
-            if run.returncode == 0:
+            try:
                 bps = json.loads(run.stdout)["end"]["sum_received"]["bits_per_second"]
                 return {"tcp_mb_per_s": round(bps / 8 / 1e6, 1)}
-            time.sleep(0.1)  # the server is not listening yet
+            except (ValueError, KeyError):
+                time.sleep(0.1)  # the server is not listening yet, or was busy
         return {"error": f"iperf3 failed: {run.stdout[-500:]}"}
     finally:
         server.kill()

@@ -38,7 +38,7 @@ step "cargo test"
 cargo test --workspace --locked
 
 step "benchmark smoke run (criterion benches once each, in test mode)"
-cargo test --locked -p strata-log -p strata-tiering --benches
+cargo test --locked -p strata-log -p strata-tiering --bench log_hot_path --bench parquet_codec
 
 if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
     step "metastore tests on FoundationDB ($FDB_CLUSTER_FILE)"

@@ -174,6 +174,14 @@ fn run_id() -> u32 {
 /// `(low, high)` watermark of each partition, by index.
 type Watermarks = Vec<(i64, i64)>;
 
+/// Reading stops at these high watermarks.
+fn ends_at_high_watermarks(marks: &[(i64, i64)]) -> Ends {
+    let ends = Ends::new();
+    ends.set(marks.iter().map(|&(_, high)| high).collect())
+        .expect("a new OnceLock is empty");
+    ends
+}
+
 /// Validates the arguments and prepares the topic; returns the settings, the partition
 /// count and the watermarks before the run.
 fn prepare(
@@ -245,9 +253,7 @@ fn verify(
     failed_sends: u64,
 ) -> anyhow::Result<Verification> {
     let after = kafka::watermarks(&settings.bootstrap, &settings.topic, before.len() as i32)?;
-    let ends: Ends = Ends::new();
-    ends.set(after.iter().map(|&(_, high)| high).collect())
-        .expect("set once");
+    let ends = ends_at_high_watermarks(&after);
     let read = consume::run(
         &ConsumeSettings {
             bootstrap: settings.bootstrap.clone(),
@@ -320,9 +326,7 @@ fn consume_mode(cli: &Cli, args: &ConsumeArgs) -> anyhow::Result<Report> {
     let partitions = kafka::partition_count(&cli.bootstrap, &args.topic)?;
     let marks = kafka::watermarks(&cli.bootstrap, &args.topic, partitions)?;
     let expected: u64 = marks.iter().map(|&(low, high)| (high - low) as u64).sum();
-    let ends: Ends = Ends::new();
-    ends.set(marks.iter().map(|&(_, high)| high).collect())
-        .expect("set once");
+    let ends = ends_at_high_watermarks(&marks);
     let read = consume::run(
         &ConsumeSettings {
             bootstrap: cli.bootstrap.clone(),

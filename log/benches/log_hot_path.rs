@@ -23,6 +23,7 @@ fn validation(c: &mut Criterion) {
         });
     }
     let bytes = batch(Compression::None);
+    group.throughput(Throughput::Bytes(bytes.len() as u64));
     group.bench_function("crc32c_only_100x100B", |b| {
         b.iter(|| crc32c::crc32c(std::hint::black_box(&bytes[21..])))
     });

@@ -366,7 +366,9 @@ pub fn example_batch(
             producer_epoch: -1,
             timestamp_type: kafka_protocol::records::TimestampType::Creation,
             offset: i as i64,
-            sequence: -1,
+            // The encoder starts a new batch unless sequences follow on; starting at -1
+            // keeps the batch's base sequence -1, as for a non-idempotent producer.
+            sequence: i as i32 - 1,
             timestamp: ts0 + i as i64,
             key: Some(Bytes::from(format!("k{i}"))),
             value: Some(value.clone()),
