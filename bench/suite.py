@@ -2,7 +2,7 @@
 """Runs the whole benchmark suite against a fresh single-node strata and writes the
 results as JSON (and a Markdown table to stdout).
 
-    cargo build --release -p strata-agent --bin strata -p strata-bench
+    cargo build --release -p strata-agent -p strata-bench --bin strata --bin strata-bench
     python3 bench/suite.py                   # the full matrix, ~20 min
     python3 bench/suite.py --quick           # a smoke run: tiny counts, a minute
 
@@ -185,7 +185,7 @@ def main() -> None:
     opts = ap.parse_args()
     for b in (opts.strata, opts.bench):
         if not b.exists():
-            raise SystemExit(f"{b} is missing: cargo build --release -p strata-agent --bin strata -p strata-bench")
+            raise SystemExit(f"{b} is missing: cargo build --release -p strata-agent -p strata-bench --bin strata --bin strata-bench")
 
     root = Path(tempfile.mkdtemp(prefix="strata-suite-", dir=opts.dir))
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

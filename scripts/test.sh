@@ -32,13 +32,14 @@ step "cargo clippy --features fdb (the FoundationDB backend: type-checked, not l
 cargo clippy -p strata-agent -p strata-metastore --all-targets --features fdb --locked -- -D warnings
 
 step "cargo build (the strata and strata-bench binaries the client tests run)"
-cargo build --locked -p strata-agent --bin strata -p strata-bench
+# --workspace: the same feature set as `cargo test --workspace`, so dependencies build once.
+cargo build --workspace --locked --bin strata --bin strata-bench
 
 step "cargo test"
 cargo test --workspace --locked
 
 step "benchmark smoke run (criterion benches once each, in test mode)"
-cargo test --locked -p strata-log -p strata-tiering --bench log_hot_path --bench parquet_codec
+cargo test --workspace --locked --bench log_hot_path --bench parquet_codec
 
 if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
     step "metastore tests on FoundationDB ($FDB_CLUSTER_FILE)"
