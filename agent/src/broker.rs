@@ -58,6 +58,16 @@ impl TopicState {
         }
     }
 
+    /// [`TopicState::served`] for a topic that may not exist here.
+    pub fn served_in(
+        topic: Option<&Arc<TopicState>>,
+        index: i32,
+    ) -> Result<&Arc<Partition>, ResponseError> {
+        topic
+            .ok_or(ResponseError::UnknownTopicOrPartition)
+            .and_then(|t| t.served(index))
+    }
+
     /// The partitions this agent leads.
     pub fn local_partitions(&self) -> impl Iterator<Item = &Arc<Partition>> {
         self.partitions.iter().flatten()
@@ -129,7 +139,7 @@ impl Broker {
             metastore.clone(),
             {
                 let membership = Arc::clone(&membership);
-                Box::new(move |group| membership.coordinator_of(group).node_id == node_id)
+                Box::new(move |group| membership.coordinates(node_id, group))
             },
         ));
         let producer_ids = ProducerIds::new(metastore.clone());

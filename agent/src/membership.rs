@@ -85,26 +85,19 @@ impl Membership {
         let mut next_renewal = tokio::time::Instant::now() + RENEW_EVERY;
         loop {
             let joined_or_left = async {
-                match self.metastore.watch_agents().await {
+                let watched = match self.metastore.watch_agents().await {
                     Ok(watch) => watch.await,
                     Err(e) => Err(e),
+                };
+                if let Err(e) = watched {
+                    // Do not spin on a failing watch: the renewal reads the agents anyway.
+                    tracing::warn!(error = %e, "cannot watch agents in the metastore");
+                    std::future::pending::<()>().await;
                 }
             };
             let renew = tokio::select! {
                 _ = tokio::time::sleep_until(next_renewal) => true,
-                r = joined_or_left => {
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "cannot watch agents in the metastore");
-                        // Do not spin on a failing watch: wait for the renewal.
-                        tokio::select! {
-                            _ = tokio::time::sleep_until(next_renewal) => {}
-                            _ = shutdown.cancelled() => break,
-                        }
-                        true
-                    } else {
-                        false
-                    }
-                }
+                () = joined_or_left => false,
                 _ = shutdown.cancelled() => break,
             };
             let outcome = if renew {
@@ -126,8 +119,14 @@ impl Membership {
         }
     }
 
-    pub fn node_id(&self) -> i32 {
-        self.me.node_id
+    /// There is no controller; the lowest live node id stands in for one in Metadata
+    /// and DescribeCluster.
+    pub fn controller_id(&self) -> i32 {
+        self.live
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .first()
+            .map_or(self.me.node_id, |a| a.node_id)
     }
 
     /// The live agents, by node id.
@@ -135,22 +134,24 @@ impl Membership {
         self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    pub fn is_live(&self, node_id: i32) -> bool {
-        self.live
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .any(|a| a.node_id == node_id)
-    }
-
     /// The agent that coordinates `group`: one of the live agents, chosen by a hash of
     /// the group id, so every agent with the same view picks the same one.
     pub fn coordinator_of(&self, group: &str) -> AgentRecord {
+        self.with_coordinator(group, AgentRecord::clone)
+    }
+
+    /// Whether `node_id` coordinates `group` (checked on every group request, so
+    /// without copying the record).
+    pub fn coordinates(&self, node_id: i32, group: &str) -> bool {
+        self.with_coordinator(group, |a| a.node_id == node_id)
+    }
+
+    fn with_coordinator<T>(&self, group: &str, f: impl FnOnce(&AgentRecord) -> T) -> T {
         let live = self.live.read().unwrap_or_else(|p| p.into_inner());
         // FNV-1a: stable across processes and versions, unlike std's hasher.
         let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-        live[(hash % live.len() as u64) as usize].clone()
+        f(&live[(hash % live.len() as u64) as usize])
     }
 }

@@ -42,6 +42,35 @@ pub struct Consumed {
     pub elapsed: Duration,
 }
 
+impl Consumed {
+    pub fn new() -> Consumed {
+        Consumed {
+            tally: Tally::default(),
+            records: 0,
+            bytes: 0,
+            corrupted: 0,
+            first_error: None,
+            latency: histogram(),
+            elapsed: Duration::ZERO,
+        }
+    }
+
+    /// Adds what another consumer of the same run read (they ran side by side).
+    pub fn merge(&mut self, other: Consumed) {
+        self.tally.merge(&other.tally);
+        self.records += other.records;
+        self.bytes += other.bytes;
+        self.corrupted += other.corrupted;
+        self.latency
+            .add(&other.latency)
+            .expect("same histogram bounds");
+        self.elapsed = self.elapsed.max(other.elapsed);
+        if self.first_error.is_none() {
+            self.first_error = other.first_error;
+        }
+    }
+}
+
 /// Reads until every partition reached its end in `ends` (with a group: until the
 /// records between the watermarks in `expected_total` arrived).
 /// `ready`, if given, is waited on once the consumer has made its first fetch, so that
@@ -69,15 +98,7 @@ pub fn run(
         }
         next[p as usize] = offset;
     }
-    let mut out = Consumed {
-        tally: Tally::default(),
-        records: 0,
-        bytes: 0,
-        corrupted: 0,
-        first_error: None,
-        latency: histogram(),
-        elapsed: Duration::ZERO,
-    };
+    let mut out = Consumed::new();
     if let Some(ready) = ready {
         // The first poll connects, fetches metadata and sends the first fetch.
         if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {

@@ -244,6 +244,29 @@ fn produce_settings_json(args: &ProduceArgs, partitions: i32) -> serde_json::Val
     })
 }
 
+/// A consumer of this run's values, by assignment of the partitions `pick` selects,
+/// from their high watermarks `before` the run.
+fn reader(
+    settings: &ProduceSettings,
+    before: &[(i64, i64)],
+    pick: impl Fn(usize) -> bool,
+    idle_timeout: Duration,
+) -> ConsumeSettings {
+    ConsumeSettings {
+        bootstrap: settings.bootstrap.clone(),
+        topic: settings.topic.clone(),
+        run: Some(settings.run),
+        group: None,
+        assigned: before
+            .iter()
+            .enumerate()
+            .filter(|(p, _)| pick(*p))
+            .map(|(p, &(_, high))| (p as i32, high))
+            .collect(),
+        idle_timeout,
+    }
+}
+
 /// Reads back `[before.high, end)` of every partition and checks it against what was
 /// acknowledged.
 fn verify(
@@ -255,18 +278,7 @@ fn verify(
     let after = kafka::watermarks(&settings.bootstrap, &settings.topic, before.len() as i32)?;
     let ends = ends_at_high_watermarks(&after);
     let read = consume::run(
-        &ConsumeSettings {
-            bootstrap: settings.bootstrap.clone(),
-            topic: settings.topic.clone(),
-            run: Some(settings.run),
-            group: None,
-            assigned: before
-                .iter()
-                .enumerate()
-                .map(|(p, &(_, high))| (p as i32, high))
-                .collect(),
-            idle_timeout: Duration::from_secs(30),
-        },
+        &reader(settings, before, |_| true, Duration::from_secs(30)),
         &ends,
         None,
         None,
@@ -292,18 +304,23 @@ fn compare(acked: &payload::Tally, read: &consume::Consumed, failed_sends: u64) 
 
 fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
     let (settings, partitions, before) = prepare(cli, args, "produce")?;
-    let produced = produce::run(&settings, || {})?;
+    let produced = produce::run(&settings)?;
     let mut verification = if args.no_verify {
         Verification {
-            expected: produced.acked.distinct,
-            failed_sends: produced.failed,
+            expected: produced.acks.acked.distinct,
+            failed_sends: produced.acks.failed,
             ..Verification::default()
         }
     } else {
-        verify(&settings, &before, &produced.acked, produced.failed)?
+        verify(
+            &settings,
+            &before,
+            &produced.acks.acked,
+            produced.acks.failed,
+        )?
     };
     if verification.first_error.is_none() {
-        verification.first_error = produced.first_error.clone();
+        verification.first_error = produced.acks.first_error.clone();
     }
     let seconds = produced.elapsed.as_secs_f64();
     Ok(Report {
@@ -311,12 +328,12 @@ fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
         bootstrap: cli.bootstrap.clone(),
         topic: settings.topic.clone(),
         settings: produce_settings_json(args, partitions),
-        records: produced.acked.distinct,
-        bytes: produced.acked_bytes,
+        records: produced.acks.acked.distinct,
+        bytes: produced.acks.acked_bytes,
         seconds,
-        records_per_s: produced.acked.distinct as f64 / seconds,
-        mb_per_s: produced.acked_bytes as f64 / seconds / 1e6,
-        latency: Latency::of(&produced.latency),
+        records_per_s: produced.acks.acked.distinct as f64 / seconds,
+        mb_per_s: produced.acks.acked_bytes as f64 / seconds / 1e6,
+        latency: Latency::of(&produced.acks.latency),
         ok: verification.ok(args.idempotence) && (args.no_verify || verification.received > 0),
         verification,
     })
@@ -380,25 +397,18 @@ fn e2e_mode(cli: &Cli, args: &E2eArgs) -> anyhow::Result<Report> {
     let (produced, reads) = std::thread::scope(|scope| {
         let readers: Vec<_> = (0..consumers)
             .map(|c| {
-                let consume_settings = ConsumeSettings {
-                    bootstrap: settings.bootstrap.clone(),
-                    topic: settings.topic.clone(),
-                    run: Some(settings.run),
-                    group: None,
-                    assigned: before
-                        .iter()
-                        .enumerate()
-                        .filter(|(p, _)| *p as u32 % consumers == c)
-                        .map(|(p, &(_, high))| (p as i32, high))
-                        .collect(),
-                    idle_timeout: Duration::from_secs(60),
-                };
+                let consume_settings = reader(
+                    &settings,
+                    &before,
+                    |p| p as u32 % consumers == c,
+                    Duration::from_secs(60),
+                );
                 let (ends, ready) = (&ends, &ready);
                 scope.spawn(move || consume::run(&consume_settings, ends, None, Some(ready)))
             })
             .collect();
         ready.wait();
-        let produced = produce::run(&settings, || {});
+        let produced = produce::run(&settings);
         // Whatever happened, tell the consumers where to stop.
         let after = kafka::watermarks(&settings.bootstrap, &settings.topic, partitions);
         let stop_at = match &after {
@@ -413,32 +423,13 @@ fn e2e_mode(cli: &Cli, args: &E2eArgs) -> anyhow::Result<Report> {
         (produced.and_then(|p| after.map(|_| p)), reads)
     });
     let produced = produced?;
-    let mut all = consume::Consumed {
-        tally: payload::Tally::default(),
-        records: 0,
-        bytes: 0,
-        corrupted: 0,
-        first_error: None,
-        latency: report::histogram(),
-        elapsed: Duration::ZERO,
-    };
+    let mut all = consume::Consumed::new();
     for read in reads {
-        let read = read?;
-        all.tally.merge(&read.tally);
-        all.records += read.records;
-        all.bytes += read.bytes;
-        all.corrupted += read.corrupted;
-        all.latency
-            .add(&read.latency)
-            .expect("same histogram bounds");
-        all.elapsed = all.elapsed.max(read.elapsed);
-        if all.first_error.is_none() {
-            all.first_error = read.first_error;
-        }
+        all.merge(read?);
     }
-    let mut verification = compare(&produced.acked, &all, produced.failed);
+    let mut verification = compare(&produced.acks.acked, &all, produced.acks.failed);
     if verification.first_error.is_none() {
-        verification.first_error = produced.first_error.clone();
+        verification.first_error = produced.acks.first_error.clone();
     }
     // From the first send until the last record arrived.
     let seconds = produced.elapsed.max(all.elapsed).as_secs_f64();

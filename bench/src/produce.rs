@@ -34,23 +34,46 @@ pub struct ProduceSettings {
     pub rate: u64,
 }
 
-/// What the producers did.
+/// What the producers' acknowledgements said.
 #[derive(Debug)]
-pub struct Produced {
+pub struct Acks {
     pub acked: Tally,
     pub acked_bytes: u64,
     pub failed: u64,
     pub first_error: Option<String>,
+    /// Send (or due time) to acknowledgement.
     pub latency: Histogram<u64>,
-    pub elapsed: Duration,
 }
 
-struct Acks {
-    acked: Tally,
-    acked_bytes: u64,
-    failed: u64,
-    first_error: Option<String>,
-    latency: Histogram<u64>,
+impl Acks {
+    fn new() -> Acks {
+        Acks {
+            acked: Tally::default(),
+            acked_bytes: 0,
+            failed: 0,
+            first_error: None,
+            latency: histogram(),
+        }
+    }
+
+    fn merge(&mut self, other: &mut Acks) {
+        self.acked.merge(&other.acked);
+        self.acked_bytes += other.acked_bytes;
+        self.failed += other.failed;
+        if self.first_error.is_none() {
+            self.first_error = other.first_error.take();
+        }
+        self.latency
+            .add(&other.latency)
+            .expect("same histogram bounds");
+    }
+}
+
+/// What the producers did.
+#[derive(Debug)]
+pub struct Produced {
+    pub acks: Acks,
+    pub elapsed: Duration,
 }
 
 struct AckContext {
@@ -104,24 +127,16 @@ fn producer(settings: &ProduceSettings) -> anyhow::Result<BaseProducer<AckContex
         .set("message.timeout.ms", "120000");
     config
         .create_with_context(AckContext {
-            acks: Mutex::new(Acks {
-                acked: Tally::default(),
-                acked_bytes: 0,
-                failed: 0,
-                first_error: None,
-                latency: histogram(),
-            }),
+            acks: Mutex::new(Acks::new()),
         })
         .context("cannot create a producer")
 }
 
 /// Runs the producers to the end (count or duration) and waits for every delivery.
-/// `started` is called once every producer exists, just before the first send.
-pub fn run(settings: &ProduceSettings, started: impl FnOnce()) -> anyhow::Result<Produced> {
+pub fn run(settings: &ProduceSettings) -> anyhow::Result<Produced> {
     let producers = (0..settings.producers)
         .map(|_| producer(settings))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    started();
     let start = Instant::now();
     let start_ns = payload::now_ns();
     let per_producer_rate = settings.rate as f64 / f64::from(settings.producers);
@@ -145,27 +160,11 @@ pub fn run(settings: &ProduceSettings, started: impl FnOnce()) -> anyhow::Result
         let _ = p.flush(Duration::from_secs(130));
     }
     let elapsed = start.elapsed();
-    let mut out = Produced {
-        acked: Tally::default(),
-        acked_bytes: 0,
-        failed: 0,
-        first_error: None,
-        latency: histogram(),
-        elapsed,
-    };
-    for p in producers {
-        let mut acks = p.context().acks.lock().unwrap_or_else(|e| e.into_inner());
-        out.acked.merge(&acks.acked);
-        out.acked_bytes += acks.acked_bytes;
-        out.failed += acks.failed;
-        if out.first_error.is_none() {
-            out.first_error = acks.first_error.take();
-        }
-        out.latency
-            .add(&acks.latency)
-            .expect("same histogram bounds");
+    let mut acks = Acks::new();
+    for p in &producers {
+        acks.merge(&mut p.context().acks.lock().unwrap_or_else(|e| e.into_inner()));
     }
-    Ok(out)
+    Ok(Produced { acks, elapsed })
 }
 
 fn send_all(

@@ -9,10 +9,10 @@ use crate::broker::Broker;
 pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
     let mut response = DescribeClusterResponse::default();
     response.cluster_id = StrBytes::from_string(broker.cluster_id.clone());
-    let live = broker.membership.live();
-    // There is no controller; the lowest live node id stands in for one.
-    response.controller_id = BrokerId(live.first().map_or(broker.node_id, |a| a.node_id));
-    response.brokers = live
+    response.controller_id = BrokerId(broker.membership.controller_id());
+    response.brokers = broker
+        .membership
+        .live()
         .into_iter()
         .map(|a| {
             let mut b = DescribeClusterBroker::default();

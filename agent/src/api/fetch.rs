@@ -18,7 +18,7 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 
 use super::errors::ApiError;
-use crate::broker::Broker;
+use crate::broker::{Broker, TopicState};
 use crate::partition::Durable;
 
 pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
@@ -72,11 +72,7 @@ async fn read_once(
             data.high_watermark = -1;
             data.last_stable_offset = -1;
             data.log_start_offset = -1;
-            let partition = topic
-                .as_ref()
-                .ok_or(ResponseError::UnknownTopicOrPartition)
-                .and_then(|t| t.served(p.partition));
-            let partition = match partition {
+            let partition = match TopicState::served_in(topic.as_ref(), p.partition) {
                 Ok(partition) => partition,
                 Err(code) => {
                     data.error_code = code.code();

@@ -9,7 +9,7 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::errors::ApiError;
-use crate::broker::Broker;
+use crate::broker::{Broker, TopicState};
 use crate::partition::Partition;
 
 const LATEST: i64 = -1;
@@ -31,11 +31,7 @@ pub async fn list_offsets(
             r.partition_index = p.partition_index;
             r.timestamp = -1;
             r.offset = -1;
-            let partition = topic
-                .as_ref()
-                .ok_or(ResponseError::UnknownTopicOrPartition)
-                .and_then(|t| t.served(p.partition_index));
-            match partition {
+            match TopicState::served_in(topic.as_ref(), p.partition_index) {
                 Err(code) => r.error_code = code.code(),
                 Ok(partition) => match lookup(broker, partition, p.timestamp).await {
                     Ok((offset, timestamp)) => {

@@ -14,12 +14,12 @@ use crate::broker::{Broker, TopicState};
 
 pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut response = MetadataResponse::default();
-    let live = broker.membership.live();
     if version >= 1 {
-        // There is no controller; the lowest live node id stands in for one.
-        response.controller_id = BrokerId(live.first().map_or(broker.node_id, |a| a.node_id));
+        response.controller_id = BrokerId(broker.membership.controller_id());
     }
-    response.brokers = live
+    let agents = broker.membership.live();
+    let live: Vec<i32> = agents.iter().map(|a| a.node_id).collect();
+    response.brokers = agents
         .into_iter()
         .map(|a| {
             let mut b = MetadataResponseBroker::default();
@@ -45,7 +45,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
         response.topics = broker
             .topics()
             .iter()
-            .map(|t| describe(broker, t, version))
+            .map(|t| describe(&live, t, version))
             .collect();
         return response;
     }
@@ -62,7 +62,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
             }
         };
         response.topics.push(match topic {
-            Ok(t) => describe(broker, &t, version),
+            Ok(t) => describe(&live, &t, version),
             Err(e) => {
                 let mut t = MetadataResponseTopic::default();
                 t.error_code = e.code();
@@ -108,7 +108,8 @@ async fn by_name(
     }
 }
 
-fn describe(broker: &Broker, topic: &TopicState, version: i16) -> MetadataResponseTopic {
+/// `live`: the node ids of the live agents.
+fn describe(live: &[i32], topic: &TopicState, version: i16) -> MetadataResponseTopic {
     let mut t = MetadataResponseTopic::default();
     t.name = Some(TopicName(StrBytes::from_string(topic.record.name.clone())));
     if version >= 10 {
@@ -122,7 +123,7 @@ fn describe(broker: &Broker, topic: &TopicState, version: i16) -> MetadataRespon
         .map(|p| {
             let mut m = MetadataResponsePartition::default();
             m.partition_index = p.index as i32;
-            if broker.membership.is_live(p.leader) {
+            if live.contains(&p.leader) {
                 m.leader_id = BrokerId(p.leader);
             } else {
                 // Its leader is down, and without replication no other agent has its data.

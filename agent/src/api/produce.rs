@@ -13,7 +13,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::Reply;
 use super::errors::ApiError;
-use crate::broker::Broker;
+use crate::broker::{Broker, TopicState};
 use crate::clock::now_ms;
 use crate::partition::Partition;
 
@@ -47,10 +47,7 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
         let topic = broker.topic(t.name.0.as_str());
         let mut results = Vec::with_capacity(t.partition_data.len());
         for p in t.partition_data {
-            let partition = topic
-                .as_ref()
-                .ok_or(ResponseError::UnknownTopicOrPartition)
-                .and_then(|topic| topic.served(p.index));
+            let partition = TopicState::served_in(topic.as_ref(), p.index);
             let outcome = if !matches!(acks, -1..=1) {
                 Err(ApiError::new(
                     ResponseError::InvalidRequiredAcks,
