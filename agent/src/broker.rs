@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use kafka_protocol::error::ResponseError;
 
-use strata_metastore::{Metastore, TopicRecord};
+use strata_metastore::{Metastore, PartitionRecord, TopicRecord};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
@@ -30,17 +30,22 @@ use strata_tiering::{ArchiveReader, LocalPartition, TieringWorker};
 pub struct TopicState {
     pub record: TopicRecord,
     pub config: TopicConfig,
-    /// By index; `None` for a partition another agent leads.
+    /// By index; `None` for a partition with no replica on this agent.
     pub partitions: Vec<Option<Arc<Partition>>>,
 }
 
 impl TopicState {
-    /// The partition, if this agent leads it.
-    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+    /// This agent's replica of the partition, leader or follower.
+    pub fn replica(&self, index: i32) -> Option<&Arc<Partition>> {
         usize::try_from(index)
             .ok()
             .and_then(|i| self.partitions.get(i))
             .and_then(Option::as_ref)
+    }
+
+    /// The partition, if this agent leads it.
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        self.replica(index).filter(|p| p.leader_epoch().is_some())
     }
 
     /// Whether the topic has partition `index` (led here or elsewhere).
@@ -68,9 +73,15 @@ impl TopicState {
             .and_then(|t| t.served(index))
     }
 
-    /// The partitions this agent leads.
+    /// The replicas on this agent, leaders and followers.
     pub fn local_partitions(&self) -> impl Iterator<Item = &Arc<Partition>> {
         self.partitions.iter().flatten()
+    }
+
+    /// The partitions this agent leads.
+    pub fn led_partitions(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.local_partitions()
+            .filter(|p| p.leader_epoch().is_some())
     }
 }
 
@@ -227,7 +238,7 @@ impl Broker {
         }
     }
 
-    async fn apply_locked(&self, record: TopicRecord) -> Result<Arc<TopicState>, PartitionError> {
+    async fn apply_locked(&self, mut record: TopicRecord) -> Result<Arc<TopicState>, SyncError> {
         let existing = self.topic(&record.name);
         if let Some(old) = &existing
             && old.record == record
@@ -236,34 +247,56 @@ impl Broker {
         }
         let config = self.topic_config(&record);
         let log_config = config.log_config();
-        let mut partitions = Vec::with_capacity(record.partitions.len());
+        let mut open: Vec<Option<Arc<Partition>>> = Vec::new();
         match &existing {
             Some(old) if old.record.id == record.id => {
                 for p in old.local_partitions() {
                     p.set_config(log_config);
                 }
-                partitions.extend(old.partitions.iter().cloned());
+                open.extend(old.partitions.iter().cloned());
             }
             Some(_) => self.remove_locked(&record.name).await,
             None => {}
         }
-        for p in record.partitions.iter().skip(partitions.len()) {
-            // Without replication, an agent keeps the logs of the partitions it leads.
-            if p.leader != self.node_id {
-                partitions.push(None);
-                continue;
+        let mut partitions = Vec::with_capacity(record.partitions.len());
+        for i in 0..record.partitions.len() {
+            let p = record.partitions[i].clone();
+            let hosted = p.replicas.contains(&self.node_id);
+            let replica = match (open.get(i).cloned().flatten(), hosted) {
+                (Some(replica), true) => Some(replica),
+                (Some(replica), false) => {
+                    // Reassigned away from this agent.
+                    if let Err(e) = replica.delete().await {
+                        tracing::error!(partition = %replica.name(), error = %e, "cannot delete a replica moved elsewhere");
+                    }
+                    None
+                }
+                (None, false) => None,
+                (None, true) => {
+                    let dir = self.partition_dir(&record.name, p.index);
+                    let restarted = std::fs::read_to_string(dir.join(TOPIC_ID_FILE))
+                        .is_ok_and(|found| found.trim() == hex(&record.id));
+                    self.claim_dir(&dir, &record.id)?;
+                    let partition = Partition::open(
+                        &record.name,
+                        p.index as i32,
+                        self.node_id,
+                        &dir,
+                        log_config,
+                        now_ms(),
+                        &self.shutdown,
+                    )
+                    .map_err(PartitionError::from)?;
+                    if restarted && p.leader == self.node_id {
+                        record.partitions[i] = self.reclaim_leadership(&record.name, &p).await?;
+                    }
+                    Some(partition)
+                }
+            };
+            if let Some(replica) = &replica {
+                self.apply_role(replica, &record.partitions[i]);
             }
-            let dir = self.partition_dir(&record.name, p.index);
-            self.claim_dir(&dir, &record.id)?;
-            let partition = Partition::open(
-                &record.name,
-                p.index as i32,
-                &dir,
-                log_config,
-                now_ms(),
-                &self.shutdown,
-            )?;
-            partitions.push(Some(partition));
+            partitions.push(replica);
         }
         let state = Arc::new(TopicState {
             record: record.clone(),
@@ -275,6 +308,43 @@ impl Broker {
             .unwrap_or_else(|p| p.into_inner())
             .insert(record.name.clone(), Arc::clone(&state));
         Ok(state)
+    }
+
+    /// A restarted agent that the metastore still names as a partition's leader leads it
+    /// again only in a new epoch: whatever it did before the restart stays fenced, and
+    /// followers compare their logs with it afresh.
+    async fn reclaim_leadership(
+        &self,
+        topic: &str,
+        p: &PartitionRecord,
+    ) -> Result<PartitionRecord, SyncError> {
+        let (me, epoch) = (self.node_id, p.leader_epoch);
+        let after = self
+            .metastore
+            .update_partition(topic, p.index, move |cur| {
+                (cur.leader == me && cur.leader_epoch == epoch).then(|| PartitionRecord {
+                    leader_epoch: epoch + 1,
+                    ..cur.clone()
+                })
+            })
+            .await?;
+        Ok(after.unwrap_or_else(|| p.clone()))
+    }
+
+    /// Leads or follows as the partition record says; a new follower starts copying.
+    fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) {
+        if p.leader == self.node_id {
+            replica.become_leader(p, now_ms());
+        } else if replica.become_follower(p) && p.leader >= 0 {
+            let stop = replica.start_fetcher();
+            tokio::spawn(crate::replication::follow(
+                Arc::clone(&self.membership),
+                Arc::clone(replica),
+                p.leader,
+                p.leader_epoch,
+                stop,
+            ));
+        }
     }
 
     /// Makes sure `dir` holds the log of topic `id`: a directory left by an earlier topic
@@ -385,7 +455,7 @@ impl Broker {
             .iter()
             .filter(|t| t.config.tiered())
             .flat_map(|t| {
-                t.local_partitions()
+                t.led_partitions()
                     .map(|p| Arc::clone(p) as Arc<dyn LocalPartition>)
             })
             .collect()
@@ -417,7 +487,7 @@ impl Broker {
     ) -> Result<ReadOutcome, PartitionError> {
         let local_start = partition.log_start_offset();
         if offset >= local_start {
-            let mut out = partition.read(offset, max_bytes)?;
+            let mut out = partition.read(offset, max_bytes, true)?;
             out.log_start_offset = self.log_start_offset(partition).await;
             return Ok(out);
         }

@@ -59,6 +59,16 @@ pub struct Settings {
     pub tiering_interval_ms: u64,
     /// Bytes of archived data (rebuilt row groups) kept in memory for replays.
     pub archive_cache_bytes: u64,
+    /// This agent's membership lease (ms), renewed every fifth of it. An agent whose
+    /// lease ran out is out of the cluster: its partitions get new leaders.
+    pub lease_ms: u64,
+    /// Kafka's `replica.lag.time.max.ms`: a follower not caught up for this long leaves
+    /// the ISR.
+    pub replica_lag_time_max_ms: i64,
+    /// How often the controller hands leadership back to preferred replicas (Kafka's
+    /// `leader.imbalance.check.interval.seconds`, in ms); 0 turns it off (Kafka's
+    /// `auto.leader.rebalance.enable=false`).
+    pub leader_rebalance_interval_ms: u64,
 }
 
 /// The metastore backends.
@@ -121,6 +131,9 @@ impl Default for Settings {
             tiering_enabled: true,
             tiering_interval_ms: 1000,
             archive_cache_bytes: 256 * 1024 * 1024,
+            lease_ms: 10_000,
+            replica_lag_time_max_ms: 30_000,
+            leader_rebalance_interval_ms: 30_000,
         }
     }
 }

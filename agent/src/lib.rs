@@ -8,6 +8,7 @@ pub mod api;
 pub mod broker;
 pub mod clock;
 pub mod config;
+pub mod controller;
 pub mod datadir;
 pub mod group;
 pub mod http;
@@ -15,6 +16,7 @@ pub mod membership;
 pub mod metastore;
 pub mod partition;
 pub mod producer_ids;
+pub mod replication;
 pub mod server;
 pub mod tiering_process;
 pub mod topic_config;
@@ -91,6 +93,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
             http_addr.to_string(),
             settings.rack.clone(),
             data_dir.id(),
+            Duration::from_millis(settings.lease_ms.max(500)),
         )
         .await?,
     );
@@ -106,6 +109,8 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
     tracker.spawn(Arc::clone(&broker).follow_topic_changes());
+    tracker.spawn(controller::run(Arc::clone(&broker)));
+    tracker.spawn(replication::manage_isr(Arc::clone(&broker)));
     {
         let shutdown = broker.shutdown.clone();
         tracker.spawn(async move { membership.run(shutdown).await });

@@ -84,6 +84,18 @@ struct AgentArgs {
     /// Kafka's group.initial.rebalance.delay.ms.
     #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
+    /// Kafka's default.replication.factor.
+    #[arg(long, env = "STRATA_DEFAULT_REPLICATION_FACTOR")]
+    default_replication_factor: Option<i16>,
+    /// This agent's membership lease in ms (renewed every fifth of it).
+    #[arg(long, env = "STRATA_LEASE_MS")]
+    lease_ms: Option<u64>,
+    /// Kafka's replica.lag.time.max.ms.
+    #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
+    replica_lag_time_max_ms: Option<i64>,
+    /// How often (ms) leadership goes back to preferred replicas; 0: never.
+    #[arg(long, env = "STRATA_LEADER_REBALANCE_INTERVAL_MS")]
+    leader_rebalance_interval_ms: Option<u64>,
 }
 
 impl AgentArgs {
@@ -136,6 +148,18 @@ impl AgentArgs {
         }
         if let Some(v) = self.tiering_interval_ms {
             s.tiering_interval_ms = v;
+        }
+        if let Some(v) = self.default_replication_factor {
+            s.topic_defaults.replication_factor = v;
+        }
+        if let Some(v) = self.lease_ms {
+            s.lease_ms = v;
+        }
+        if let Some(v) = self.replica_lag_time_max_ms {
+            s.replica_lag_time_max_ms = v;
+        }
+        if let Some(v) = self.leader_rebalance_interval_ms {
+            s.leader_rebalance_interval_ms = v;
         }
         if let Some(v) = self.group_initial_rebalance_delay_ms {
             s.group_initial_rebalance_delay_ms = v;

@@ -2,12 +2,19 @@
 //! renews its lease while it runs, deregisters on a clean shutdown, and keeps the set of
 //! live agents that Metadata, FindCoordinator and topic placement use.
 //!
-//! The lease is [`LEASE`]; it is renewed every [`RENEW_EVERY`], so an agent that stops
-//! (SIGKILL, a lost machine) leaves the live set at most [`LEASE`] later, and an agent
-//! that stops cleanly leaves at once.
+//! The lease (`lease_ms`, 10 s by default) is renewed every fifth of it, so an agent that
+//! stops (SIGKILL, a lost machine) leaves the live set at most one lease later, and an
+//! agent that stops cleanly leaves at once.
+//!
+//! The lease is also what lets a leader lead: the controller elects new leaders for an
+//! agent's partitions only once its lease ran out, and the agent stops taking writes a
+//! renewal interval before that ([`Membership::holds_lease`]), measured on its own
+//! monotonic clock from the moment it sent the renewal that succeeded.
 
-use std::sync::RwLock;
+use std::sync::{Mutex, RwLock};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use anyhow::Context;
 use strata_metastore::{AgentRecord, Metastore};
@@ -15,15 +22,16 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 
-pub const LEASE: Duration = Duration::from_secs(10);
-pub const RENEW_EVERY: Duration = Duration::from_secs(2);
-
 #[derive(Debug)]
 pub struct Membership {
     metastore: Metastore,
     me: AgentRecord,
+    lease: Duration,
     /// Live agents by node id, this one always among them.
     live: RwLock<Vec<AgentRecord>>,
+    /// Until when this agent may act as a leader: one renewal interval short of the
+    /// lease its last successful renewal bought.
+    held_until: Mutex<Instant>,
 }
 
 impl Membership {
@@ -35,6 +43,7 @@ impl Membership {
         http: String,
         rack: Option<String>,
         data_dir_id: &str,
+        lease: Duration,
     ) -> anyhow::Result<Membership> {
         let me = AgentRecord {
             node_id,
@@ -50,6 +59,8 @@ impl Membership {
             metastore,
             live: RwLock::new(vec![me.clone()]),
             me,
+            lease,
+            held_until: Mutex::new(Instant::now()),
         };
         membership
             .renew()
@@ -58,14 +69,31 @@ impl Membership {
         Ok(membership)
     }
 
+    fn renew_every(&self) -> Duration {
+        self.lease / 5
+    }
+
     async fn renew(&self) -> strata_metastore::Result<()> {
+        let sent = Instant::now();
         let now = now_ms();
         let record = AgentRecord {
-            lease_until_ms: now + LEASE.as_millis() as i64,
+            lease_until_ms: now + self.lease.as_millis() as i64,
             ..self.me.clone()
         };
         self.metastore.register_agent(record, now).await?;
+        let until = sent + self.lease - self.renew_every();
+        *self.held_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
         self.refresh().await
+    }
+
+    /// Whether this agent's lease is safely held: a leader that cannot renew stops taking
+    /// writes before anyone else may be elected in its place.
+    pub fn holds_lease(&self) -> bool {
+        Instant::now() < *self.held_until.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.me.node_id
     }
 
     /// Reads the live agents from the metastore (placement calls this before it picks).
@@ -82,7 +110,7 @@ impl Membership {
     /// Renews the lease, and follows agents joining and leaving, until `shutdown`; then
     /// deregisters.
     pub async fn run(&self, shutdown: CancellationToken) {
-        let mut next_renewal = tokio::time::Instant::now() + RENEW_EVERY;
+        let mut next_renewal = Instant::now() + self.renew_every();
         loop {
             let joined_or_left = async {
                 let watched = match self.metastore.watch_agents().await {
@@ -101,7 +129,7 @@ impl Membership {
                 _ = shutdown.cancelled() => break,
             };
             let outcome = if renew {
-                next_renewal = tokio::time::Instant::now() + RENEW_EVERY;
+                next_renewal = Instant::now() + self.renew_every();
                 self.renew().await
             } else {
                 self.refresh().await
@@ -119,8 +147,9 @@ impl Membership {
         }
     }
 
-    /// There is no controller; the lowest live node id stands in for one in Metadata
-    /// and DescribeCluster.
+    /// The controller (which runs elections, `controller.rs`): the live agent with the
+    /// lowest node id. Two agents that briefly both think they are it do no harm: every
+    /// election is a compare-and-set on the partition's leader epoch.
     pub fn controller_id(&self) -> i32 {
         self.live
             .read()
@@ -132,6 +161,26 @@ impl Membership {
     /// The live agents, by node id.
     pub fn live(&self) -> Vec<AgentRecord> {
         self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// The node ids of the live agents.
+    pub fn live_ids(&self) -> Vec<i32> {
+        self.live
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .map(|a| a.node_id)
+            .collect()
+    }
+
+    /// The Kafka address of live agent `node_id`.
+    pub fn address_of(&self, node_id: i32) -> Option<String> {
+        self.live
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .find(|a| a.node_id == node_id)
+            .map(|a| format!("{}:{}", a.host, a.port))
     }
 
     /// The agent that coordinates `group`: one of the live agents, chosen by a hash of

@@ -1,38 +1,67 @@
-//! One partition this agent leads: its log, its high watermark, and its group-commit
-//! flusher.
+//! One partition replica on this agent: its log, its role (leader or follower of a
+//! leader epoch), its high watermark, and its group-commit flusher.
 //!
-//! Durability policy (single node): every append wakes the flusher, which fsyncs the
-//! active segment once for everything appended since its last fsync (group commit) and
-//! then raises the high watermark to the offset that fsync covered. So the high
-//! watermark is always durable: consumers never read a record a crash could take back,
-//! acks=all is answered once the high watermark passes the batch, and acks=1 is answered
-//! after the write to the page cache. See `docs/log-format.md`.
+//! The leader's replication bookkeeping (followers' log ends, the ISR, the high
+//! watermark) is [`strata_replication::LeaderState`], a pure state machine; this module
+//! feeds it the events (appends made durable, follower fetches, ISR changes committed)
+//! and publishes what it decides through a watch, which produce (acks=all) and fetch
+//! (long polls, replica fetches) wait on.
+//!
+//! Durability policy: every append wakes the flusher, which fsyncs the active segment
+//! once for everything appended since its last fsync (group commit). The leader counts
+//! its own log only up to what is fsynced, and each in-sync follower up to the offset it
+//! last fetched from (its copy is written, and fsynced by its own flusher). So with one
+//! replica the high watermark is exactly the fsynced end, as before replication; with
+//! more it is the smallest of those ends over the ISR. Consumers never read at or above
+//! it, and acks=all is answered once it covers the batch. See `docs/log-format.md` and
+//! `docs/decisions/0003-replication.md`.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use strata_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog};
+use strata_replication::{IsrChange, LeaderState, PartitionRecord};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
-/// What the flusher has made durable.
+/// What waiters on a partition watch: it changes on every append, watermark move and
+/// role change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Durable {
-    /// Every offset below this is on disk.
+pub struct Offsets {
+    /// Every offset below this is committed: consumers may read it.
     pub high_watermark: i64,
+    pub log_end_offset: i64,
+    pub leader_epoch: i32,
+    /// Whether this replica leads `leader_epoch`.
+    pub leader: bool,
     /// An fsync failed: the partition takes no more writes (as Kafka halts on a
     /// failed flush, since the page cache may have dropped the data).
     pub failed: bool,
+}
+
+/// This replica's part in the current leader epoch.
+#[derive(Debug)]
+enum Role {
+    Leader(LeaderState),
+    Follower { leader: i32, epoch: i32 },
 }
 
 #[derive(Debug)]
 pub struct Partition {
     pub topic: String,
     pub index: i32,
+    node_id: i32,
     log: Mutex<PartitionLog>,
-    durable: watch::Sender<Durable>,
+    /// Lock order: `role` before `log`.
+    role: Mutex<Role>,
+    offsets: watch::Sender<Offsets>,
+    /// The log end the last fsync covered.
+    flushed: AtomicI64,
     flush_wanted: Notify,
     stop: CancellationToken,
+    /// Stops the task copying from the leader, while this replica follows.
+    fetcher: Mutex<Option<CancellationToken>>,
 }
 
 /// What a read returns besides the bytes.
@@ -51,13 +80,43 @@ pub enum PartitionError {
     Offline(String),
     #[error("archive read failed: {0}")]
     Archive(String),
+    #[error("this agent does not lead partition {0}")]
+    NotLeader(String),
+    #[error("partition {partition}: leader epoch {got} is older than the current {current}")]
+    FencedLeaderEpoch {
+        partition: String,
+        current: i32,
+        got: i32,
+    },
+    #[error("partition {partition}: leader epoch {got} is newer than this agent knows ({current})")]
+    UnknownLeaderEpoch {
+        partition: String,
+        current: i32,
+        got: i32,
+    },
+    #[error("partition {partition}: {isr} in-sync replicas, min.insync.replicas is {min}")]
+    NotEnoughReplicas {
+        partition: String,
+        isr: usize,
+        min: usize,
+    },
+    #[error(
+        "partition {partition}: written, but the in-sync replicas fell to {isr}, below min.insync.replicas {min}"
+    )]
+    NotEnoughReplicasAfterAppend {
+        partition: String,
+        isr: usize,
+        min: usize,
+    },
 }
 
 impl Partition {
-    /// Opens (recovering) the log under `dir` and starts the flusher.
+    /// Opens (recovering) the log under `dir` and starts the flusher. The replica has
+    /// no role until [`Partition::become_leader`] or [`Partition::become_follower`].
     pub fn open(
         topic: &str,
         index: i32,
+        node_id: i32,
         dir: &Path,
         config: LogConfig,
         now_ms: i64,
@@ -75,16 +134,29 @@ impl Partition {
             );
         }
         let end = log.log_end_offset();
+        let start = log.log_start_offset();
         let partition = Arc::new(Partition {
             topic: topic.to_string(),
             index,
+            node_id,
             log: Mutex::new(log),
-            durable: watch::Sender::new(Durable {
-                high_watermark: end,
+            role: Mutex::new(Role::Follower {
+                leader: -1,
+                epoch: -1,
+            }),
+            // What survived on disk is durable; what is committed is not known until a
+            // leader says (or, leading alone, this replica's own fsynced end).
+            offsets: watch::Sender::new(Offsets {
+                high_watermark: start,
+                log_end_offset: end,
+                leader_epoch: -1,
+                leader: false,
                 failed: false,
             }),
+            flushed: AtomicI64::new(end),
             flush_wanted: Notify::new(),
             stop: shutdown.child_token(),
+            fetcher: Mutex::new(None),
         });
         tokio::spawn(Arc::clone(&partition).flusher());
         Ok(partition)
@@ -96,48 +168,355 @@ impl Partition {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn name(&self) -> String {
+    fn role(&self) -> MutexGuard<'_, Role> {
+        self.role.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn name(&self) -> String {
         format!("{}-{}", self.topic, self.index)
     }
 
-    /// Validates and appends a produced record set; returns at once (not durable yet).
-    pub fn append(&self, records: &[u8], now_ms: i64) -> Result<AppendOutcome, PartitionError> {
-        if self.durable.borrow().failed {
-            return Err(PartitionError::Offline(self.name()));
-        }
-        let outcome = self.log().append(records, now_ms)?;
-        self.flush_wanted.notify_one();
-        Ok(outcome)
+    fn not_leader(&self) -> PartitionError {
+        PartitionError::NotLeader(self.name())
     }
 
-    /// Waits until every offset below `end_offset` is durable.
-    pub async fn wait_durable(&self, end_offset: i64) -> Result<(), PartitionError> {
-        let mut rx = self.durable.subscribe();
-        let state = rx
-            .wait_for(|d| d.high_watermark >= end_offset || d.failed)
-            .await;
-        match state {
-            Ok(d) if !d.failed => Ok(()),
-            _ => Err(PartitionError::Offline(self.name())),
+    /// Leads `record`'s epoch from now on (no-op if it already does). Followers count as
+    /// caught up now; the watermark waits until each in-sync follower fetched.
+    pub fn become_leader(&self, record: &PartitionRecord, now_ms: i64) {
+        let mut role = self.role();
+        if let Role::Leader(l) = &*role
+            && l.epoch == record.leader_epoch
+        {
+            return;
         }
+        self.stop_fetcher();
+        let log_end = {
+            let mut log = self.log();
+            log.set_leader_epoch(record.leader_epoch);
+            log.log_end_offset()
+        };
+        let known = self.offsets.borrow().high_watermark;
+        let mut leader = LeaderState::new(self.node_id, record, log_end, known, now_ms);
+        leader.on_durable(self.flushed.load(Ordering::Acquire));
+        let hw = leader.high_watermark;
+        *role = Role::Leader(leader);
+        self.offsets.send_modify(|o| {
+            o.leader = true;
+            o.leader_epoch = record.leader_epoch;
+            o.high_watermark = hw;
+            o.log_end_offset = log_end;
+        });
+        tracing::info!(partition = %self.name(), epoch = record.leader_epoch, isr = ?record.isr, log_end, high_watermark = hw, "leading");
+    }
+
+    /// Follows `record`'s leader in its epoch. Returns whether that is a change (the
+    /// caller then starts a fetcher with [`Partition::start_fetcher`]).
+    pub fn become_follower(&self, record: &PartitionRecord) -> bool {
+        let mut role = self.role();
+        if let Role::Follower { leader, epoch } = &*role
+            && *leader == record.leader
+            && *epoch == record.leader_epoch
+        {
+            return false;
+        }
+        if matches!(&*role, Role::Leader(_)) {
+            tracing::info!(partition = %self.name(), epoch = record.leader_epoch, leader = record.leader, "no longer leading");
+        }
+        self.stop_fetcher();
+        *role = Role::Follower {
+            leader: record.leader,
+            epoch: record.leader_epoch,
+        };
+        self.offsets.send_modify(|o| {
+            o.leader = false;
+            o.leader_epoch = record.leader_epoch;
+        });
+        true
+    }
+
+    /// The token the new fetcher stops on (replacing, and stopping, any earlier one).
+    pub fn start_fetcher(&self) -> CancellationToken {
+        let token = self.stop.child_token();
+        let old = self
+            .fetcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .replace(token.clone());
+        if let Some(old) = old {
+            old.cancel();
+        }
+        token
+    }
+
+    fn stop_fetcher(&self) {
+        if let Some(t) = self
+            .fetcher
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            t.cancel();
+        }
+    }
+
+    /// The epoch this replica leads, if it leads.
+    pub fn leader_epoch(&self) -> Option<i32> {
+        let o = *self.offsets.borrow();
+        o.leader.then_some(o.leader_epoch)
+    }
+
+    /// Checks a client's `current_leader_epoch` (-1: not given) against this replica's.
+    pub fn check_epoch(&self, current_leader_epoch: i32) -> Result<(), PartitionError> {
+        let current = self.offsets.borrow().leader_epoch;
+        if current_leader_epoch < 0 || current_leader_epoch == current {
+            Ok(())
+        } else if current_leader_epoch < current {
+            Err(PartitionError::FencedLeaderEpoch {
+                partition: self.name(),
+                current,
+                got: current_leader_epoch,
+            })
+        } else {
+            Err(PartitionError::UnknownLeaderEpoch {
+                partition: self.name(),
+                current,
+                got: current_leader_epoch,
+            })
+        }
+    }
+
+    /// Validates and appends a produced record set as leader; returns at once (not
+    /// committed yet) with the epoch it was appended in. With fewer in-sync replicas
+    /// than `min_insync` (acks=all only) nothing is appended.
+    pub fn append(
+        &self,
+        records: &[u8],
+        now_ms: i64,
+        min_insync: Option<usize>,
+    ) -> Result<(AppendOutcome, i32), PartitionError> {
+        if self.offsets.borrow().failed {
+            return Err(PartitionError::Offline(self.name()));
+        }
+        let role = self.role();
+        let Role::Leader(leader) = &*role else {
+            return Err(self.not_leader());
+        };
+        if let Some(min) = min_insync
+            && !leader.enough_replicas(min)
+        {
+            return Err(PartitionError::NotEnoughReplicas {
+                partition: self.name(),
+                isr: leader.isr.len(),
+                min,
+            });
+        }
+        let epoch = leader.epoch;
+        let (outcome, end) = {
+            let mut log = self.log();
+            let outcome = log.append(records, now_ms)?;
+            (outcome, log.log_end_offset())
+        };
+        drop(role);
+        if !outcome.duplicate {
+            self.offsets.send_if_modified(|o| {
+                let moved = o.log_end_offset < end;
+                o.log_end_offset = o.log_end_offset.max(end);
+                moved
+            });
+            self.flush_wanted.notify_one();
+        }
+        Ok((outcome, epoch))
+    }
+
+    /// Waits until the watermark covers every offset below `end_offset`, appended in
+    /// `epoch`; then the write is committed, and acknowledged if the ISR still has
+    /// `min_insync` members. Fails if leadership moved on first.
+    pub async fn wait_committed(
+        &self,
+        end_offset: i64,
+        epoch: i32,
+        min_insync: usize,
+    ) -> Result<(), PartitionError> {
+        let mut rx = self.offsets.subscribe();
+        let state = rx
+            .wait_for(|o| {
+                o.failed || o.leader_epoch != epoch || !o.leader || o.high_watermark >= end_offset
+            })
+            .await
+            .map(|o| *o);
+        match state {
+            Ok(o) if o.failed => Err(PartitionError::Offline(self.name())),
+            Ok(o) if o.leader_epoch == epoch && o.high_watermark >= end_offset => {
+                match &*self.role() {
+                    Role::Leader(l) if l.epoch == epoch && !l.enough_replicas(min_insync) => {
+                        Err(PartitionError::NotEnoughReplicasAfterAppend {
+                            partition: self.name(),
+                            isr: l.isr.len(),
+                            min: min_insync,
+                        })
+                    }
+                    _ => Ok(()),
+                }
+            }
+            Ok(_) => Err(self.not_leader()),
+            Err(_) => Err(PartitionError::Offline(self.name())),
+        }
+    }
+
+    /// Follower `replica` fetches from `offset` in `epoch`: the leader learns how far its
+    /// log reaches (which may move the watermark).
+    pub fn on_replica_fetch(
+        &self,
+        replica: i32,
+        epoch: i32,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(), PartitionError> {
+        self.check_epoch(epoch)?;
+        let mut role = self.role();
+        let Role::Leader(leader) = &mut *role else {
+            return Err(self.not_leader());
+        };
+        let log_end = self.log().log_end_offset();
+        if leader.on_fetch(replica, offset, log_end, now_ms) {
+            let hw = leader.high_watermark;
+            self.offsets.send_modify(|o| o.high_watermark = hw);
+        }
+        Ok(())
+    }
+
+    /// The ISR change this leader wants now (marked pending), with its epoch.
+    pub fn isr_tick(&self, now_ms: i64, lag_ms: i64) -> Option<(i32, IsrChange)> {
+        let mut role = self.role();
+        let Role::Leader(leader) = &mut *role else {
+            return None;
+        };
+        let change = leader.isr_change(now_ms, lag_ms)?;
+        leader.propose(change.clone());
+        Some((leader.epoch, change))
+    }
+
+    /// The metastore's answer to the ISR change of `epoch`: `Some(isr)` if committed.
+    pub fn isr_result(&self, epoch: i32, committed: Option<Vec<i32>>) {
+        let mut role = self.role();
+        let Role::Leader(leader) = &mut *role else {
+            return;
+        };
+        if leader.epoch != epoch {
+            return;
+        }
+        if leader.on_isr_result(committed) {
+            let hw = leader.high_watermark;
+            self.offsets.send_modify(|o| o.high_watermark = hw);
+        }
+    }
+
+    /// The ISR as this leader has it committed (`None` when not leading).
+    pub fn isr(&self) -> Option<Vec<i32>> {
+        match &*self.role() {
+            Role::Leader(l) => Some(l.isr.clone()),
+            Role::Follower { .. } => None,
+        }
+    }
+
+    /// Runs `f` on the log if this replica still follows `epoch` (so a fetcher of an
+    /// epoch that ended cannot touch the log), then publishes the new log end and the
+    /// watermark `leader_hw` (capped at the log end).
+    fn as_follower<T>(
+        &self,
+        epoch: i32,
+        leader_hw: Option<i64>,
+        f: impl FnOnce(&mut PartitionLog) -> Result<T, strata_log::Error>,
+    ) -> Result<T, PartitionError> {
+        let role = self.role();
+        if !matches!(&*role, Role::Follower { epoch: e, .. } if *e == epoch) {
+            return Err(self.not_leader());
+        }
+        let (out, end) = {
+            let mut log = self.log();
+            let out = f(&mut log)?;
+            (out, log.log_end_offset())
+        };
+        self.flushed.fetch_min(end, Ordering::AcqRel);
+        self.offsets.send_modify(|o| {
+            o.log_end_offset = end;
+            let hw = leader_hw.unwrap_or(o.high_watermark);
+            o.high_watermark = hw.min(end);
+        });
+        drop(role);
+        self.flush_wanted.notify_one();
+        Ok(out)
+    }
+
+    /// Appends batches copied from the leader of `epoch`; takes the leader's watermark.
+    /// Returns the new log end.
+    pub fn append_replicated(
+        &self,
+        epoch: i32,
+        records: &[u8],
+        leader_hw: i64,
+        now_ms: i64,
+    ) -> Result<i64, PartitionError> {
+        self.as_follower(epoch, Some(leader_hw), |log| {
+            if records.is_empty() {
+                Ok(log.log_end_offset())
+            } else {
+                log.append_replicated(records, now_ms)
+            }
+        })
+    }
+
+    /// Cuts a divergent suffix off, as a follower of `epoch`. Returns the new log end.
+    pub fn truncate(&self, epoch: i32, offset: i64, now_ms: i64) -> Result<i64, PartitionError> {
+        self.as_follower(epoch, None, |log| log.truncate_to(offset, now_ms))
+    }
+
+    /// OffsetForLeaderEpoch on this log: the largest epoch at or below `epoch` and where
+    /// it ends. A leader's own epoch counts as begun even before its first append (as in
+    /// Kafka, whose leader records the epoch when it takes over), so asking for it or a
+    /// later one answers the leader's epoch and its log end.
+    pub fn epoch_end_offset(&self, epoch: i32) -> Option<(i32, i64)> {
+        let led = self.leader_epoch();
+        let log = self.log();
+        match led {
+            Some(current) if epoch >= current => Some((current, log.log_end_offset())),
+            _ => log.epochs().end_offset_for(epoch, log.log_end_offset()),
+        }
+    }
+
+    /// This log's epoch history, start and end, for a follower's truncation.
+    pub fn epoch_history(&self) -> (strata_replication::EpochHistory, i64, i64) {
+        let log = self.log();
+        (
+            log.epochs().clone(),
+            log.log_start_offset(),
+            log.log_end_offset(),
+        )
     }
 
     pub fn high_watermark(&self) -> i64 {
-        self.durable.borrow().high_watermark
+        self.offsets.borrow().high_watermark
     }
 
-    /// A receiver that changes whenever the high watermark moves (for long polls).
-    pub fn watch(&self) -> watch::Receiver<Durable> {
-        self.durable.subscribe()
+    /// A receiver that changes on every append, watermark move and role change (for
+    /// long polls).
+    pub fn watch(&self) -> watch::Receiver<Offsets> {
+        self.offsets.subscribe()
     }
 
     pub fn log_start_offset(&self) -> i64 {
         self.log().log_start_offset()
     }
 
-    /// Reads from `offset` up to the high watermark: whole batches, at most `max_bytes`
-    /// unless the first batch alone is larger.
-    pub fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, PartitionError> {
+    /// Reads from `offset` up to the high watermark (`committed_only`, for consumers) or
+    /// the log end (for followers): whole batches, at most `max_bytes` unless the first
+    /// batch alone is larger.
+    pub fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        committed_only: bool,
+    ) -> Result<ReadOutcome, PartitionError> {
         let high_watermark = self.high_watermark();
         let log = self.log();
         let log_start_offset = log.log_start_offset();
@@ -150,17 +529,22 @@ impl Partition {
             }
             .into());
         }
-        // Between the high watermark and the log end there is nothing to read yet.
-        let mut records = if offset >= high_watermark {
+        let limit = if committed_only {
+            high_watermark
+        } else {
+            log_end_offset
+        };
+        // Between the limit and the log end there is nothing to read yet.
+        let mut records = if offset >= limit {
             Vec::new()
         } else {
             log.read(offset, max_bytes)?
         };
         drop(log);
-        // Batches at or above the high watermark are not durable yet: hold them back.
+        // Batches at or above the limit are not committed yet: hold them back.
         let mut cut = 0;
         for (header, _) in strata_log::batch::BatchIter::new(&records) {
-            if header.base_offset >= high_watermark {
+            if header.base_offset >= limit {
                 break;
             }
             cut += header.total_bytes();
@@ -235,11 +619,16 @@ impl Partition {
     /// Stops the flusher after a last fsync, and snapshots producer state so the next
     /// start replays nothing.
     pub async fn close(&self) {
+        self.stop_fetcher();
         self.stop.cancel();
         let end = self.log().log_end_offset();
-        if self.wait_durable(end).await.is_ok()
-            && let Err(e) = self.log().snapshot_producers()
-        {
+        let mut rx = self.offsets.subscribe();
+        // The flusher makes one last pass when it is stopped.
+        let flushed = rx
+            .wait_for(|o| o.failed || self.flushed.load(Ordering::Acquire) >= end)
+            .await
+            .is_ok_and(|o| !o.failed);
+        if flushed && let Err(e) = self.log().snapshot_producers() {
             tracing::warn!(partition = %self.name(), error = %e, "cannot snapshot producer state");
         }
     }
@@ -251,6 +640,7 @@ impl Partition {
 
     /// Closes the partition and deletes its log from disk.
     pub async fn delete(&self) -> Result<(), PartitionError> {
+        self.stop_fetcher();
         self.stop.cancel();
         let dir = self.log().dir().to_path_buf();
         std::fs::remove_dir_all(&dir).map_err(|source| {
@@ -270,23 +660,28 @@ impl Partition {
                 _ = self.stop.cancelled() => true,
             };
             let (file, target) = self.log().flush_target();
-            if target > self.high_watermark() {
+            if target > self.flushed.load(Ordering::Acquire) {
                 let synced = tokio::task::spawn_blocking(move || file.sync_data()).await;
-                match synced {
-                    Ok(Ok(())) => {
-                        self.durable
-                            .send_modify(|d| d.high_watermark = d.high_watermark.max(target));
-                    }
-                    Ok(Err(e)) => {
-                        tracing::error!(partition = %self.name(), error = %e, "fsync failed; partition goes offline");
-                        self.durable.send_modify(|d| d.failed = true);
-                        return;
-                    }
-                    Err(e) => {
-                        tracing::error!(partition = %self.name(), error = %e, "fsync task failed; partition goes offline");
-                        self.durable.send_modify(|d| d.failed = true);
-                        return;
-                    }
+                let error = match synced {
+                    Ok(Ok(())) => None,
+                    Ok(Err(e)) => Some(e.to_string()),
+                    Err(e) => Some(e.to_string()),
+                };
+                if let Some(error) = error {
+                    tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
+                    self.offsets.send_modify(|o| o.failed = true);
+                    return;
+                }
+                self.flushed.fetch_max(target, Ordering::AcqRel);
+                let mut role = self.role();
+                if let Role::Leader(leader) = &mut *role
+                    && leader.on_durable(target)
+                {
+                    let hw = leader.high_watermark;
+                    self.offsets.send_modify(|o| o.high_watermark = hw);
+                } else {
+                    // Wake `close`, which waits for the last flush.
+                    self.offsets.send_modify(|_| {});
                 }
             }
             if stopping {
@@ -306,9 +701,13 @@ impl strata_tiering::LocalPartition for Partition {
         self.index
     }
 
+    /// Only segments wholly below the high watermark: a follower may still cut back
+    /// anything above it, and the archive must never hold what the log later drops.
     fn closed_segments(&self) -> Vec<strata_tiering::ClosedSegment> {
+        let committed = self.high_watermark();
         Partition::closed_segments(self)
             .into_iter()
+            .filter(|s| s.next_offset <= committed)
             .map(|s| strata_tiering::ClosedSegment {
                 base_offset: s.base_offset,
                 next_offset: s.next_offset,

@@ -364,6 +364,18 @@ impl TopicConfig {
             })
     }
 
+    /// `min.insync.replicas`: in-sync replicas an acks=all write needs.
+    pub fn min_insync_replicas(&self) -> usize {
+        self.long("min.insync.replicas").max(1) as usize
+    }
+
+    /// `unclean.leader.election.enable`: whether an out-of-sync replica may lead when no
+    /// in-sync one is live (availability over acknowledged writes).
+    pub fn unclean_leader_election(&self) -> bool {
+        self.get("unclean.leader.election.enable")
+            .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+    }
+
     /// Whether the topic's closed segments go to the archive.
     pub fn tiered(&self) -> bool {
         self.get("remote.storage.enable")

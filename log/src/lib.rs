@@ -6,6 +6,7 @@
 //! index. See `docs/log-format.md` for the on-disk format and the fsync policy.
 
 pub mod batch;
+pub mod epochs;
 pub mod error;
 pub mod index;
 pub mod partition_log;
@@ -13,5 +14,6 @@ pub mod producer_state;
 pub mod segment;
 
 pub use batch::{BatchHeader, TimestampType};
+pub use epochs::EpochHistory;
 pub use error::{Error, Result};
 pub use partition_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog, Recovery};

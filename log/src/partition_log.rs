@@ -15,6 +15,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::batch::{self, BatchIter, BatchSummary, TimestampType};
+use crate::epochs::EpochHistory;
 use crate::error::{Error, IoContext, Result};
 use crate::producer_state::{self, Check, ProducerState};
 use crate::segment::{ScanOutcome, Segment};
@@ -87,6 +88,7 @@ pub struct PartitionLog {
     segments: BTreeMap<i64, Segment>,
     leader_epoch: i32,
     producers: ProducerState,
+    epochs: EpochHistory,
 }
 
 impl PartitionLog {
@@ -143,8 +145,10 @@ impl PartitionLog {
             segments,
             leader_epoch: 0,
             producers: ProducerState::default(),
+            epochs: EpochHistory::default(),
         };
         log.rebuild_producer_state()?;
+        log.rebuild_epochs()?;
         let recovery = Recovery {
             segments: log.segments.len(),
             log_start_offset: log.log_start_offset(),
@@ -259,6 +263,7 @@ impl PartitionLog {
                 .append(&owned)?;
             self.producers
                 .record(&batch::BatchHeader::parse(&owned).expect("assigned"));
+            self.epochs.note(self.leader_epoch, summary.base_offset);
             first.get_or_insert(summary);
             last = Some(summary);
         }
@@ -270,6 +275,96 @@ impl PartitionLog {
             batches: batches.len(),
             duplicate: false,
         })
+    }
+
+    /// Appends batches copied from the leader, offsets and all, as they are. Each must
+    /// continue the log and pass its CRC; the batches before a bad one are kept. Returns
+    /// the new log end offset.
+    pub fn append_replicated(&mut self, records: &[u8], now_ms: i64) -> Result<i64> {
+        for (header, bytes) in BatchIter::new(records) {
+            header.verify(bytes)?;
+            if header.base_offset != self.log_end_offset() {
+                return Err(Error::corrupt(format!(
+                    "replicated batch starts at {} but the log ends at {}",
+                    header.base_offset,
+                    self.log_end_offset()
+                )));
+            }
+            self.maybe_roll(bytes.len() as u64, now_ms)?;
+            self.segments
+                .values_mut()
+                .next_back()
+                .expect("active segment")
+                .append(bytes)?;
+            self.producers.record(&header);
+            self.epochs
+                .note(header.partition_leader_epoch, header.base_offset);
+        }
+        Ok(self.log_end_offset())
+    }
+
+    /// The leader-epoch history (where each leader epoch begins).
+    pub fn epochs(&self) -> &EpochHistory {
+        &self.epochs
+    }
+
+    /// Cuts the log back so that it ends at `offset` (or at the start of the batch that
+    /// holds `offset`, if a batch straddles it): the follower's repair of a divergent
+    /// suffix. An `offset` below the log start empties the log, which then starts at
+    /// `offset`. Producer state and the epoch history are cut back with it. Returns the
+    /// new log end offset.
+    pub fn truncate_to(&mut self, offset: i64, now_ms: i64) -> Result<i64> {
+        if offset >= self.log_end_offset() {
+            return Ok(self.log_end_offset());
+        }
+        let doomed: Vec<i64> = self
+            .segments
+            .range(offset..)
+            .map(|(&base, _)| base)
+            .collect();
+        for base in doomed {
+            if let Some(segment) = self.segments.remove(&base) {
+                segment.delete()?;
+            }
+        }
+        match self.segments.last_entry() {
+            None => {
+                let start = offset.max(0);
+                let segment =
+                    Segment::create(&self.dir, start, self.config.index_interval_bytes, now_ms)?;
+                self.segments.insert(start, segment);
+            }
+            Some(mut last) if last.get().next_offset() > offset => {
+                let position = last
+                    .get()
+                    .position_of(offset)?
+                    .expect("the offset lies in this segment");
+                let cut =
+                    last.get_mut()
+                        .truncate(position, self.config.index_interval_bytes, now_ms)?;
+                last.insert(cut);
+            }
+            Some(_) => {}
+        }
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .context("fsync log directory", &self.dir)?;
+        let end = self.log_end_offset();
+        self.epochs.truncate_to(end);
+        self.rebuild_producer_state()?;
+        Ok(end)
+    }
+
+    /// Rebuilds the epoch history from the batch headers.
+    fn rebuild_epochs(&mut self) -> Result<()> {
+        let mut epochs = EpochHistory::default();
+        for segment in self.segments.values() {
+            segment.for_each_header(segment.base_offset(), |h| {
+                epochs.note(h.partition_leader_epoch, h.base_offset)
+            })?;
+        }
+        self.epochs = epochs;
+        Ok(())
     }
 
     /// Rebuilds producer state: the newest snapshot at or below the log end, then every
@@ -496,6 +591,62 @@ mod tests {
             log.read(151, 100),
             Err(Error::OffsetOutOfRange { .. })
         ));
+    }
+
+    #[test]
+    fn a_follower_copies_batches_as_they_are_and_cuts_a_divergent_suffix() {
+        let leader_dir = tempfile::tempdir().expect("tempdir");
+        let follower_dir = tempfile::tempdir().expect("tempdir");
+        let (mut leader, _) = PartitionLog::open(leader_dir.path(), small(), 0).expect("open");
+        let (mut follower, _) = PartitionLog::open(follower_dir.path(), small(), 0).expect("open");
+        for epoch in 0..3 {
+            leader.set_leader_epoch(epoch);
+            for i in 0..10 {
+                leader
+                    .append(&encode_batch(3, 1000 + i, Compression::None), 0)
+                    .expect("append");
+            }
+        }
+        assert_eq!(leader.epochs().entries(), &[(0, 0), (1, 30), (2, 60)]);
+        let mut at = 0;
+        while at < leader.log_end_offset() {
+            let bytes = leader.read(at, 200).expect("read");
+            at = follower.append_replicated(&bytes, 0).expect("replicate");
+        }
+        assert_eq!(follower.log_end_offset(), 90);
+        assert!(follower.segment_count() > 3, "copies rolled segments");
+        assert_eq!(follower.epochs(), leader.epochs());
+        assert_eq!(
+            follower.read(45, 1 << 20).expect("read"),
+            leader.read(45, 1 << 20).expect("read")
+        );
+        // A batch that does not continue the log is refused.
+        let again = leader.read(0, 100).expect("read");
+        assert!(follower.append_replicated(&again, 0).is_err());
+
+        // Cut back into the middle of a sealed segment, then past a batch boundary.
+        assert_eq!(follower.truncate_to(40, 0).expect("truncate"), 39);
+        assert_eq!(follower.epochs().entries(), &[(0, 0), (1, 30)]);
+        assert_eq!(
+            follower.read(39, 10).expect("read at end"),
+            Vec::<u8>::new()
+        );
+        drop(follower);
+        let (mut follower, recovery) =
+            PartitionLog::open(follower_dir.path(), small(), 0).expect("reopen");
+        assert_eq!(recovery.log_end_offset, 39);
+        assert_eq!(follower.epochs().entries(), &[(0, 0), (1, 30)]);
+        // It copies on from the cut, and ends up identical.
+        let mut at = 39;
+        while at < leader.log_end_offset() {
+            let bytes = leader.read(at, 200).expect("read");
+            at = follower.append_replicated(&bytes, 0).expect("replicate");
+        }
+        assert_eq!(follower.epochs(), leader.epochs());
+        // Cut below the log start: the log is empty and starts there.
+        assert_eq!(follower.truncate_to(-5, 0).expect("truncate"), 0);
+        assert_eq!(follower.log_start_offset(), 0);
+        assert!(follower.epochs().entries().is_empty());
     }
 
     #[test]

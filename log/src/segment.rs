@@ -249,6 +249,43 @@ impl Segment {
         )
     }
 
+    /// Cuts the file back to `position` (a batch boundary) and returns the segment
+    /// reopened as the active one: its index files go, since they describe more.
+    pub fn truncate(
+        &self,
+        position: u64,
+        index_interval_bytes: u64,
+        now_ms: i64,
+    ) -> Result<Segment> {
+        for p in [self.index_path("index"), self.index_path("timeindex")] {
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => {
+                    return Err(Error::Io {
+                        context: "delete index of truncated segment",
+                        path: p,
+                        source,
+                    });
+                }
+            }
+        }
+        self.file
+            .set_len(position)
+            .context("truncate segment", &self.path)?;
+        self.file
+            .sync_all()
+            .context("fsync truncated segment", &self.path)?;
+        let (segment, _) = Segment::open(
+            &self.path,
+            self.base_offset,
+            index_interval_bytes,
+            true,
+            now_ms,
+        )?;
+        Ok(segment)
+    }
+
     fn index_path(&self, extension: &str) -> PathBuf {
         self.path.with_extension(extension)
     }

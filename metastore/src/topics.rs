@@ -296,6 +296,60 @@ impl Metastore {
         .await
     }
 
+    /// Reads partition `index` of `topic` and, in the same transaction, writes what
+    /// `change` makes of it (`None`: leave it). Returns the record as it is afterwards
+    /// (`None` if the partition does not exist), so that a caller whose earlier attempt
+    /// may have committed sees its own change there: compare it with what you wanted,
+    /// rather than trusting whether `change` ran.
+    ///
+    /// This is the compare-and-set behind elections and ISR changes: `change` checks the
+    /// leader epoch it expects before it changes anything.
+    pub async fn update_partition<F>(
+        &self,
+        topic: &str,
+        index: u32,
+        change: F,
+    ) -> Result<Option<PartitionRecord>>
+    where
+        F: Fn(&PartitionRecord) -> Option<PartitionRecord> + Send + Sync + 'static,
+    {
+        let topic = topic.to_string();
+        let this = self.clone();
+        let change = Arc::new(change);
+        transact(self.kv.as_ref(), move |txn| {
+            let this = this.clone();
+            let topic = topic.clone();
+            let change = Arc::clone(&change);
+            async move {
+                let key = this
+                    .key()
+                    .str("partition")
+                    .str(&topic)
+                    .u32(index)
+                    .into_bytes();
+                let Some(v) = txn.get(&key).await? else {
+                    return Ok(None);
+                };
+                let current: PartitionRecord = decode(&key, &v)?;
+                match change(&current) {
+                    Some(next) if next != current => {
+                        if next.index != index {
+                            return Err(Error::Invalid(format!(
+                                "partition {index} cannot become partition {}",
+                                next.index
+                            )));
+                        }
+                        this.write_partition(txn, &topic, &next);
+                        Ok(Some(next))
+                    }
+                    _ => Ok(Some(current)),
+                }
+            }
+            .boxed()
+        })
+        .await
+    }
+
     /// Replaces the topic's explicit configs.
     pub async fn set_topic_configs(
         &self,

@@ -10,11 +10,12 @@ use kafka_protocol::messages::{
     DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
     ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, ProduceRequest, SyncGroupRequest, TopicName,
-    alter_configs_request, create_partitions_request, delete_topics_request,
-    describe_configs_request, fetch_request, incremental_alter_configs_request, join_group_request,
-    leave_group_request, list_offsets_request, metadata_request, offset_commit_request,
-    offset_delete_request, offset_fetch_request, produce_request, sync_group_request,
+    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
+    SyncGroupRequest, TopicName, alter_configs_request, create_partitions_request,
+    delete_topics_request, describe_configs_request, fetch_request,
+    incremental_alter_configs_request, join_group_request, leave_group_request,
+    list_offsets_request, metadata_request, offset_commit_request, offset_delete_request,
+    offset_fetch_request, offset_for_leader_epoch_request, produce_request, sync_group_request,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
@@ -527,6 +528,36 @@ async fn every_api_answers_at_every_advertised_version() {
                     assert_eq!(
                         (r.error_code, r.topics[0].partitions[0].error_code),
                         (0, 0),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::OffsetForLeaderEpoch => {
+                    let mut p =
+                        offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+                    p.partition = 0;
+                    p.current_leader_epoch = if v >= 2 { 0 } else { -1 };
+                    p.leader_epoch = 0;
+                    let mut stale = p.clone();
+                    stale.partition = 1;
+                    stale.current_leader_epoch = 7;
+                    let mut t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+                    t.topic = name("t");
+                    t.partitions = vec![p, stale];
+                    let mut req = OffsetForLeaderEpochRequest::default();
+                    req.replica_id = kafka_protocol::messages::BrokerId(-1);
+                    req.topics = vec![t];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let got = &r.topics[0].partitions;
+                    assert_eq!(got[0].error_code, 0, "{ctx}");
+                    assert_eq!(got[0].leader_epoch, 0, "{ctx}");
+                    assert!(got[0].end_offset >= 0, "{ctx}");
+                    // An epoch newer than the leader's: the asker knows of a later leader.
+                    assert_eq!(
+                        got[1].error_code,
+                        ResponseError::UnknownLeaderEpoch.code(),
                         "{ctx}"
                     );
                 }

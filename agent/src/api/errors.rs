@@ -38,6 +38,13 @@ impl From<&PartitionError> for ApiError {
             PartitionError::Log(L::InvalidProducerEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch
             }
+            PartitionError::NotLeader(_) => ResponseError::NotLeaderOrFollower,
+            PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
+            PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
+            PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+            PartitionError::NotEnoughReplicasAfterAppend { .. } => {
+                ResponseError::NotEnoughReplicasAfterAppend
+            }
             PartitionError::Archive(_) => {
                 tracing::warn!(error = %e, "archive read failed");
                 ResponseError::KafkaStorageError

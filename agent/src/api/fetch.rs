@@ -6,6 +6,12 @@
 //!
 //! strata does not create incremental fetch sessions (KIP-227): every response has
 //! session id 0, which tells clients to keep sending full fetch requests.
+//!
+//! A fetch with a `replica_id` of 0 or more comes from a follower (`replication.rs`): it
+//! reads up to the log end rather than the high watermark, and its fetch offset tells
+//! the leader how far the follower's copy reaches. Fetches that name a
+//! `current_leader_epoch` (v9+) are checked against this replica's epoch
+//! (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, KIP-320).
 
 use std::time::Duration;
 
@@ -19,7 +25,8 @@ use tokio::time::Instant;
 
 use super::errors::ApiError;
 use crate::broker::{Broker, TopicState};
-use crate::partition::Durable;
+use crate::clock::now_ms;
+use crate::partition::{Offsets, Partition, PartitionError};
 
 pub async fn fetch(broker: &Broker, req: FetchRequest, version: i16) -> FetchResponse {
     if req.session_id != 0 {
@@ -50,7 +57,7 @@ async fn read_once(
     broker: &Broker,
     req: &FetchRequest,
     version: i16,
-    watches: &mut Vec<watch::Receiver<Durable>>,
+    watches: &mut Vec<watch::Receiver<Offsets>>,
 ) -> (FetchResponse, usize, bool) {
     let mut remaining = if req.max_bytes <= 0 {
         usize::MAX
@@ -59,6 +66,7 @@ async fn read_once(
     };
     let mut total = 0usize;
     let mut errors = false;
+    let follower = (req.replica_id.0 >= 0).then_some(req.replica_id.0);
     let mut response = FetchResponse::default();
     for t in &req.topics {
         let topic = broker.topic(t.topic.0.as_str());
@@ -84,18 +92,32 @@ async fn read_once(
             let mut rx = partition.watch();
             rx.borrow_and_update();
             watches.push(rx);
-            let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
-            let read = if limit == 0 && total > 0 {
-                broker
-                    .read(partition, p.fetch_offset, 0)
-                    .await
-                    .map(|mut r| {
-                        r.records.clear();
-                        r
-                    })
+            let epoch = if version >= 9 {
+                p.current_leader_epoch
             } else {
-                broker.read(partition, p.fetch_offset, limit).await
+                -1
             };
+            let checked = match follower {
+                Some(replica) => {
+                    partition.on_replica_fetch(replica, epoch, p.fetch_offset, now_ms())
+                }
+                None => partition.check_epoch(epoch),
+            };
+            if let Err(e) = checked {
+                data.error_code = ApiError::from(e).code();
+                errors = true;
+                out.partitions.push(data);
+                continue;
+            }
+            let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
+            let read = read(broker, partition, follower.is_some(), p.fetch_offset, limit)
+                .await
+                .map(|mut r| {
+                    if limit == 0 && total > 0 {
+                        r.records.clear();
+                    }
+                    r
+                });
             match read {
                 Ok(mut r) => {
                     if total > 0 && r.records.len() > limit {
@@ -118,7 +140,11 @@ async fn read_once(
                     data.high_watermark = partition.high_watermark();
                     data.last_stable_offset = data.high_watermark;
                     if version >= 5 {
-                        data.log_start_offset = broker.log_start_offset(partition).await;
+                        data.log_start_offset = if follower.is_some() {
+                            partition.log_start_offset()
+                        } else {
+                            broker.log_start_offset(partition).await
+                        };
                     }
                     errors = true;
                 }
@@ -128,4 +154,20 @@ async fn read_once(
         response.responses.push(out);
     }
     (response, total, errors)
+}
+
+/// A consumer reads committed records, from the archive too; a follower reads the local
+/// log up to its end.
+async fn read(
+    broker: &Broker,
+    partition: &Partition,
+    follower: bool,
+    offset: i64,
+    limit: usize,
+) -> Result<crate::partition::ReadOutcome, PartitionError> {
+    if follower {
+        partition.read(offset, limit, false)
+    } else {
+        broker.read(partition, offset, limit).await
+    }
 }

@@ -126,7 +126,8 @@ fn describe(live: &[i32], topic: &TopicState, version: i16) -> MetadataResponseT
             if live.contains(&p.leader) {
                 m.leader_id = BrokerId(p.leader);
             } else {
-                // Its leader is down, and without replication no other agent has its data.
+                // Its leader is down (or there is none): until the controller elects
+                // another, clients wait and ask again.
                 m.error_code = ResponseError::LeaderNotAvailable.code();
                 m.leader_id = BrokerId(-1);
             }

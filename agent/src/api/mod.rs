@@ -11,6 +11,7 @@ mod configs;
 pub mod errors;
 mod fetch;
 mod groups;
+mod leader_epochs;
 mod list_offsets;
 mod metadata;
 mod produce;
@@ -111,6 +112,9 @@ pub fn dispatch(
         }
         RequestKind::OffsetDelete(req) => {
             async move { Some(groups::offset_delete(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::OffsetForLeaderEpoch(req) => {
+            ready(leader_epochs::offset_for_leader_epoch(broker, req))
         }
         RequestKind::InitProducerId(req) => {
             async move { Some(producer::init_producer_id(&b, req).await.into()) }.boxed()

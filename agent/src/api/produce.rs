@@ -1,6 +1,12 @@
 //! Produce: validation and append happen before [`produce`] returns (so pipelined
 //! requests append in arrival order); the reply then waits, for acks=all, until the
-//! high watermark covers each partition's batches.
+//! high watermark covers each partition's batches (every in-sync replica has them).
+//!
+//! acks=all needs `min.insync.replicas` in the ISR: with fewer, nothing is appended
+//! (NOT_ENOUGH_REPLICAS); if the ISR falls below it while the write waits, the write is
+//! kept but answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka. An agent that cannot
+//! renew its membership lease takes no writes (NOT_LEADER_OR_FOLLOWER): another may be
+//! about to be elected in its place.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +23,18 @@ use crate::broker::{Broker, TopicState};
 use crate::clock::now_ms;
 use crate::partition::Partition;
 
+/// What an acks=all write waits for.
+struct Wait {
+    partition: Arc<Partition>,
+    end_offset: i64,
+    epoch: i32,
+    min_insync: usize,
+}
+
 /// A partition's result, and the append to wait for when acks=all.
 struct Appended {
     response: PartitionProduceResponse,
-    wait: Option<(Arc<Partition>, i64)>,
+    wait: Option<Wait>,
 }
 
 fn failed(index: i32, e: ApiError, version: i16) -> Appended {
@@ -64,18 +78,26 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
                         code,
                         "This server does not lead this topic-partition.",
                     )),
+                    (Ok(_), _) if !broker.membership.holds_lease() => Err(ApiError::new(
+                        ResponseError::NotLeaderOrFollower,
+                        "This agent could not renew its cluster lease and takes no writes until it does.",
+                    )),
                     (Ok(_), None | Some([])) => Err(ApiError::new(
                         ResponseError::InvalidRecord,
                         "produce request holds no record batch",
                     )),
-                    (Ok(partition), Some(records)) => partition
-                        .append(records, now)
-                        .map(|out| (Arc::clone(partition), out))
-                        .map_err(ApiError::from),
+                    (Ok(partition), Some(records)) => {
+                        let min_insync =
+                            topic.as_ref().map_or(1, |t| t.config.min_insync_replicas());
+                        partition
+                            .append(records, now, (acks == -1).then_some(min_insync))
+                            .map(|(out, epoch)| (Arc::clone(partition), out, epoch, min_insync))
+                            .map_err(ApiError::from)
+                    }
                 }
             };
             results.push(match outcome {
-                Ok((partition, out)) => {
+                Ok((partition, out, epoch, min_insync)) => {
                     let mut r = PartitionProduceResponse::default();
                     r.index = p.index;
                     r.base_offset = out.base_offset;
@@ -83,13 +105,20 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
                     if version >= 5 {
                         r.log_start_offset = partition.log_start_offset();
                     }
-                    let wait = (acks == -1).then_some((partition, out.last_offset + 1));
+                    let wait = (acks == -1).then_some(Wait {
+                        partition,
+                        end_offset: out.last_offset + 1,
+                        epoch,
+                        min_insync,
+                    });
                     Appended { response: r, wait }
                 }
                 Err(e) => {
                     if !matches!(
                         e.code,
-                        ResponseError::UnknownTopicOrPartition | ResponseError::NotLeaderOrFollower
+                        ResponseError::UnknownTopicOrPartition
+                            | ResponseError::NotLeaderOrFollower
+                            | ResponseError::NotEnoughReplicas
                     ) {
                         tracing::debug!(topic = %t.name.0.as_str(), partition = p.index, error = %e.message, "produce refused");
                     }
@@ -109,14 +138,17 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
             let mut t = TopicProduceResponse::default();
             t.name = name;
             for mut appended in results {
-                if let Some((partition, end)) = appended.wait.take() {
-                    let outcome = tokio::time::timeout(timeout, partition.wait_durable(end)).await;
+                if let Some(w) = appended.wait.take() {
+                    let committed =
+                        w.partition
+                            .wait_committed(w.end_offset, w.epoch, w.min_insync);
+                    let outcome = tokio::time::timeout(timeout, committed).await;
                     let error = match outcome {
                         Ok(Ok(())) => None,
                         Ok(Err(e)) => Some(ApiError::from(e)),
                         Err(_) => Some(ApiError::new(
                             ResponseError::RequestTimedOut,
-                            "the write did not become durable within the request timeout",
+                            "the write did not reach every in-sync replica within the request timeout",
                         )),
                     };
                     if let Some(e) = error {

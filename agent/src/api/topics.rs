@@ -81,12 +81,43 @@ pub struct Created {
     pub config: TopicConfig,
 }
 
-/// The live agents to place replicas on. Placement is rare; read the freshest view.
+/// The live agents to place replicas on, in placement order: alternating between racks
+/// (each rack's agents by node id, racks by name; agents without a rack form one
+/// group), as Kafka's rack-aware assignment does. Placement is rare; read the freshest
+/// view.
 async fn live_brokers(broker: &Broker) -> Vec<i32> {
     if let Err(e) = broker.membership.refresh().await {
         tracing::warn!(error = %e, "cannot read the live agents; placing on the last known");
     }
-    broker.membership.live().iter().map(|a| a.node_id).collect()
+    rack_alternated(&broker.membership.live())
+}
+
+fn rack_alternated(live: &[strata_metastore::AgentRecord]) -> Vec<i32> {
+    let mut racks: BTreeMap<Option<&str>, Vec<i32>> = BTreeMap::new();
+    for a in live {
+        racks.entry(a.rack.as_deref()).or_default().push(a.node_id);
+    }
+    for nodes in racks.values_mut() {
+        nodes.sort_unstable();
+    }
+    let mut order = Vec::with_capacity(live.len());
+    for i in 0.. {
+        let before = order.len();
+        order.extend(racks.values().filter_map(|nodes| nodes.get(i)));
+        if order.len() == before {
+            break;
+        }
+    }
+    order
+}
+
+/// Replica lists for partitions `first..first + count`: partition *p* is led by the
+/// *p*-th agent of `order` and copied to the next `rf - 1`, so leaders spread evenly and,
+/// with racks, a partition's replicas sit on different racks where there are enough.
+fn place(order: &[i32], first: usize, count: usize, rf: usize) -> Vec<Vec<i32>> {
+    (first..first + count)
+        .map(|p| (0..rf).map(|r| order[(p + r) % order.len()]).collect())
+        .collect()
 }
 
 fn check_replicas(live: &[i32], replicas: &[i32]) -> Result<(), ApiError> {
@@ -170,13 +201,7 @@ async fn plan_and_create(
                 ),
             ));
         }
-        (0..partitions)
-            .map(|p| {
-                (0..rf as usize)
-                    .map(|r| live[(p as usize + r) % live.len()])
-                    .collect()
-            })
-            .collect()
+        place(&live, 0, partitions as usize, rf as usize)
     } else {
         if spec.num_partitions != -1 || spec.replication_factor != -1 {
             return Err(ApiError::new(
@@ -208,14 +233,6 @@ async fn plan_and_create(
     let config = TopicConfig::resolve(&broker.settings.topic_defaults.configs, &spec.configs);
     let num_partitions = assignments.len() as i32;
     let replication_factor = assignments[0].len() as i16;
-    if replication_factor > 1 {
-        return Err(ApiError::new(
-            ResponseError::InvalidReplicationFactor,
-            format!(
-                "Replication factor {replication_factor}: strata does not replicate partitions across agents yet; use 1."
-            ),
-        ));
-    }
     if validate_only {
         return Ok(Created {
             state: None,
@@ -426,20 +443,22 @@ pub async fn create_partitions(
                     let lists: Vec<Vec<i32>> = a.iter().map(|x| x.broker_ids.iter().map(|b| b.0).collect()).collect();
                     for l in &lists {
                         check_replicas(&live, l)?;
-                        if l.len() > 1 {
+                        if l.len() != rf {
                             return Err(ApiError::new(
                                 ResponseError::InvalidReplicaAssignment,
-                                "strata does not replicate partitions across agents yet: one replica per partition",
+                                format!("Inconsistent replication factor between partitions, partition 0 has {rf} while the new assignment has {}.", l.len()),
                             ));
                         }
                     }
                     lists
                 }
-                None => {
-                    (0..added)
-                        .map(|p| (0..rf.min(live.len())).map(|r| live[(current as usize + p + r) % live.len()]).collect())
-                        .collect()
+                None if rf > live.len() => {
+                    return Err(ApiError::new(
+                        ResponseError::InvalidReplicationFactor,
+                        format!("Replication factor: {rf} larger than available brokers: {}.", live.len()),
+                    ));
                 }
+                None => place(&live, current as usize, added, rf),
             };
             if req.validate_only {
                 return Ok(());
@@ -456,4 +475,49 @@ pub async fn create_partitions(
         response.results.push(result);
     }
     response
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    fn agent(node_id: i32, rack: Option<&str>) -> strata_metastore::AgentRecord {
+        strata_metastore::AgentRecord {
+            node_id,
+            host: "127.0.0.1".to_string(),
+            port: 9092,
+            http: String::new(),
+            rack: rack.map(str::to_string),
+            incarnation: String::new(),
+            data_dir_id: String::new(),
+            lease_until_ms: 0,
+        }
+    }
+
+    #[test]
+    fn replicas_spread_leaders_and_racks() {
+        let live = [
+            agent(1, Some("a")),
+            agent(2, Some("a")),
+            agent(3, Some("b")),
+            agent(4, Some("b")),
+        ];
+        let order = rack_alternated(&live);
+        assert_eq!(order, vec![1, 3, 2, 4]);
+        let lists = place(&order, 0, 4, 2);
+        assert_eq!(lists, vec![vec![1, 3], vec![3, 2], vec![2, 4], vec![4, 1]]);
+        for l in &lists {
+            let racks: Vec<_> = l
+                .iter()
+                .map(|n| live[(*n - 1) as usize].rack.clone())
+                .collect();
+            assert_ne!(racks[0], racks[1], "replicas {l:?} share a rack");
+        }
+        // No racks: node order, round robin.
+        let plain = [agent(1, None), agent(2, None), agent(3, None)];
+        assert_eq!(
+            place(&rack_alternated(&plain), 4, 2, 3),
+            vec![vec![2, 3, 1], vec![3, 1, 2]]
+        );
+    }
 }

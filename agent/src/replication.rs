@@ -1,0 +1,329 @@
+//! Moving batches from leaders to followers, and the leader's side of the ISR.
+//!
+//! Transport (`docs/decisions/0003-replication.md`): a follower pulls from its leader
+//! with ordinary Kafka requests on the leader's Kafka listener, as Kafka's own followers
+//! do. Before it copies anything in a new leader epoch it asks OffsetForLeaderEpoch for
+//! its newest epoch and cuts off any suffix the leader does not have (KIP-279); then it
+//! sends Fetch with its node id as `replica_id`, the leader epoch as
+//! `current_leader_epoch`, and its log end as the fetch offset, which tells the leader
+//! how far its copy reaches. A leader of another epoch answers FENCED_LEADER_EPOCH or
+//! UNKNOWN_LEADER_EPOCH, so no message crosses an epoch boundary unnoticed.
+//!
+//! One fetcher task per followed partition, each with its own connection: simple, and
+//! enough for the partition counts one agent leads today (Kafka groups partitions per
+//! leader into shared fetch sessions; that is a later optimisation).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::{Buf, BufMut, BytesMut};
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, OffsetForLeaderEpochRequest, RequestHeader, ResponseHeader, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::broker::Broker;
+use crate::clock::now_ms;
+use crate::membership::Membership;
+use crate::partition::{Partition, PartitionError};
+
+/// How long a follower's fetch waits at the leader for new batches.
+const FETCH_MAX_WAIT_MS: i32 = 500;
+/// Bytes per fetch.
+const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
+/// Any single response; a fetch waits at most `FETCH_MAX_WAIT_MS` at the leader.
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Pause before trying again after an error or a refusal.
+const RETRY_AFTER: Duration = Duration::from_millis(100);
+
+/// One connection to another agent's Kafka listener.
+struct Peer {
+    stream: TcpStream,
+    correlation_id: i32,
+    client_id: StrBytes,
+}
+
+impl Peer {
+    async fn connect(address: &str, node_id: i32) -> anyhow::Result<Peer> {
+        let stream = tokio::time::timeout(RESPONSE_TIMEOUT, TcpStream::connect(address))
+            .await
+            .context("connect timed out")??;
+        stream.set_nodelay(true)?;
+        Ok(Peer {
+            stream,
+            correlation_id: 0,
+            client_id: StrBytes::from_string(format!("strata-replica-{node_id}")),
+        })
+    }
+
+    async fn send<R: Request>(&mut self, version: i16, request: &R) -> anyhow::Result<R::Response> {
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let mut header = RequestHeader::default();
+        header.request_api_key = R::KEY;
+        header.request_api_version = version;
+        header.correlation_id = self.correlation_id;
+        header.client_id = Some(self.client_id.clone());
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header.encode(&mut buf, R::header_version(version))?;
+        request.encode(&mut buf, version)?;
+        let size = i32::try_from(buf.len() - 4)?;
+        buf[..4].copy_from_slice(&size.to_be_bytes());
+        let exchange = async {
+            self.stream.write_all(&buf).await?;
+            let mut size = [0u8; 4];
+            self.stream.read_exact(&mut size).await?;
+            let size = usize::try_from(i32::from_be_bytes(size)).context("negative frame size")?;
+            let mut body = vec![0u8; size];
+            self.stream.read_exact(&mut body).await?;
+            anyhow::Ok(bytes::Bytes::from(body))
+        };
+        let mut frame = tokio::time::timeout(RESPONSE_TIMEOUT, exchange)
+            .await
+            .context("no response in time")??;
+        let response_header =
+            ResponseHeader::decode(&mut frame, R::Response::header_version(version))?;
+        if response_header.correlation_id != self.correlation_id {
+            bail!(
+                "response to request {} where {} was expected",
+                response_header.correlation_id,
+                self.correlation_id
+            );
+        }
+        let response = R::Response::decode(&mut frame, version)?;
+        if frame.has_remaining() {
+            bail!("{} bytes after the response", frame.remaining());
+        }
+        Ok(response)
+    }
+}
+
+/// Why a fetcher stopped copying for a while.
+enum Pause {
+    /// Our role changed: the task ends.
+    Stopped,
+    /// Try again (reconnecting, and truncating anew).
+    Retry(String),
+}
+
+/// Copies `partition` from `leader` in `epoch` until `stop` (a new epoch, shutdown).
+pub async fn follow(
+    membership: Arc<Membership>,
+    partition: Arc<Partition>,
+    leader: i32,
+    epoch: i32,
+    stop: CancellationToken,
+) {
+    tracing::info!(partition = %partition.name(), leader, epoch, "following");
+    loop {
+        let outcome = tokio::select! {
+            o = follow_once(&membership, &partition, leader, epoch) => o,
+            _ = stop.cancelled() => return,
+        };
+        match outcome {
+            Pause::Stopped => return,
+            Pause::Retry(why) => {
+                tracing::debug!(partition = %partition.name(), leader, epoch, reason = %why, "fetcher retrying");
+            }
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(RETRY_AFTER) => {}
+            _ = stop.cancelled() => return,
+        }
+    }
+}
+
+async fn follow_once(
+    membership: &Membership,
+    partition: &Partition,
+    leader: i32,
+    epoch: i32,
+) -> Pause {
+    let Some(address) = membership.address_of(leader) else {
+        return Pause::Retry(format!("leader {leader} is not live"));
+    };
+    let mut peer = match Peer::connect(&address, membership.node_id()).await {
+        Ok(p) => p,
+        Err(e) => return Pause::Retry(format!("cannot connect to {address}: {e:#}")),
+    };
+    if let Err(pause) = truncate(&mut peer, membership.node_id(), partition, epoch).await {
+        return pause;
+    }
+    loop {
+        let (_, _, log_end) = partition.epoch_history();
+        let request = fetch_request(membership.node_id(), partition, epoch, log_end);
+        let response = match peer.send(12, &request).await {
+            Ok(r) => r,
+            Err(e) => return Pause::Retry(format!("fetch failed: {e:#}")),
+        };
+        if response.error_code != 0 {
+            return Pause::Retry(format!("fetch refused: error {}", response.error_code));
+        }
+        let Some(data) = response
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == partition.index)
+        else {
+            return Pause::Retry("fetch response without our partition".to_string());
+        };
+        match ResponseError::try_from_code(data.error_code) {
+            None => {}
+            Some(ResponseError::OffsetOutOfRange) if log_end < data.log_start_offset => {
+                // The leader no longer has what we would copy next (retention): start
+                // afresh where its log starts.
+                tracing::warn!(partition = %partition.name(), log_end, leader_log_start = data.log_start_offset, "behind the leader's log start; starting over there");
+                if let Err(e) = partition.truncate(epoch, data.log_start_offset, now_ms()) {
+                    return stopped_or_retry(e);
+                }
+                continue;
+            }
+            Some(e) => return Pause::Retry(format!("fetch refused: {e:?}")),
+        }
+        let records = data.records.unwrap_or_default();
+        if let Err(e) = partition.append_replicated(epoch, &records, data.high_watermark, now_ms())
+        {
+            return stopped_or_retry(e);
+        }
+    }
+}
+
+fn stopped_or_retry(e: PartitionError) -> Pause {
+    match e {
+        PartitionError::NotLeader(_) => Pause::Stopped,
+        e => Pause::Retry(e.to_string()),
+    }
+}
+
+fn fetch_request(node_id: i32, partition: &Partition, epoch: i32, offset: i64) -> FetchRequest {
+    let mut p = FetchPartition::default();
+    p.partition = partition.index;
+    p.current_leader_epoch = epoch;
+    p.fetch_offset = offset;
+    p.log_start_offset = -1;
+    p.last_fetched_epoch = -1;
+    p.partition_max_bytes = FETCH_MAX_BYTES;
+    let mut t = FetchTopic::default();
+    t.topic = TopicName(StrBytes::from_string(partition.topic.clone()));
+    t.partitions = vec![p];
+    let mut request = FetchRequest::default();
+    request.replica_id = BrokerId(node_id);
+    request.max_wait_ms = FETCH_MAX_WAIT_MS;
+    request.min_bytes = 1;
+    request.max_bytes = FETCH_MAX_BYTES;
+    request.isolation_level = 0;
+    request.session_id = 0;
+    request.session_epoch = -1;
+    request.topics = vec![t];
+    request
+}
+
+/// Cuts off whatever suffix the leader of `epoch` does not have (KIP-279).
+async fn truncate(
+    peer: &mut Peer,
+    node_id: i32,
+    partition: &Partition,
+    epoch: i32,
+) -> Result<(), Pause> {
+    let (history, start, end) = partition.epoch_history();
+    let Some(latest) = history.latest() else {
+        return Ok(());
+    };
+    let mut p = OffsetForLeaderPartition::default();
+    p.partition = partition.index;
+    p.current_leader_epoch = epoch;
+    p.leader_epoch = latest;
+    let mut t = OffsetForLeaderTopic::default();
+    t.topic = TopicName(StrBytes::from_string(partition.topic.clone()));
+    t.partitions = vec![p];
+    let mut request = OffsetForLeaderEpochRequest::default();
+    request.replica_id = BrokerId(node_id);
+    request.topics = vec![t];
+    let response = peer
+        .send(3, &request)
+        .await
+        .map_err(|e| Pause::Retry(format!("OffsetForLeaderEpoch failed: {e:#}")))?;
+    let answer = response
+        .topics
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition == partition.index)
+        .ok_or_else(|| Pause::Retry("OffsetForLeaderEpoch without our partition".to_string()))?;
+    if answer.error_code != 0 {
+        return Err(Pause::Retry(format!(
+            "OffsetForLeaderEpoch refused: error {}",
+            answer.error_code
+        )));
+    }
+    let leader_answer = (answer.leader_epoch >= 0 && answer.end_offset >= 0)
+        .then_some((answer.leader_epoch, answer.end_offset));
+    let cut = strata_replication::divergence(&history, start, end, leader_answer);
+    if cut < end {
+        tracing::warn!(partition = %partition.name(), epoch, from = cut, to = end, "cutting off a suffix the leader does not have");
+        partition
+            .truncate(epoch, cut, now_ms())
+            .map_err(stopped_or_retry)?;
+    }
+    Ok(())
+}
+
+/// The leader's side of the ISR: every tick, each partition this agent leads says
+/// whether its ISR should shrink or expand, and the change goes to the metastore as a
+/// compare-and-set on the leader and epoch. Stops on shutdown.
+pub async fn manage_isr(broker: Arc<Broker>) {
+    let lag_ms = broker.settings.replica_lag_time_max_ms.max(1);
+    let every = Duration::from_millis((lag_ms as u64 / 4).clamp(50, 1000));
+    let mut tick = tokio::time::interval(every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            _ = broker.shutdown.cancelled() => return,
+        }
+        for topic in broker.topics() {
+            for partition in topic.local_partitions() {
+                let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms) else {
+                    continue;
+                };
+                let me = broker.node_id;
+                let wanted = change.isr.clone();
+                let result = broker
+                    .metastore
+                    .update_partition(&topic.record.name, partition.index as u32, move |cur| {
+                        (cur.leader == me && cur.leader_epoch == epoch).then(|| {
+                            let mut next = cur.clone();
+                            next.isr = wanted.clone();
+                            next
+                        })
+                    })
+                    .await;
+                let committed = match result {
+                    Ok(Some(r))
+                        if r.leader == me && r.leader_epoch == epoch && r.isr == change.isr =>
+                    {
+                        tracing::info!(partition = %partition.name(), epoch, isr = ?r.isr, reason = change.reason, "ISR changed");
+                        Some(r.isr)
+                    }
+                    Ok(_) => {
+                        tracing::info!(partition = %partition.name(), epoch, "ISR change refused: leadership moved on");
+                        None
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = %partition.name(), error = %e, "cannot change the ISR in the metastore");
+                        None
+                    }
+                };
+                partition.isr_result(epoch, committed);
+            }
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! The leader-epoch history of a log: at which offset each leader epoch began.
+//!
+//! Every batch carries the epoch of the leader that appended it, so the history is the
+//! list of `(epoch, start offset)` where the epoch in the batch headers rises. A
+//! follower that starts copying from a new leader compares its history with the
+//! leader's (Kafka's OffsetForLeaderEpoch, KIP-101 and KIP-279) and cuts off whatever
+//! suffix the leader does not have before it copies anything.
+//!
+//! Pure data: no I/O, so the replication state machines and their seeded tests use the
+//! same code as the log.
+
+/// `(epoch, start offset)` pairs, rising in both.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EpochHistory {
+    entries: Vec<(i32, i64)>,
+}
+
+impl EpochHistory {
+    pub fn entries(&self) -> &[(i32, i64)] {
+        &self.entries
+    }
+
+    /// Records that a batch of `epoch` starts at `base_offset`. A batch of an epoch
+    /// older than the latest one (which a log never holds after its newer epoch) is
+    /// ignored rather than allowed to make the history fall.
+    pub fn note(&mut self, epoch: i32, base_offset: i64) {
+        match self.entries.last() {
+            Some(&(latest, _)) if epoch <= latest => {}
+            _ => self.entries.push((epoch, base_offset)),
+        }
+    }
+
+    /// The newest epoch in the log.
+    pub fn latest(&self) -> Option<i32> {
+        self.entries.last().map(|&(e, _)| e)
+    }
+
+    /// OffsetForLeaderEpoch: the largest epoch at or below `epoch` that this log has, and
+    /// the offset where it ends (where the next epoch starts, or `log_end` for the
+    /// newest). `None` when every epoch in the log is newer than `epoch`, or the log is
+    /// empty.
+    pub fn end_offset_for(&self, epoch: i32, log_end: i64) -> Option<(i32, i64)> {
+        let i = self.entries.partition_point(|&(e, _)| e <= epoch);
+        if i == 0 {
+            return None;
+        }
+        let found = self.entries[i - 1].0;
+        let end = self.entries.get(i).map_or(log_end, |&(_, start)| start);
+        Some((found, end))
+    }
+
+    /// Forgets epochs that start at or above `offset` (the log was cut back to it).
+    pub fn truncate_to(&mut self, offset: i64) {
+        self.entries.retain(|&(_, start)| start < offset);
+    }
+}
+
+/// Where a follower must cut its log before copying from a leader (KIP-279).
+///
+/// `leader_answer` is the leader's [`EpochHistory::end_offset_for`] for this log's
+/// newest epoch. The result is the follower's new log end: everything from it on may
+/// differ from the leader's log.
+pub fn divergence(
+    local: &EpochHistory,
+    local_start: i64,
+    local_end: i64,
+    leader_answer: Option<(i32, i64)>,
+) -> i64 {
+    let Some(latest) = local.latest() else {
+        // Nothing here carries an epoch: an empty log.
+        return local_end;
+    };
+    let Some((leader_epoch, leader_end)) = leader_answer else {
+        // The leader has no epoch this old: nothing here is known to match it.
+        return local_start;
+    };
+    if leader_epoch == latest {
+        return leader_end.min(local_end);
+    }
+    // The leader never saw our newest epoch: the matching part ends where the epoch the
+    // leader knows ends, here and there.
+    match local.end_offset_for(leader_epoch, local_end) {
+        Some((_, local_epoch_end)) => leader_end.min(local_epoch_end),
+        None => local_start,
+    }
+    .max(local_start)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn history(entries: &[(i32, i64)]) -> EpochHistory {
+        let mut h = EpochHistory::default();
+        for &(e, o) in entries {
+            h.note(e, o);
+        }
+        h
+    }
+
+    #[test]
+    fn end_offsets_follow_kafka() {
+        let h = history(&[(0, 0), (2, 10), (5, 30)]);
+        assert_eq!(h.end_offset_for(0, 40), Some((0, 10)));
+        assert_eq!(h.end_offset_for(1, 40), Some((0, 10)));
+        assert_eq!(h.end_offset_for(2, 40), Some((2, 30)));
+        assert_eq!(h.end_offset_for(4, 40), Some((2, 30)));
+        assert_eq!(h.end_offset_for(5, 40), Some((5, 40)));
+        assert_eq!(h.end_offset_for(9, 40), Some((5, 40)));
+        assert_eq!(history(&[(3, 0)]).end_offset_for(2, 5), None);
+        assert_eq!(EpochHistory::default().end_offset_for(0, 0), None);
+    }
+
+    #[test]
+    fn older_epochs_never_lower_the_history() {
+        let h = history(&[(1, 0), (0, 5), (1, 7), (3, 9)]);
+        assert_eq!(h.entries(), &[(1, 0), (3, 9)]);
+    }
+
+    #[test]
+    fn truncation_drops_epochs_that_start_at_or_after_the_cut() {
+        let mut h = history(&[(0, 0), (2, 10), (5, 30)]);
+        h.truncate_to(30);
+        assert_eq!(h.entries(), &[(0, 0), (2, 10)]);
+        h.truncate_to(5);
+        assert_eq!(h.entries(), &[(0, 0)]);
+    }
+
+    #[test]
+    fn a_follower_cuts_what_the_leader_does_not_have() {
+        // Same newest epoch: keep up to the shorter of the two.
+        let local = history(&[(0, 0), (1, 10)]);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 15))), 15);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 25))), 20);
+        // The old leader of epoch 1 wrote 10..20 that the new leader (epoch 2) never got:
+        // the leader's epoch 1 ended at 14.
+        assert_eq!(divergence(&local, 0, 20, Some((1, 14))), 14);
+        // Our newest epoch 3 never reached the leader, whose epoch 1 ended at 12.
+        let local = history(&[(0, 0), (1, 10), (3, 16)]);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 12))), 12);
+        // ... or ended after our own epoch 1 did.
+        assert_eq!(divergence(&local, 0, 20, Some((1, 18))), 16);
+        // The leader knows no epoch this old.
+        assert_eq!(divergence(&local, 4, 20, None), 4);
+        // An empty log has nothing to cut.
+        assert_eq!(divergence(&EpochHistory::default(), 7, 7, Some((2, 3))), 7);
+    }
+}
