@@ -7,8 +7,9 @@
 #   AGENTS=5 ./scripts/local-cluster.sh        # more agents
 #   STRATA_CLUSTER_DIR=/tmp/c ./scripts/local-cluster.sh
 #
-# Bootstrap clients with 127.0.0.1:9092 (any agent will do). Until replication lands,
-# each partition lives on one agent (replication factor 1): see docs/cluster.md.
+# Bootstrap clients with 127.0.0.1:9092 (any agent will do). New topics get three
+# replicas (or one per agent, if fewer) unless they ask otherwise; kill an agent and its
+# partitions move to others within the 10 s lease: see docs/cluster.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -31,8 +32,9 @@ stop() {
 }
 trap stop INT TERM EXIT
 
+rf=$(( agents < 3 ? agents : 3 ))
 for i in $(seq 1 "$agents"); do
-    "$bin" agent \
+    STRATA_DEFAULT_REPLICATION_FACTOR=${STRATA_DEFAULT_REPLICATION_FACTOR:-$rf} "$bin" agent \
         --node-id "$i" \
         --kafka-listen "127.0.0.1:$((9091 + i))" \
         --http-listen "127.0.0.1:$((9643 + i))" \

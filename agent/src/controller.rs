@@ -1,7 +1,8 @@
 //! Leader elections. The live agent with the lowest node id acts as controller: it looks
 //! at every partition whose leader is not live (its lease ran out, or it left) and elects
-//! a new one with [`strata_replication::elect`], and now and then hands leadership back
-//! to preferred replicas with [`strata_replication::prefer`].
+//! a new one with [`strata_replication::elect`], completes reassignments whose new
+//! replicas are in sync ([`strata_replication::finish_reassignment`]), and now and then
+//! hands leadership back to preferred replicas with [`strata_replication::prefer`].
 //!
 //! Each decision is one metastore transaction that re-reads the partition and applies
 //! the rule only if the leader epoch is still the one the decision was made on, and that
@@ -51,11 +52,13 @@ async fn elect_all(broker: &Broker, rebalance: bool) {
             let decide = {
                 let live = live.clone();
                 move |cur: &strata_replication::PartitionRecord| {
-                    strata_replication::elect(cur, &live, unclean).or_else(|| {
-                        rebalance
-                            .then(|| strata_replication::prefer(cur, &live))
-                            .flatten()
-                    })
+                    strata_replication::elect(cur, &live, unclean)
+                        .or_else(|| strata_replication::finish_reassignment(cur, &live))
+                        .or_else(|| {
+                            rebalance
+                                .then(|| strata_replication::prefer(cur, &live))
+                                .flatten()
+                        })
                 }
             };
             let Some(wanted) = decide(p) else { continue };
@@ -79,7 +82,7 @@ async fn elect_all(broker: &Broker, rebalance: bool) {
                         leader = r.leader,
                         epoch = r.leader_epoch,
                         isr = ?r.isr,
-                        preferred = live.contains(&p.leader),
+                        replicas = ?r.replicas,
                         "elected a leader"
                     );
                 }

@@ -184,9 +184,13 @@ impl Partition {
     /// caught up now; the watermark waits until each in-sync follower fetched.
     pub fn become_leader(&self, record: &PartitionRecord, now_ms: i64) {
         let mut role = self.role();
-        if let Role::Leader(l) = &*role
+        if let Role::Leader(l) = &mut *role
             && l.epoch == record.leader_epoch
         {
+            if l.replicas != record.replicas {
+                // A reassignment began: new replicas start copying in this epoch.
+                l.set_replicas(&record.replicas, now_ms);
+            }
             return;
         }
         self.stop_fetcher();

@@ -36,10 +36,18 @@ pub struct TopicRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionRecord {
     pub index: u32,
+    /// Every replica, the preferred leader first. During a reassignment: the target
+    /// replicas, then those being removed.
     pub replicas: Vec<i32>,
     pub leader: i32,
     pub leader_epoch: i32,
     pub isr: Vec<i32>,
+    /// A reassignment in progress: replicas being added (copying, not yet in sync) and
+    /// replicas to remove once they are (Kafka's adding/removing replicas, KIP-455).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 /// The part of [`TopicRecord`] stored under the topic key.
@@ -246,6 +254,8 @@ impl Metastore {
                         leader: replicas.first().copied().unwrap_or(-1),
                         leader_epoch: 0,
                         isr: replicas.clone(),
+                        adding: Vec::new(),
+                        removing: Vec::new(),
                     })
                     .collect();
                 let topic = TopicRecord {
@@ -415,6 +425,8 @@ impl Metastore {
                         leader_epoch: 0,
                         isr: replicas.clone(),
                         replicas,
+                        adding: Vec::new(),
+                        removing: Vec::new(),
                     };
                     this.write_partition(txn, &name, &p);
                     topic.partitions.push(p);

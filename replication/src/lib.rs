@@ -237,6 +237,25 @@ impl LeaderState {
         self.advance()
     }
 
+    /// The replica set changed within this epoch (a reassignment began): new replicas
+    /// are tracked from `now_ms` on, as not yet caught up; replicas no longer listed are
+    /// forgotten (they cannot be in the ISR: only a new epoch removes them).
+    pub fn set_replicas(&mut self, replicas: &[i32], now_ms: i64) {
+        self.replicas = replicas.to_vec();
+        self.followers
+            .retain(|r, _| replicas.contains(r) || self.isr.contains(r));
+        for &r in replicas {
+            if r != self.node_id {
+                self.followers.entry(r).or_insert(FollowerProgress {
+                    log_end_offset: None,
+                    last_caught_up_ms: i64::MIN / 2,
+                    last_fetch_leader_end: i64::MAX,
+                    last_fetch_ms: now_ms,
+                });
+            }
+        }
+    }
+
     /// Whether acks=all writes may be taken: the committed ISR is at least
     /// `min.insync.replicas`.
     pub fn enough_replicas(&self, min_insync: usize) -> bool {
@@ -283,6 +302,97 @@ pub fn elect(record: &PartitionRecord, live: &[i32], unclean: bool) -> Option<Pa
     })
 }
 
+/// Starts moving a partition to `target` replicas (KIP-455): the replica list becomes
+/// the target followed by the replicas to remove, which stay until the new ones are in
+/// sync. Replacing a reassignment in progress starts from the original replicas.
+pub fn reassign(record: &PartitionRecord, target: &[i32]) -> PartitionRecord {
+    let original: Vec<i32> = record
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| !record.adding.contains(r))
+        .collect();
+    let removing: Vec<i32> = original
+        .iter()
+        .copied()
+        .filter(|r| !target.contains(r))
+        .collect();
+    let adding: Vec<i32> = target
+        .iter()
+        .copied()
+        .filter(|r| !original.contains(r))
+        .collect();
+    let mut replicas = target.to_vec();
+    replicas.extend(&removing);
+    PartitionRecord {
+        replicas,
+        isr: record
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| original.contains(r) || target.contains(r))
+            .collect(),
+        adding,
+        removing,
+        ..record.clone()
+    }
+}
+
+/// Cancels a reassignment in progress: back to the original replicas.
+pub fn cancel_reassignment(record: &PartitionRecord) -> PartitionRecord {
+    let original: Vec<i32> = record
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| !record.adding.contains(r))
+        .collect();
+    PartitionRecord {
+        isr: record
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| original.contains(r))
+            .collect(),
+        replicas: original,
+        adding: Vec::new(),
+        removing: Vec::new(),
+        leader_epoch: record.leader_epoch + 1,
+        ..record.clone()
+    }
+}
+
+/// Completes a reassignment once every added replica is in sync: the removed replicas
+/// go, and if the leader was one of them, the first live in-sync target replica leads.
+/// The epoch is bumped so the removed replicas are fenced. `None`: not yet (or none in
+/// progress), or no target replica could lead.
+pub fn finish_reassignment(record: &PartitionRecord, live: &[i32]) -> Option<PartitionRecord> {
+    if record.adding.is_empty() && record.removing.is_empty() {
+        return None;
+    }
+    if !record.adding.iter().all(|r| record.isr.contains(r)) {
+        return None;
+    }
+    let keep = |r: &i32| !record.removing.contains(r);
+    let replicas: Vec<i32> = record.replicas.iter().copied().filter(keep).collect();
+    let isr: Vec<i32> = record.isr.iter().copied().filter(keep).collect();
+    let leader = if keep(&record.leader) {
+        record.leader
+    } else {
+        *replicas
+            .iter()
+            .find(|r| isr.contains(r) && live.contains(r))?
+    };
+    Some(PartitionRecord {
+        replicas,
+        isr,
+        leader,
+        leader_epoch: record.leader_epoch + 1,
+        adding: Vec::new(),
+        removing: Vec::new(),
+        ..record.clone()
+    })
+}
+
 /// Preferred-leader election: hands leadership back to the first replica when it is
 /// live, in the ISR and not leading. `None`: nothing to change.
 pub fn prefer(record: &PartitionRecord, live: &[i32]) -> Option<PartitionRecord> {
@@ -309,6 +419,8 @@ mod tests {
             leader,
             leader_epoch: epoch,
             isr: isr.to_vec(),
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
     }
 
@@ -390,6 +502,45 @@ mod tests {
         // An in-sync replica back: it leads.
         let back = elect(&none, &[1, 2], false).expect("back");
         assert_eq!((back.leader, back.leader_epoch, back.isr), (1, 6, vec![1]));
+    }
+
+    #[test]
+    fn reassignment_adds_first_and_removes_once_in_sync() {
+        let r = record(1, 3, &[1, 2], &[1, 2]);
+        let moving = reassign(&r, &[3, 2]);
+        assert_eq!(moving.replicas, vec![3, 2, 1]);
+        assert_eq!((moving.adding.clone(), moving.removing.clone()), (vec![3], vec![1]));
+        assert_eq!(moving.leader_epoch, 3, "starting needs no new epoch");
+        assert_eq!(finish_reassignment(&moving, &[1, 2, 3]), None, "3 not in sync");
+        let synced = PartitionRecord {
+            isr: vec![1, 2, 3],
+            ..moving.clone()
+        };
+        let done = finish_reassignment(&synced, &[1, 2, 3]).expect("done");
+        assert_eq!(done.replicas, vec![3, 2]);
+        assert_eq!(done.isr, vec![2, 3]);
+        assert_eq!((done.leader, done.leader_epoch), (3, 4), "the leader was removed");
+        assert!(done.adding.is_empty() && done.removing.is_empty());
+        // Replacing a reassignment starts from the original replicas; cancelling returns
+        // to them.
+        let again = reassign(&moving, &[1, 3]);
+        assert_eq!(again.replicas, vec![1, 3, 2]);
+        assert_eq!((again.adding.clone(), again.removing.clone()), (vec![3], vec![2]));
+        let cancelled = cancel_reassignment(&again);
+        assert_eq!(cancelled.replicas, vec![1, 2]);
+        assert!(cancelled.adding.is_empty() && cancelled.removing.is_empty());
+    }
+
+    #[test]
+    fn a_leader_tracks_replicas_added_within_its_epoch() {
+        let r = record(1, 0, &[1, 2], &[1, 2]);
+        let mut l = LeaderState::new(1, &r, 0, 0, 0);
+        l.on_durable(50);
+        l.on_fetch(2, 50, 50, 10);
+        l.set_replicas(&[3, 2, 1], 20);
+        assert_eq!(l.isr_change(30, 1000), None, "3 has not fetched");
+        l.on_fetch(3, 50, 50, 40);
+        assert_eq!(l.isr_change(40, 1000).expect("3 in sync").isr, vec![1, 2, 3]);
     }
 
     #[test]

@@ -135,6 +135,9 @@ struct Params {
     pause: u64,
     /// Pausing the node the metastore names leader, on top of `pause`.
     pause_leader: u64,
+    /// A leader stalling right after it appended or served a fetch with batches: the
+    /// worst moments, when only some replicas have the newest records.
+    stall: u64,
     resume: u64,
     controller: u64,
     prefer: u64,
@@ -157,6 +160,7 @@ impl Params {
             restart: rng.between(80, 250) as u64,
             pause: rng.between(0, 20) as u64,
             pause_leader: rng.between(0, 40) as u64,
+            stall: rng.pick(&[0, 0, 20, 50, 100]),
             resume: rng.between(30, 120) as u64,
             controller: rng.between(300, 1000) as u64,
             prefer: rng.between(0, 30) as u64,
@@ -423,6 +427,8 @@ impl Sim {
             leader_epoch: 0,
             isr: replicas.clone(),
             replicas,
+            adding: Vec::new(),
+            removing: Vec::new(),
         };
         let nodes = NODES
             .iter()
@@ -587,6 +593,15 @@ impl Sim {
                 self.trace(|| format!("node {id} paused"));
                 self.node_mut(id).paused = true;
             }
+        }
+    }
+
+    /// A node stalls (a long GC pause, a stopped VM) at a moment chosen by its caller.
+    fn maybe_stall(&mut self, id: i32) {
+        if !self.healing && self.rng.chance(self.p.stall) {
+            self.stats.pauses += 1;
+            self.trace(|| format!("node {id} stalls"));
+            self.node_mut(id).paused = true;
         }
     }
 
@@ -824,6 +839,13 @@ impl Sim {
         }
         due.sort_by_key(|e| (e.at, e.seq));
         for e in due {
+            if let Addr::Node(id) = e.to
+                && self.node(id).paused
+            {
+                // Stalled while working through this step's messages: the rest waits.
+                self.net.push(e);
+                continue;
+            }
             self.trace(|| format!("{:?} -> {:?}: {:?}", e.from, e.to, e.msg));
             match e.to {
                 Addr::Meta => self.meta_receive(e.from, e.msg),
@@ -1063,6 +1085,7 @@ impl Sim {
         n.history.note(epoch, offset);
         let noted = n.history.latest();
         self.trace(|| format!("node {id} e{epoch} appends {value} at {offset}"));
+        self.maybe_stall(id);
         if latest.is_some_and(|e| e > epoch) || noted != Some(epoch) {
             let h = self.node(id).history.entries().to_vec();
             self.violation(format!("[5] node {id} leads e{epoch} but its history is {h:?}"));
@@ -1085,7 +1108,12 @@ impl Sim {
             _ => Err("not leader of this epoch"),
         };
         match &result {
-            Ok(_) => self.settle(id),
+            Ok((batches, _)) => {
+                self.settle(id);
+                if !batches.is_empty() {
+                    self.maybe_stall(id);
+                }
+            }
             Err("offset out of range") => self.violation(format!(
                 "[2] node {follower} fetches from {offset} in e{epoch}, beyond the log end \
                  {end} of leader {id}: its log diverged"
@@ -1185,13 +1213,44 @@ impl Sim {
         }
         let n = self.node_mut(id);
         n.hw = n.hw.min(cut);
-        if let Role::Follower(f) = &mut n.role {
-            f.truncated = true;
-        }
+        let Role::Follower(f) = &mut n.role else {
+            unreachable!("took a follower's request")
+        };
+        f.truncated = true;
+        let (leader, epoch) = (f.leader, f.epoch);
         self.trace(|| {
             format!("node {id} cuts {end} -> {cut} (history {before:?}, answer {answer:?})")
         });
         self.check_history(id);
+        self.check_cut(id, leader, epoch, &before, answer);
+    }
+
+    /// What the truncation is for (KIP-101/279): the follower's log is now a prefix of
+    /// the log of the leader it asked, if that one still leads the epoch (its log only
+    /// grew since it answered).
+    fn check_cut(
+        &mut self,
+        id: i32,
+        leader: i32,
+        epoch: i32,
+        before: &[(i32, i64)],
+        answer: Option<(i32, i64)>,
+    ) {
+        let l = self.node(leader);
+        if !matches!(&l.role, Role::Leader(s) if s.state.epoch == epoch) {
+            return;
+        }
+        let n = self.node(id);
+        let differs = n.log.iter().zip(&l.log).find(|(a, b)| a != b);
+        if let Some((mine, theirs)) = differs {
+            let (lh, cut) = (l.history.entries().to_vec(), n.end());
+            let (mine, theirs) = (*mine, *theirs);
+            self.violation(format!(
+                "[2] node {id} (history {before:?}) cut its log to {cut} after leader \
+                 {leader} (e{epoch}, history {lh:?}) answered {answer:?}, and still holds \
+                 {mine:?} where the leader has {theirs:?}"
+            ));
+        }
     }
 
     fn on_isr_answer(

@@ -6,12 +6,13 @@ Every test starts three agents (`--node-id 1..3`, one shared `--metastore-path`)
 topics with replication factor 3 and `min.insync.replicas=2`, and produces with
 acks=all. What is checked, in Kafka's terms:
 
-- SIGKILLed leaders (5 times, on rotating partitions and agents, each restarted on its
-  data dir at once) lose no acknowledged record and duplicate none: an idempotent
-  producer writes numbered records throughout; afterwards every partition is read from
-  offset 0 to its high watermark and every acknowledged record must be there exactly
-  once, at the offset it was acknowledged at, in send order. Prints
-  `acknowledged=N lost=0 duplicated=0 kill->produce p50=..s max=..s`.
+- SIGKILLed leaders (5 times, on rotating partitions and agents; each killed agent is
+  restarted on its data dir once a new leader took a write) lose no acknowledged record
+  and duplicate none: an idempotent producer writes numbered records throughout;
+  afterwards every partition is read from offset 0 to its high watermark and every
+  acknowledged record must be there exactly once, at the offset it was acknowledged
+  at, in send order. Prints `acknowledged=N lost=0 duplicated=0 kill->produce p50=..s
+  max=..s` (kill->produce: SIGKILL to the next acknowledged write to that partition).
 - A leader paused (SIGSTOP) for longer than its lease is replaced by a new leader that
   takes the writes; on SIGCONT it acknowledges nothing as the old leader (a Produce
   waiting for it when it resumes is refused, or if acknowledged is in the final log),
@@ -25,6 +26,10 @@ acks=all. What is checked, in Kafka's terms:
 - A consumer group keeps consuming, and misses nothing, while its coordinator and then a
   partition leader are SIGKILLed and restarted; its final commit succeeds.
 
+Preferred-leader election runs on a timer: if the agent offers
+`--leader-rebalance-interval-ms` the fixture sets it to 1 s, otherwise the test allows
+for a 30 s default.
+
 Metadata checks ask one named agent over the raw wire (`replication_testlib.metadata`),
 so a stopped agent is never asked and "agent 2 shows ..." means exactly that. SIGSTOP is
 retried when it lands inside a metastore transaction (see replication_testlib): with the
@@ -35,9 +40,11 @@ Stopped agents are always resumed (SIGCONT) in `finally` and by the fixture.
 
 from __future__ import annotations
 
+import functools
 import shutil
 import statistics
 import struct
+import subprocess
 import tempfile
 import threading
 import time
@@ -56,6 +63,7 @@ from confluent_kafka import (
 
 pytest.register_assert_rewrite("replication_testlib")
 
+from conftest import strata_bin  # noqa: E402
 from replication_testlib import (  # noqa: E402
     Cluster,
     ProduceProbe,
@@ -84,12 +92,33 @@ LAG_S = LAG_MS / 1000
 NOT_ENOUGH_REPLICAS = KafkaError.NOT_ENOUGH_REPLICAS
 MSG_TIMED_OUT = KafkaError._MSG_TIMED_OUT
 
+# Preferred-leader election runs on a timer (Kafka's leader.imbalance.check.interval).
+# When the agent has the flag for it, the tests set it short; otherwise they allow for
+# a default of up to 30 s.
+REBALANCE_FLAG = "--leader-rebalance-interval-ms"
+REBALANCE_MS = 1000
+
+
+@functools.lru_cache(maxsize=None)
+def agent_has_flag(flag: str) -> bool:
+    try:
+        out = subprocess.run([str(strata_bin()), "agent", "--help"], capture_output=True,
+                             text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return flag in out
+
+
+def preferred_election_timeout() -> float:
+    return REBALANCE_MS / 1000 + 20 if agent_has_flag(REBALANCE_FLAG) else 45
+
 
 @pytest.fixture
 def cluster(broker_factory, request):
     """Three started agents sharing one metastore, with short leases."""
     shared = Path(tempfile.mkdtemp(prefix="strata-replication-"))
     metastore = shared / "metastore.sqlite"
+    extra = [REBALANCE_FLAG, str(REBALANCE_MS)] if agent_has_flag(REBALANCE_FLAG) else []
     agents = {
         node: broker_factory(extra_args=[
             "--node-id", str(node),
@@ -97,6 +126,7 @@ def cluster(broker_factory, request):
             "--lease-ms", str(LEASE_MS),
             "--replica-lag-time-max-ms", str(LAG_MS),
             "--group-initial-rebalance-delay-ms", "200",
+            *extra,
         ])
         for node in NODES
     }
@@ -143,14 +173,22 @@ KILL_ROUNDS = 5
 
 def test_leader_kills_lose_nothing(cluster, capsys, record_property):
     """5 times: SIGKILL the leader of a partition (rotating partitions and agents) while
-    an idempotent acks=all producer writes, restart it at once, time until the next write
-    to that partition is acknowledged, and wait for it to be back in the ISR. Then every
-    acknowledged record must be in the log once, at its offset, in send order."""
+    an idempotent acks=all producer writes, time until the next write to that partition
+    is acknowledged, restart the killed agent on its data dir and wait until it is back
+    in the ISR of every partition. Then every acknowledged record must be in the log
+    once, at its offset, in send order.
+
+    The killed agent is restarted only after that acknowledgement: it can then only come
+    from a new leader elected among the other replicas, so every round is a failover
+    (kill->produce is the failover time), and the restart is a rejoin as follower with a
+    possibly divergent suffix to truncate, then preferred-leader election hands the
+    partition back: two leader changes per round under load. (An agent restarted at once
+    takes its node id back before its lease runs out; test 5 restarts that way.)"""
     topic = unique_topic("repl-kills")
     partitions = 6
     create_replicated_topic(cluster, topic, partitions)
     prod = SeqProducer(cluster.servers(), topic, partitions, tag="kill", rate=1000).start()
-    kills: list[tuple[int, int, int, float]] = []  # (round, partition, agent, kill->produce s)
+    kills: list[tuple[int, int, int, float, int]] = []  # (round, partition, agent, kill->produce s, new leader)
     try:
         prod.wait_acked(2000, 30, "2000 acknowledged records before the first kill")
         for rnd in range(1, KILL_ROUNDS + 1):
@@ -166,7 +204,6 @@ def test_leader_kills_lose_nothing(cluster, capsys, record_property):
             t_kill = time.monotonic()
             agent.kill()
             mark = prod.sent  # records from here on were produced after the leader died
-            agent.start()
             try:
                 t_ack, _ = prod.wait_ack_after(
                     part, mark, 30,
@@ -174,9 +211,12 @@ def test_leader_kills_lose_nothing(cluster, capsys, record_property):
                     f"(kill {rnd})")
             except AssertionError as e:
                 raise AssertionError(f"{e}; metadata now: {cluster.describe(topic, part)}") from None
-            kills.append((rnd, part, victim, t_ack - t_kill))
+            now_leader = next((pm.leader for pm in (pview(cluster, n, topic, part) for n in cluster.up())
+                               if pm is not None), -1)
+            kills.append((rnd, part, victim, t_ack - t_kill, now_leader))
+            agent.start()
             cluster.wait_healthy(topic, partitions, 30,
-                                 f"agent {victim} back in the ISR after kill {rnd}")
+                                 f"agent {victim}, restarted, back in the ISR after kill {rnd}")
         prod.check()
     finally:
         prod.halt()
@@ -193,7 +233,7 @@ def test_leader_kills_lose_nothing(cluster, capsys, record_property):
             f"duplicated={len(check.duplicated)} kill->produce p50={statistics.median(delays):.2f}s "
             f"max={max(delays):.2f}s | misplaced={len(check.misplaced)} "
             f"out_of_order={len(check.out_of_order)} sent={check.sent} failed={len(failed)} "
-            f"kills(partition, agent, s)={[(p, a, round(d, 2)) for _, p, a, d in kills]} "
+            f"kills(partition, killed, new leader, s)={[(p, a, nl, round(d, 2)) for _, p, a, d, nl in kills]} "
             f"log_end={ends}")
     report(capsys, record_property, "leader-kills", line)
     if client_errors:
@@ -321,9 +361,13 @@ def test_paused_leader_is_replaced_and_rejoins_as_follower(cluster, capsys, reco
             seen = {n: pview(cluster, n, topic, part) for n in NODES}
             return (all(pm is not None and pm.leader == old for pm in seen.values()),
                     {n: str(pm) for n, pm in seen.items()})
-        wait_for(preferred_back, 20,
-                 f"preferred-leader election to give p{part} back to its first replica, agent {old}",
+        wait_for(preferred_back, preferred_election_timeout(),
+                 f"preferred-leader election to give p{part} back to its first replica, agent "
+                 f"{old}, in sync again (rebalance interval: "
+                 f"{REBALANCE_MS if agent_has_flag(REBALANCE_FLAG) else 'the default'} ms)",
                  interval=0.1)
+        print(f"p{part} led by its preferred replica {old} again "
+              f"{time.monotonic() - t_rejoined:.1f}s after it rejoined the ISR")
 
 
 # =========================================================================== 3
@@ -413,14 +457,16 @@ def poll_new_records(bootstrap: str, topic: str, partition: int, offset: int, se
 
 
 def test_two_of_three_stopped_refuses_acks_all(cluster, capsys, record_property):
-    """RF 3, min.insync.replicas 2: SIGKILL both followers of the only partition; once the
-    leader shows itself alone in the ISR, acks=all writes are refused with
-    NOT_ENOUGH_REPLICAS and nothing new becomes readable. With both agents restarted,
-    writes succeed again and exactly those are read back."""
+    """RF 3, min.insync.replicas 2: stop both followers of the only partition (one with
+    SIGSTOP, one with SIGKILL); once the leader shows itself alone in the ISR, acks=all
+    writes are refused with NOT_ENOUGH_REPLICAS and nothing new becomes readable. With the
+    one resumed and the other restarted, writes succeed again and exactly those are read
+    back."""
     topic = unique_topic("repl-two-down")
     leaders = create_replicated_topic(cluster, topic, 1)
     leader = leaders[0].leader
     down = [n for n in NODES if n != leader]
+    paused, killed = down
     only = cluster.agents[leader].bootstrap
 
     before = [f"before-{i:03d}".encode() for i in range(100)]
@@ -431,35 +477,13 @@ def test_two_of_three_stopped_refuses_acks_all(cluster, capsys, record_property)
     base_end = watermarks(only, topic, 0)[1]
     assert base_end == 100, f"high watermark {base_end} after 100 acknowledged writes"
 
-    # SIGKILL, not SIGSTOP: a stopped agent could hold the shared SQLite file's lock.
-    for n in down:
-        cluster.agents[n].kill()
-    t_down = time.monotonic()
-
-    def alone():
-        v = cluster.view(leader, topic)
-        pm = None if v is None else v.partition(topic, 0)
-        ok = (pm is not None and pm.leader == leader and list(pm.isr) == [leader]
-              and sorted(v.brokers) == [leader])
-        return ok, f"brokers={None if v is None else sorted(v.brokers)} p0 {pm}"
-
-    wait_for(alone, LEASE_S + LAG_S + 10,
-             f"agent {leader} to show itself as the only live agent and the ISR of p0 as [{leader}] "
-             f"after agents {down} were killed", interval=0.1)
-    t_alone = time.monotonic()
-
-    # acks=all without retries: the broker's answer itself.
-    refused = [f"refused-{i:03d}".encode() for i in range(20)]
-    r_direct = produce_values(only, topic, 0, refused, 30, **{
-        "enable.idempotence": False, "retries": 0, "message.timeout.ms": 10000,
-        "socket.timeout.ms": 5000})
-    # The idempotent producer retries NOT_ENOUGH_REPLICAS until its messages time out.
-    timed = [f"idem-refused-{i:03d}".encode() for i in range(20)]
-    r_idem = produce_values(only, topic, 0, timed, 30, **{
-        "enable.idempotence": True, "message.timeout.ms": 5000, "socket.timeout.ms": 5000,
-        "request.timeout.ms": 4000})
-    marks_during = watermarks(only, topic, 0)
-    seen_during = poll_new_records(only, topic, 0, base_end, 2.0)
+    t_down = cluster.stop(paused)
+    try:
+        cluster.agents[killed].kill()
+        refused, r_direct, r_idem, marks_during, seen_during, t_alone = _refused_while_alone(
+            cluster, topic, leader, down, base_end)
+    finally:
+        cluster.resume(paused)
 
     def outcome(results):
         return dict(Counter("acknowledged" if err is None else err.name() for _, err, _ in results))
@@ -476,9 +500,8 @@ def test_two_of_three_stopped_refuses_acks_all(cluster, capsys, record_property)
         f"watermarks while writes are refused should stay (0, {base_end}); they are {marks_during}")
     assert not seen_during, f"a consumer at offset {base_end} received refused records: {seen_during[:5]}"
 
-    # Both come back: writes succeed again.
-    for n in down:
-        cluster.agents[n].start()
+    # Both come back (the stopped one was resumed above): writes succeed again.
+    cluster.agents[killed].start()
     t_back = time.monotonic()
     after = [f"after-{i:03d}".encode() for i in range(100)]
     r_after = produce_values(cluster.servers(), topic, 0, after, 45, **{
@@ -486,8 +509,9 @@ def test_two_of_three_stopped_refuses_acks_all(cluster, capsys, record_property)
         "request.timeout.ms": 4000})
     t_writes = time.monotonic()
     bad = [(v, err) for v, err, _ in r_after if err is not None]
-    assert not bad, (f"after restarting agents {down}, acks=all writes should succeed within 30 s; "
-                     f"{len(bad)} of {len(after)} failed, e.g. {bad[:3]}")
+    assert not bad, (f"after resuming agent {paused} and restarting agent {killed}, acks=all "
+                     f"writes should succeed within 30 s; {len(bad)} of {len(after)} failed, "
+                     f"e.g. {bad[:3]}")
     end = watermarks(cluster.servers(), topic, 0)[1]
     got = consume_confluent(cluster.servers(), topic, {0: 0}, {0: end})[0]
     assert [r.offset for r in got] == list(range(end)), (
@@ -496,9 +520,9 @@ def test_two_of_three_stopped_refuses_acks_all(cluster, capsys, record_property)
     possibly_persisted = {v for v, err, _ in r_idem if err.code() == MSG_TIMED_OUT}
     tail = values[len(before):]
     leaked = [v for v in tail if v in set(refused)]
-    line = (f"ISR [{leader}] shown {t_alone - t_down:.1f}s after killing {down}; refused: "
-            f"retries=0 {direct}, idempotent {idem}; writes acknowledged again "
-            f"{t_writes - t_back:.1f}s after the restarts; log end {end}")
+    line = (f"ISR [{leader}] shown {t_alone - t_down:.1f}s after stopping {paused} and killing "
+            f"{killed}; refused: retries=0 {direct}, idempotent {idem}; writes acknowledged "
+            f"again {t_writes - t_back:.1f}s after the resume and restart; log end {end}")
     report(capsys, record_property, "two-down", line)
 
     assert values[:len(before)] == before, f"the 100 records from before the outage changed [{line}]"
@@ -509,7 +533,39 @@ def test_two_of_three_stopped_refuses_acks_all(cluster, capsys, record_property)
         f"{base_end}; it holds {len(tail)} records there, e.g. {tail[:3]}...{tail[-3:]} [{line}]")
     assert [off for _, _, off in r_after] == [values.index(v) for v in after], (
         f"the new records were not acknowledged at the offsets they are read at [{line}]")
-    cluster.wait_healthy(topic, 1, 20, f"agents {down} back in the ISR after their restart")
+    cluster.wait_healthy(topic, 1, 20, f"agents {down} back in the ISR after the outage")
+
+
+def _refused_while_alone(cluster: Cluster, topic: str, leader: int, down: list[int], base_end: int):
+    """With `down` stopped: waits until the leader shows itself alone, then produces with
+    acks=all (retries=0, and idempotent) and looks for anything new."""
+    only = cluster.agents[leader].bootstrap
+
+    def alone():
+        v = cluster.view(leader, topic)
+        pm = None if v is None else v.partition(topic, 0)
+        ok = (pm is not None and pm.leader == leader and list(pm.isr) == [leader]
+              and sorted(v.brokers) == [leader])
+        return ok, f"brokers={None if v is None else sorted(v.brokers)} p0 {pm}"
+
+    wait_for(alone, LEASE_S + LAG_S + 10,
+             f"agent {leader} to show itself as the only live agent and the ISR of p0 as [{leader}] "
+             f"after agents {down} were stopped", interval=0.1)
+    t_alone = time.monotonic()
+
+    # acks=all without retries: the broker's answer itself.
+    refused = [f"refused-{i:03d}".encode() for i in range(20)]
+    r_direct = produce_values(only, topic, 0, refused, 30, **{
+        "enable.idempotence": False, "retries": 0, "message.timeout.ms": 10000,
+        "socket.timeout.ms": 5000})
+    # The idempotent producer retries NOT_ENOUGH_REPLICAS until its messages time out.
+    timed = [f"idem-refused-{i:03d}".encode() for i in range(20)]
+    r_idem = produce_values(only, topic, 0, timed, 30, **{
+        "enable.idempotence": True, "message.timeout.ms": 5000, "socket.timeout.ms": 5000,
+        "request.timeout.ms": 4000})
+    marks_during = watermarks(only, topic, 0)
+    seen_during = poll_new_records(only, topic, 0, base_end, 2.0)
+    return refused, r_direct, r_idem, marks_during, seen_during, t_alone
 
 
 # =========================================================================== 5

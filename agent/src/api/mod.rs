@@ -16,6 +16,7 @@ mod list_offsets;
 mod metadata;
 mod produce;
 mod producer;
+mod reassign;
 mod topics;
 pub mod versions;
 
@@ -112,6 +113,25 @@ pub fn dispatch(
         }
         RequestKind::OffsetDelete(req) => {
             async move { Some(groups::offset_delete(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::AlterPartitionReassignments(req) => async move {
+            Some(
+                reassign::alter_partition_reassignments(&b, req)
+                    .await
+                    .into(),
+            )
+        }
+        .boxed(),
+        RequestKind::ListPartitionReassignments(req) => async move {
+            Some(
+                reassign::list_partition_reassignments(&b, req)
+                    .await
+                    .into(),
+            )
+        }
+        .boxed(),
+        RequestKind::ElectLeaders(req) => {
+            async move { Some(reassign::elect_leaders(&b, req).await.into()) }.boxed()
         }
         RequestKind::OffsetForLeaderEpoch(req) => {
             ready(leader_epochs::offset_for_leader_epoch(broker, req))

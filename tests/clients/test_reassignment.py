@@ -1,0 +1,100 @@
+"""Moving replicas and leaders on request, with real admin clients: kafka-python's
+alter/list_partition_reassignments (KIP-455) and confluent-kafka's elect_leaders
+(KIP-460), against three strata processes sharing one metastore.
+
+A reassignment adds the new replicas first; they copy everything from the leader and
+join the ISR; only then does the controller drop the old replicas (in a new leader
+epoch). The test checks each step from the outside: the new replica's data while it
+catches up, the old replica's log leaving its disk, and every record still there.
+"""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import ElectionType, TopicPartition
+from confluent_kafka.admin import NewTopic
+from kafka.admin import KafkaAdminClient
+from kafka.structs import TopicPartition as KTopicPartition
+
+from strata_testlib import admin, consume_confluent, unique_topic, wait_until
+from test_replication import cluster  # noqa: F401  (the three-agent fixture)
+from replication_testlib import produce_values
+
+
+def partition_state(servers: str, topic: str, p: int = 0):
+    md = admin(servers).list_topics(topic=topic, timeout=10)
+    pm = md.topics[topic].partitions[p]
+    return pm.leader, list(pm.replicas), sorted(pm.isrs)
+
+
+def test_reassignment_copies_before_it_switches_and_elect_leaders_moves_leadership(cluster):  # noqa: F811
+    servers = cluster.servers()
+    topic = unique_topic("reassign")
+    a = admin(servers)
+    futures = a.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]],
+                                        config={"min.insync.replicas": "1"})])
+    futures[topic].result(30)
+    wait_until(lambda: partition_state(servers, topic) == (1, [1, 2], [1, 2]), 20,
+               "partition 0 on agents 1 and 2, led by 1, both in sync")
+
+    values = [f"v{i:05d}".encode() for i in range(3000)]
+    results = produce_values(servers, topic, 0, values, flush_timeout=30, acks="all")
+    assert all(err is None for _, err, _ in results), [e for _, e, _ in results if e][:3]
+
+    kadmin = KafkaAdminClient(bootstrap_servers=servers, client_id="strata-reassign-test")
+    try:
+        outcome = kadmin.alter_partition_reassignments({KTopicPartition(topic, 0): [3, 2]})
+        assert outcome == {KTopicPartition(topic, 0): None}, outcome
+        # Agent 3 copies the log, joins the ISR, and then 1 is removed in a new epoch.
+        final = wait_until(
+            lambda: (lambda s: s if s[1] == [3, 2] and s[2] == [2, 3] else None)(
+                partition_state(servers, topic)),
+            30, "replicas [3, 2] with both in sync")
+        assert final[0] in (2, 3), f"leader {final[0]} must be a target replica"
+        ongoing = kadmin.list_partition_reassignments()
+        assert not ongoing, f"the reassignment is complete, yet listed: {ongoing}"
+    finally:
+        kadmin.close()
+
+    # The removed replica's log leaves agent 1's disk; agent 3 has the whole log.
+    old = cluster.agents[1].data_dir / "logs" / f"{topic}-0"
+    wait_until(lambda: not old.exists(), 10, f"{old} deleted after the move")
+    new = cluster.agents[3].data_dir / "logs" / f"{topic}-0"
+    assert new.exists(), f"{new} missing"
+
+    # Hand leadership to the preferred replica (3) on request, then read everything
+    # back from it.
+    if final[0] != 3:
+        f = a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
+        outcome = f.result(20)
+        assert outcome[TopicPartition(topic, 0)] is None, outcome
+    wait_until(lambda: partition_state(servers, topic)[0] == 3, 20, "agent 3 leads")
+    # A second request finds nothing to do.
+    f = a.elect_leaders(ElectionType.PREFERRED, [TopicPartition(topic, 0)])
+    err = f.result(20)[TopicPartition(topic, 0)]
+    assert err is not None and err.name() == "ELECTION_NOT_NEEDED", err
+
+    got = consume_confluent(servers, topic, {0: 0}, {0: len(values)}, timeout=30)[0]
+    assert [r.value for r in got] == values, "every record, in order, after the move"
+    assert [r.offset for r in got] == list(range(len(values)))
+
+
+@pytest.mark.parametrize("target,error", [
+    ([4, 2], "InvalidReplicationAssignmentError"),  # no agent 4
+    ([2, 2], "InvalidReplicationAssignmentError"),  # a replica twice
+    (None, "NoReassignmentInProgressError"),  # cancel when nothing moves
+])
+def test_invalid_reassignments_are_refused(cluster, target, error):  # noqa: F811
+    servers = cluster.servers()
+    topic = unique_topic("reassign-bad")
+    a = admin(servers)
+    a.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]])])[topic].result(30)
+    wait_until(lambda: partition_state(servers, topic)[2] == [1, 2], 20, "in sync")
+    kadmin = KafkaAdminClient(bootstrap_servers=servers, client_id="strata-reassign-test")
+    try:
+        outcome = kadmin.alter_partition_reassignments({KTopicPartition(topic, 0): target})
+        err = outcome[KTopicPartition(topic, 0)]
+        assert err is not None and err.__name__ == error, outcome
+    finally:
+        kadmin.close()
+    assert partition_state(servers, topic)[1] == [1, 2], "nothing moved"
