@@ -507,6 +507,66 @@ mod tests {
         }
     }
 
+    /// The compare-and-set behind elections: concurrent bumps of one epoch each apply
+    /// once, a change based on a stale epoch applies never, and a watch fires.
+    #[tokio::test]
+    async fn partition_updates_are_compare_and_set() {
+        for (name, m, _dir) in crate::test_metastores() {
+            m.create_topic(NewTopic {
+                assignments: vec![vec![1, 2, 3]],
+                ..new_topic("cas", 1)
+            })
+            .await
+            .expect("create");
+            let bump = |seen: i32| {
+                let m = m.clone();
+                async move {
+                    m.update_partition("cas", 0, move |cur| {
+                        (cur.leader_epoch == seen).then(|| PartitionRecord {
+                            leader_epoch: seen + 1,
+                            leader: 2,
+                            ..cur.clone()
+                        })
+                    })
+                    .await
+                    .expect("update")
+                    .expect("exists")
+                }
+            };
+            let w = m.watch_topics().await.expect("watch");
+            let (a, b) = tokio::join!(bump(0), bump(0));
+            assert_eq!((a.leader_epoch, b.leader_epoch), (1, 1), "{name}");
+            tokio::time::timeout(std::time::Duration::from_secs(10), w)
+                .await
+                .unwrap_or_else(|_| panic!("{name}: no watch event"))
+                .expect("watch");
+            let stale = bump(0).await;
+            assert_eq!(
+                stale.leader_epoch, 1,
+                "{name}: a stale epoch changes nothing"
+            );
+            let now = m.topic("cas").await.expect("read").expect("exists");
+            assert_eq!(now.partitions[0].leader_epoch, 1, "{name}");
+            assert_eq!(now.partitions[0].leader, 2, "{name}");
+            assert_eq!(
+                m.update_partition("cas", 7, |c| Some(c.clone()))
+                    .await
+                    .expect("update"),
+                None,
+                "{name}: no such partition"
+            );
+            let renumber = m
+                .update_partition("cas", 0, |c| {
+                    Some(PartitionRecord {
+                        index: 5,
+                        ..c.clone()
+                    })
+                })
+                .await;
+            assert!(matches!(renumber, Err(Error::Invalid(_))), "{name}");
+        }
+    }
+
     async fn lifecycle(m: Metastore) {
         let cluster = m.cluster().await.expect("cluster");
         assert_eq!(m.cluster().await.expect("cluster again"), cluster);

@@ -509,9 +509,16 @@ mod tests {
         let r = record(1, 3, &[1, 2], &[1, 2]);
         let moving = reassign(&r, &[3, 2]);
         assert_eq!(moving.replicas, vec![3, 2, 1]);
-        assert_eq!((moving.adding.clone(), moving.removing.clone()), (vec![3], vec![1]));
+        assert_eq!(
+            (moving.adding.clone(), moving.removing.clone()),
+            (vec![3], vec![1])
+        );
         assert_eq!(moving.leader_epoch, 3, "starting needs no new epoch");
-        assert_eq!(finish_reassignment(&moving, &[1, 2, 3]), None, "3 not in sync");
+        assert_eq!(
+            finish_reassignment(&moving, &[1, 2, 3]),
+            None,
+            "3 not in sync"
+        );
         let synced = PartitionRecord {
             isr: vec![1, 2, 3],
             ..moving.clone()
@@ -519,13 +526,20 @@ mod tests {
         let done = finish_reassignment(&synced, &[1, 2, 3]).expect("done");
         assert_eq!(done.replicas, vec![3, 2]);
         assert_eq!(done.isr, vec![2, 3]);
-        assert_eq!((done.leader, done.leader_epoch), (3, 4), "the leader was removed");
+        assert_eq!(
+            (done.leader, done.leader_epoch),
+            (3, 4),
+            "the leader was removed"
+        );
         assert!(done.adding.is_empty() && done.removing.is_empty());
         // Replacing a reassignment starts from the original replicas; cancelling returns
         // to them.
         let again = reassign(&moving, &[1, 3]);
         assert_eq!(again.replicas, vec![1, 3, 2]);
-        assert_eq!((again.adding.clone(), again.removing.clone()), (vec![3], vec![2]));
+        assert_eq!(
+            (again.adding.clone(), again.removing.clone()),
+            (vec![3], vec![2])
+        );
         let cancelled = cancel_reassignment(&again);
         assert_eq!(cancelled.replicas, vec![1, 2]);
         assert!(cancelled.adding.is_empty() && cancelled.removing.is_empty());
@@ -540,7 +554,10 @@ mod tests {
         l.set_replicas(&[3, 2, 1], 20);
         assert_eq!(l.isr_change(30, 1000), None, "3 has not fetched");
         l.on_fetch(3, 50, 50, 40);
-        assert_eq!(l.isr_change(40, 1000).expect("3 in sync").isr, vec![1, 2, 3]);
+        assert_eq!(
+            l.isr_change(40, 1000).expect("3 in sync").isr,
+            vec![1, 2, 3]
+        );
     }
 
     #[test]

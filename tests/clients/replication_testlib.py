@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import socket
 import sqlite3
 import struct
 import threading

@@ -41,6 +41,7 @@ Stopped agents are always resumed (SIGCONT) in `finally` and by the fixture.
 from __future__ import annotations
 
 import functools
+import os
 import shutil
 import statistics
 import struct
@@ -141,7 +142,7 @@ def cluster(broker_factory, request):
             a.kill()
         failed = any(getattr(getattr(request.node, "rep_" + w, None), "failed", False)
                      for w in ("setup", "call"))
-        if failed:
+        if failed or os.environ.get("STRATA_KEEP_DATA") == "1":
             print(f"\n[strata] kept the shared metastore of {request.node.nodeid}: {shared}")
         else:
             shutil.rmtree(shared, ignore_errors=True)

@@ -5,14 +5,16 @@ use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
 use kafka_protocol::messages::{
-    AlterConfigsRequest, ApiKey, ApiVersionsRequest, CreatePartitionsRequest, CreateTopicsRequest,
-    DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest, DescribeConfigsRequest,
-    DescribeGroupsRequest, FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteGroupsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, ElectLeadersRequest,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
     IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
-    ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, ProduceRequest,
-    SyncGroupRequest, TopicName, alter_configs_request, create_partitions_request,
-    delete_topics_request, describe_configs_request, fetch_request,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    ProduceRequest, SyncGroupRequest, TopicName, alter_configs_request,
+    alter_partition_reassignments_request, create_partitions_request, delete_topics_request,
+    describe_configs_request, elect_leaders_request, fetch_request,
     incremental_alter_configs_request, join_group_request, leave_group_request,
     list_offsets_request, metadata_request, offset_commit_request, offset_delete_request,
     offset_fetch_request, offset_for_leader_epoch_request, produce_request, sync_group_request,
@@ -530,6 +532,64 @@ async fn every_api_answers_at_every_advertised_version() {
                         (0, 0),
                         "{ctx}"
                     );
+                }
+                ApiKey::ElectLeaders => {
+                    // One agent: partition 0 of "t" is led by its preferred (only) replica.
+                    let mut tp = elect_leaders_request::TopicPartitions::default();
+                    tp.topic = name("t");
+                    tp.partitions = vec![0];
+                    let mut req = ElectLeadersRequest::default();
+                    req.election_type = 0;
+                    req.topic_partitions = Some(vec![tp]);
+                    req.timeout_ms = 5000;
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        r.replica_election_results[0].partition_result[0].error_code,
+                        ResponseError::ElectionNotNeeded.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::AlterPartitionReassignments => {
+                    // Cancelling when nothing moves; and a target naming an unknown agent.
+                    let mut cancel =
+                        alter_partition_reassignments_request::ReassignablePartition::default();
+                    cancel.partition_index = 0;
+                    cancel.replicas = None;
+                    let mut bad = cancel.clone();
+                    bad.partition_index = 1;
+                    bad.replicas = Some(vec![kafka_protocol::messages::BrokerId(42)]);
+                    let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+                    t.name = name("t");
+                    t.partitions = vec![cancel, bad];
+                    let mut req = AlterPartitionReassignmentsRequest::default();
+                    req.timeout_ms = 5000;
+                    req.topics = vec![t];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let got = &r.responses[0].partitions;
+                    assert_eq!(
+                        got[0].error_code,
+                        ResponseError::NoReassignmentInProgress.code(),
+                        "{ctx}"
+                    );
+                    assert_eq!(
+                        got[1].error_code,
+                        ResponseError::InvalidReplicaAssignment.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::ListPartitionReassignments => {
+                    let r = c
+                        .send(v, &ListPartitionReassignmentsRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                    assert!(r.topics.is_empty(), "{ctx}: nothing is moving");
                 }
                 ApiKey::OffsetForLeaderEpoch => {
                     let mut p =

@@ -31,17 +31,27 @@ pub async fn list_offsets(
             r.partition_index = p.partition_index;
             r.timestamp = -1;
             r.offset = -1;
+            if version >= 4 {
+                // No epoch claimed for the offset (-1): a client then learns epochs from
+                // the batches it fetches, rather than validating against a guess.
+                r.leader_epoch = -1;
+            }
+            let epoch = if version >= 4 {
+                p.current_leader_epoch
+            } else {
+                -1
+            };
             match TopicState::served_in(topic.as_ref(), p.partition_index) {
                 Err(code) => r.error_code = code.code(),
-                Ok(partition) => match lookup(broker, partition, p.timestamp).await {
-                    Ok((offset, timestamp)) => {
-                        r.offset = offset;
-                        r.timestamp = timestamp;
-                        if version >= 4 {
-                            r.leader_epoch = 0;
+                Ok(partition) => match partition.check_epoch(epoch) {
+                    Err(e) => r.error_code = ApiError::from(e).code(),
+                    Ok(()) => match lookup(broker, partition, p.timestamp).await {
+                        Ok((offset, timestamp)) => {
+                            r.offset = offset;
+                            r.timestamp = timestamp;
                         }
-                    }
-                    Err(e) => r.error_code = e.code(),
+                        Err(e) => r.error_code = e.code(),
+                    },
                 },
             }
             out.partitions.push(r);

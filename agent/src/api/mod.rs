@@ -122,14 +122,10 @@ pub fn dispatch(
             )
         }
         .boxed(),
-        RequestKind::ListPartitionReassignments(req) => async move {
-            Some(
-                reassign::list_partition_reassignments(&b, req)
-                    .await
-                    .into(),
-            )
+        RequestKind::ListPartitionReassignments(req) => {
+            async move { Some(reassign::list_partition_reassignments(&b, req).await.into()) }
+                .boxed()
         }
-        .boxed(),
         RequestKind::ElectLeaders(req) => {
             async move { Some(reassign::elect_leaders(&b, req).await.into()) }.boxed()
         }

@@ -77,9 +77,7 @@ pub async fn alter_partition_reassignments(
         let mut out = ReassignableTopicResponse::default();
         out.name = t.name.clone();
         for p in t.partitions {
-            let target: Option<Vec<i32>> = p
-                .replicas
-                .map(|r| r.into_iter().map(|b| b.0).collect());
+            let target: Option<Vec<i32>> = p.replicas.map(|r| r.into_iter().map(|b| b.0).collect());
             let outcome = match target {
                 Some(target) => match check_target(&target, &live) {
                     Ok(()) => {
@@ -164,8 +162,7 @@ pub async fn list_partition_reassignments(
     let ids = |v: &[i32]| v.iter().copied().map(BrokerId).collect::<Vec<_>>();
     for record in records {
         let mut out = OngoingTopicReassignment::default();
-        out.name =
-            kafka_protocol::messages::TopicName(StrBytes::from_string(record.name.clone()));
+        out.name = kafka_protocol::messages::TopicName(StrBytes::from_string(record.name.clone()));
         for p in &record.partitions {
             let ongoing = !p.adding.is_empty() || !p.removing.is_empty();
             if ongoing && wanted(&record.name, p.index as i32) {
@@ -217,9 +214,12 @@ pub async fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLe
                 };
                 match elected {
                     Some(next) => Ok(next),
-                    None if !unclean && cur.replicas.first() == Some(&cur.leader) => Err(
-                        ApiError::new(ResponseError::ElectionNotNeeded, "the preferred replica leads"),
-                    ),
+                    None if !unclean && cur.replicas.first() == Some(&cur.leader) => {
+                        Err(ApiError::new(
+                            ResponseError::ElectionNotNeeded,
+                            "the preferred replica leads",
+                        ))
+                    }
                     None if unclean && live.contains(&cur.leader) => Err(ApiError::new(
                         ResponseError::ElectionNotNeeded,
                         "the partition has a live leader",
