@@ -35,6 +35,7 @@ use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::membership::Membership;
 use crate::partition::{Partition, PartitionError};
+use strata_replication::Cut;
 
 /// How long a follower's fetch waits at the leader for new batches.
 const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -227,21 +228,50 @@ fn fetch_request(node_id: i32, partition: &Partition, epoch: i32, offset: i64) -
     request
 }
 
-/// Cuts off whatever suffix the leader of `epoch` does not have (KIP-279).
+/// Cuts off whatever suffix the leader of `epoch` does not have (KIP-279): asks where
+/// the leader's copy of our newest epoch ends, cuts, and asks again while the leader
+/// answers with an epoch we lack (each round cuts at least one epoch off).
 async fn truncate(
     peer: &mut Peer,
     node_id: i32,
     partition: &Partition,
     epoch: i32,
 ) -> Result<(), Pause> {
-    let (history, start, end) = partition.epoch_history();
-    let Some(latest) = history.latest() else {
-        return Ok(());
-    };
+    loop {
+        let (history, start, end) = partition.epoch_history();
+        let Some(latest) = history.latest() else {
+            return Ok(());
+        };
+        let answer = leader_epoch_end(peer, node_id, partition, epoch, latest).await?;
+        let (cut, done) = match strata_replication::divergence(&history, start, end, answer) {
+            Cut::Done(at) => (at, true),
+            Cut::Again(at) => (at, false),
+        };
+        if cut < end {
+            tracing::warn!(partition = %partition.name(), epoch, from = cut, to = end, "cutting off a suffix the leader does not have");
+            partition
+                .truncate(epoch, cut, now_ms())
+                .map_err(stopped_or_retry)?;
+        }
+        if done {
+            return Ok(());
+        }
+    }
+}
+
+/// OffsetForLeaderEpoch at the leader: the largest epoch it has at or below
+/// `leader_epoch`, and where that ends in its log.
+async fn leader_epoch_end(
+    peer: &mut Peer,
+    node_id: i32,
+    partition: &Partition,
+    epoch: i32,
+    leader_epoch: i32,
+) -> Result<Option<(i32, i64)>, Pause> {
     let mut p = OffsetForLeaderPartition::default();
     p.partition = partition.index;
     p.current_leader_epoch = epoch;
-    p.leader_epoch = latest;
+    p.leader_epoch = leader_epoch;
     let mut t = OffsetForLeaderTopic::default();
     t.topic = TopicName(StrBytes::from_string(partition.topic.clone()));
     t.partitions = vec![p];
@@ -264,16 +294,8 @@ async fn truncate(
             answer.error_code
         )));
     }
-    let leader_answer = (answer.leader_epoch >= 0 && answer.end_offset >= 0)
-        .then_some((answer.leader_epoch, answer.end_offset));
-    let cut = strata_replication::divergence(&history, start, end, leader_answer);
-    if cut < end {
-        tracing::warn!(partition = %partition.name(), epoch, from = cut, to = end, "cutting off a suffix the leader does not have");
-        partition
-            .truncate(epoch, cut, now_ms())
-            .map_err(stopped_or_retry)?;
-    }
-    Ok(())
+    Ok((answer.leader_epoch >= 0 && answer.end_offset >= 0)
+        .then_some((answer.leader_epoch, answer.end_offset)))
 }
 
 /// The leader's side of the ISR: every tick, each partition this agent leads says

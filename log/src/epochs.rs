@@ -55,35 +55,52 @@ impl EpochHistory {
     }
 }
 
+/// Where a follower cuts its log, from one OffsetForLeaderEpoch answer (KIP-279).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Cut the log to end here; from there on it matches the leader's.
+    Done(i64),
+    /// Cut the log to end here (everything after is known to differ), then ask again for
+    /// the newest epoch left: the leader answered an epoch this log does not have, so
+    /// where the logs part is not known yet.
+    Again(i64),
+}
+
 /// Where a follower must cut its log before copying from a leader (KIP-279).
 ///
 /// `leader_answer` is the leader's [`EpochHistory::end_offset_for`] for this log's
-/// newest epoch. The result is the follower's new log end: everything from it on may
-/// differ from the leader's log.
+/// newest epoch. A [`Cut::Again`] always cuts something, so asking until the answer is
+/// [`Cut::Done`] ends.
 pub fn divergence(
     local: &EpochHistory,
     local_start: i64,
     local_end: i64,
     leader_answer: Option<(i32, i64)>,
-) -> i64 {
+) -> Cut {
     let Some(latest) = local.latest() else {
         // Nothing here carries an epoch: an empty log.
-        return local_end;
+        return Cut::Done(local_end);
     };
     let Some((leader_epoch, leader_end)) = leader_answer else {
         // The leader has no epoch this old: nothing here is known to match it.
-        return local_start;
+        return Cut::Done(local_start);
     };
     if leader_epoch == latest {
-        return leader_end.min(local_end);
+        return Cut::Done(leader_end.min(local_end));
     }
-    // The leader never saw our newest epoch: the matching part ends where the epoch the
-    // leader knows ends, here and there.
+    // The leader never saw our newest epoch; its newest epoch at or below ours is
+    // `leader_epoch`, so every record here of a later epoch differs from its log.
     match local.end_offset_for(leader_epoch, local_end) {
-        Some((_, local_epoch_end)) => leader_end.min(local_epoch_end),
-        None => local_start,
+        // Both have `leader_epoch`, copied from its one leader: they agree up to the
+        // shorter of the two.
+        Some((found, local_epoch_end)) if found == leader_epoch => {
+            Cut::Done(leader_end.min(local_epoch_end).max(local_start))
+        }
+        // We lack `leader_epoch` itself: cut what follows our older epoch `found`, then
+        // ask about `found`.
+        Some((_, local_epoch_end)) => Cut::Again(local_epoch_end.max(local_start)),
+        None => Cut::Done(local_start),
     }
-    .max(local_start)
 }
 
 #[cfg(test)]
@@ -128,21 +145,49 @@ mod tests {
 
     #[test]
     fn a_follower_cuts_what_the_leader_does_not_have() {
+        use Cut::{Again, Done};
         // Same newest epoch: keep up to the shorter of the two.
         let local = history(&[(0, 0), (1, 10)]);
-        assert_eq!(divergence(&local, 0, 20, Some((1, 15))), 15);
-        assert_eq!(divergence(&local, 0, 20, Some((1, 25))), 20);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 15))), Done(15));
+        assert_eq!(divergence(&local, 0, 20, Some((1, 25))), Done(20));
         // The old leader of epoch 1 wrote 10..20 that the new leader (epoch 2) never got:
         // the leader's epoch 1 ended at 14.
-        assert_eq!(divergence(&local, 0, 20, Some((1, 14))), 14);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 14))), Done(14));
         // Our newest epoch 3 never reached the leader, whose epoch 1 ended at 12.
         let local = history(&[(0, 0), (1, 10), (3, 16)]);
-        assert_eq!(divergence(&local, 0, 20, Some((1, 12))), 12);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 12))), Done(12));
         // ... or ended after our own epoch 1 did.
-        assert_eq!(divergence(&local, 0, 20, Some((1, 18))), 16);
+        assert_eq!(divergence(&local, 0, 20, Some((1, 18))), Done(16));
         // The leader knows no epoch this old.
-        assert_eq!(divergence(&local, 4, 20, None), 4);
+        assert_eq!(divergence(&local, 4, 20, None), Done(4));
         // An empty log has nothing to cut.
-        assert_eq!(divergence(&EpochHistory::default(), 7, 7, Some((2, 3))), 7);
+        assert_eq!(
+            divergence(&EpochHistory::default(), 7, 7, Some((2, 3))),
+            Done(7)
+        );
+    }
+
+    /// The schedule tests' seed 68521: we have epochs 1 and 3, the leader 1 and 2. Asked
+    /// about 3 it answers epoch 2, which we lack: the cut after our epoch 1 is only a
+    /// first step; asked about 1 it says where its epoch 1 really ended.
+    #[test]
+    fn an_epoch_we_lack_takes_a_second_question() {
+        let mut local = history(&[(0, 0), (1, 33), (3, 42)]);
+        let leader = history(&[(0, 0), (1, 33), (2, 38)]);
+        let mut end = 45;
+        let mut rounds = 0;
+        let cut = loop {
+            rounds += 1;
+            let asked = local.latest().expect("an epoch");
+            match divergence(&local, 0, end, leader.end_offset_for(asked, 40)) {
+                Cut::Done(at) => break at,
+                Cut::Again(at) => {
+                    assert!(at < end, "every round cuts");
+                    local.truncate_to(at);
+                    end = at;
+                }
+            }
+        };
+        assert_eq!((cut, rounds), (38, 2));
     }
 }

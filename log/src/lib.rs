@@ -14,6 +14,6 @@ pub mod producer_state;
 pub mod segment;
 
 pub use batch::{BatchHeader, TimestampType};
-pub use epochs::EpochHistory;
+pub use epochs::{Cut, EpochHistory};
 pub use error::{Error, Result};
 pub use partition_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog, Recovery};

@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 
-pub use strata_log::epochs::{EpochHistory, divergence};
+pub use strata_log::epochs::{Cut, EpochHistory, divergence};
 pub use strata_metastore::PartitionRecord;
 
 /// What the leader knows of one follower.

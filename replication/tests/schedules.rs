@@ -78,7 +78,9 @@ use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::time::Instant;
 
-use strata_replication::{EpochHistory, LeaderState, PartitionRecord, divergence, elect, prefer};
+use strata_replication::{
+    Cut, EpochHistory, LeaderState, PartitionRecord, divergence, elect, prefer,
+};
 
 const NODES: [i32; 3] = [1, 2, 3];
 const LEASE: i64 = 10;
@@ -92,10 +94,11 @@ const DEFAULT_SCHEDULES: u64 = 3000;
 /// model draws from its generator makes them different schedules (find new ones with
 /// `STRATA_SIM_SCHEDULES=200000`).
 ///
-/// All five cut a follower's log by [`divergence`] too little when the leader answers
-/// OffsetForLeaderEpoch with an epoch the follower does not have (KIP-279's second
-/// round trip is missing), so the follower keeps records of an older epoch where the
-/// leader has others, and later joins the ISR with them below the watermark.
+/// All five found the same bug: a follower cut its log too little when the leader
+/// answered OffsetForLeaderEpoch with an epoch the follower does not have (KIP-279's
+/// second question was missing), so it kept records of an older epoch where the leader
+/// had others, and later joined the ISR with them below the watermark. Fixed by
+/// [`Cut::Again`]: the follower cuts what is known to differ and asks again.
 const REGRESSION_SEEDS: [u64; 5] = [12510, 39299, 68521, 83071, 141394];
 
 /// splitmix64: small, fast, and the same on every platform.
@@ -1257,7 +1260,18 @@ impl Sim {
         };
         let n = self.node_mut(id);
         let end = n.end();
-        let cut = divergence(&n.history, 0, end, answer);
+        // KIP-279: an answer with an epoch this log lacks cuts only what is known to
+        // differ, and the follower asks again (it stays untruncated).
+        let (cut, done) = match divergence(&n.history, 0, end, answer) {
+            Cut::Done(at) => (at, true),
+            Cut::Again(at) => (at, false),
+        };
+        if !done && cut >= end {
+            self.violation(format!(
+                "[2] node {id}: divergence asks again without cutting anything ({answer:?})"
+            ));
+            return;
+        }
         let hw = n.hw;
         let before = n.history.entries().to_vec();
         if cut > end {
@@ -1286,13 +1300,15 @@ impl Sim {
         let Role::Follower(f) = &mut n.role else {
             unreachable!("took a follower's request")
         };
-        f.truncated = true;
+        f.truncated = done;
         let (leader, epoch) = (f.leader, f.epoch);
         self.trace(|| {
             format!("node {id} cuts {end} -> {cut} (history {before:?}, answer {answer:?})")
         });
         self.check_history(id);
-        self.check_cut(id, leader, epoch, &before, answer);
+        if done {
+            self.check_cut(id, leader, epoch, &before, answer);
+        }
     }
 
     /// What the truncation is for (KIP-101/279): the follower's log is now a prefix of
