@@ -145,7 +145,7 @@ mod tests {
 
     #[test]
     fn a_follower_cuts_what_the_leader_does_not_have() {
-        use Cut::{Again, Done};
+        use Cut::Done;
         // Same newest epoch: keep up to the shorter of the two.
         let local = history(&[(0, 0), (1, 10)]);
         assert_eq!(divergence(&local, 0, 20, Some((1, 15))), Done(15));
