@@ -1,5 +1,7 @@
-//! The HTTP API beside the Kafka port. For now: `/healthz` (the process is up) and
-//! `/readyz` (the Kafka listener accepts and the metastore answers).
+//! The HTTP API beside the Kafka port. For now: `/healthz` (the process is up),
+//! `/readyz` (the Kafka listener accepts and the metastore answers), `/v1/tiering`
+//! (archive progress) and `/v1/partitions` (this agent's replicas: role, epoch,
+//! offsets, and for leaders the ISR and each follower's progress).
 
 use std::sync::Arc;
 
@@ -16,6 +18,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/v1/tiering", get(tiering))
+        .route("/v1/partitions", get(partitions))
         .with_state(broker)
 }
 
@@ -46,6 +49,17 @@ async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Va
             serde_json::json!({ "archive": archive, "partitions": [], "note": "tiering runs in another process" })
         }
     })
+}
+
+/// This agent's replicas, leaders and followers, as each sees itself now.
+async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
+    let now = crate::clock::now_ms();
+    let replicas: Vec<_> = broker
+        .topics()
+        .iter()
+        .flat_map(|t| t.local_partitions().map(|p| p.status(now)).collect::<Vec<_>>())
+        .collect();
+    axum::Json(serde_json::json!({ "node_id": broker.node_id, "partitions": replicas }))
 }
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {

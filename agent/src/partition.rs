@@ -415,6 +415,48 @@ impl Partition {
         }
     }
 
+    /// What an operator sees of this replica (`GET /v1/partitions`).
+    pub fn status(&self, now_ms: i64) -> serde_json::Value {
+        let offsets = *self.offsets.borrow();
+        let (log_start, log_end) = {
+            let log = self.log();
+            (log.log_start_offset(), log.log_end_offset())
+        };
+        let mut status = serde_json::json!({
+            "topic": self.topic,
+            "partition": self.index,
+            "leader_epoch": offsets.leader_epoch,
+            "log_start_offset": log_start,
+            "log_end_offset": log_end,
+            "high_watermark": offsets.high_watermark,
+            "offline": offsets.failed,
+        });
+        match &*self.role() {
+            Role::Leader(l) => {
+                let followers: Vec<_> = l
+                    .followers
+                    .iter()
+                    .map(|(id, f)| {
+                        serde_json::json!({
+                            "node_id": id,
+                            "log_end_offset": f.log_end_offset,
+                            "caught_up_ms_ago": now_ms - f.last_caught_up_ms,
+                        })
+                    })
+                    .collect();
+                status["role"] = "leader".into();
+                status["isr"] = serde_json::json!(l.isr);
+                status["isr_change_pending"] = serde_json::json!(l.pending.as_ref().map(|p| &p.isr));
+                status["followers"] = followers.into();
+            }
+            Role::Follower { leader, .. } => {
+                status["role"] = "follower".into();
+                status["leader"] = (*leader).into();
+            }
+        }
+        status
+    }
+
     /// The ISR as this leader has it committed (`None` when not leading).
     pub fn isr(&self) -> Option<Vec<i32>> {
         match &*self.role() {

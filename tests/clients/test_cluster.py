@@ -2,10 +2,11 @@
 placement, leader-only serving and group coordination spread over the agents, with
 librdkafka (confluent-kafka) as the client.
 
-There is no replication yet, so each partition lives on the one agent that leads it.
-These tests check that the agents agree on who leads what, that an unchanged client
-finds every leader from any bootstrap agent, and that losing an agent (SIGKILL) makes
-only its own partitions unavailable, and only until it comes back with its data.
+Topics here have one replica per partition (replication is tested in
+test_replication.py), so each partition lives on the one agent that leads it. These
+tests check that the agents agree on who leads what, that an unchanged client finds
+every leader from any bootstrap agent, and that losing an agent (SIGKILL) makes only its
+own partitions unavailable, and only until it comes back with its data.
 """
 
 from __future__ import annotations

@@ -10,6 +10,9 @@ catches up, the old replica's log leaving its disk, and every record still there
 
 from __future__ import annotations
 
+import json
+import urllib.request
+
 import pytest
 from confluent_kafka import ElectionType, TopicPartition
 from confluent_kafka.admin import NewTopic
@@ -77,6 +80,26 @@ def test_reassignment_copies_before_it_switches_and_elect_leaders_moves_leadersh
     got = consume_confluent(servers, topic, {0: 0}, {0: len(values)}, timeout=30)[0]
     assert [r.value for r in got] == values, "every record, in order, after the move"
     assert [r.offset for r in got] == list(range(len(values)))
+
+    # Each agent's own view over HTTP: 3 leads with both in sync, 2 follows, 1 has none.
+    def replicas_on(node: int) -> list[dict]:
+        url = f"http://127.0.0.1:{cluster.agents[node].http_port}/v1/partitions"
+        with urllib.request.urlopen(url, timeout=10) as r:
+            body = json.load(r)
+        assert body["node_id"] == node, body
+        return [p for p in body["partitions"] if p["topic"] == topic]
+
+    def leader_view():
+        mine = replicas_on(3)
+        return mine if mine and mine[0].get("role") == "leader" and \
+            sorted(mine[0]["isr"]) == [2, 3] and mine[0]["high_watermark"] == len(values) else None
+
+    lead = wait_until(leader_view, 10, "agent 3 leading over HTTP")[0]
+    assert {f["node_id"] for f in lead["followers"]} == {2}, lead
+    follow = replicas_on(2)
+    assert [(p["role"], p["leader"], p["log_end_offset"]) for p in follow] == \
+        [("follower", 3, len(values))], follow
+    assert replicas_on(1) == [], "agent 1 no longer holds a replica"
 
 
 @pytest.mark.parametrize("target,error", [
