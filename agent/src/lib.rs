@@ -155,9 +155,15 @@ fn ready_log(broker: &Broker, kafka: SocketAddr, http: SocketAddr) {
 }
 
 impl Agent {
-    /// Stops accepting, lets in-flight requests finish, fsyncs every log, and releases
-    /// the data directory.
+    /// Hands leadership to other in-sync replicas where there are any, stops accepting,
+    /// lets in-flight requests finish, fsyncs every log, and releases the data directory.
     pub async fn shutdown(self) {
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.broker.resign_leadership())
+            .await
+            .is_err()
+        {
+            tracing::warn!("could not hand every leadership over in time");
+        }
         self.broker.shutdown.cancel();
         self.tracker.close();
         if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())

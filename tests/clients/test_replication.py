@@ -758,3 +758,45 @@ def test_consumer_group_survives_coordinator_and_leader_kills(cluster, capsys, r
     assert not missing, f"{len(missing)} produced records never consumed, e.g. {missing[:5]} [{line}]"
     assert not strangers, f"consumed records nobody produced: {strangers[:5]} [{line}]"
     check.assert_clean()
+
+
+# =========================================================================== 6
+def test_clean_shutdown_hands_leadership_over(cluster, capsys, record_property):
+    """SIGTERM (a rolling restart) of the leader of a partition under an idempotent
+    acks=all producer: the agent hands its leaderships to in-sync replicas before it
+    stops (Kafka's controlled shutdown), so the next write to that partition is
+    acknowledged well within the membership lease, and nothing is lost or duplicated."""
+    topic = unique_topic("repl-shutdown")
+    partitions = 3
+    create_replicated_topic(cluster, topic, partitions)
+    prod = SeqProducer(cluster.servers(), topic, partitions, tag="term", rate=1000).start()
+    try:
+        prod.wait_acked(1000, 30, "1000 acknowledged records before the shutdown")
+        leaders = cluster.wait_healthy(topic, partitions, 30, "the cluster before the shutdown")
+        part = 0
+        victim = leaders[part].leader
+        agent = cluster.agents[victim]
+        t_stop = time.monotonic()
+        mark = prod.sent
+        agent.stop()
+        stopped_after = time.monotonic() - t_stop
+        t_ack, _ = prod.wait_ack_after(part, mark, 30,
+                                       f"an acknowledged write to p{part} after agent {victim} stopped")
+        handover = t_ack - t_stop
+        agent.start()
+        cluster.wait_healthy(topic, partitions, 30, f"agent {victim} back in the ISR")
+        prod.check()
+    finally:
+        prod.halt()
+    remaining = prod.finish(60)
+    lows, ends, got = read_topic(cluster.servers(), topic, partitions)
+    check = check_log(prod, lows, ends, got)
+    line = (f"stop->produce {handover:.2f}s (agent {victim} took {stopped_after:.2f}s to stop; "
+            f"lease {LEASE_S:.0f}s) | acknowledged={check.acknowledged} lost={len(check.lost)} "
+            f"duplicated={len(check.duplicated)}")
+    report(capsys, record_property, "clean-shutdown", line)
+    check.assert_clean()
+    assert remaining == 0, f"{remaining} records without a delivery report [{line}]"
+    assert handover < LEASE_S, (
+        f"the next write took {handover:.2f}s, as long as a lease: leadership was not handed "
+        f"over before the shutdown [{line}]")
