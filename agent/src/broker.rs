@@ -444,6 +444,9 @@ impl Broker {
                     if let Err(e) = p.roll_if_due(now) {
                         tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot roll segment");
                     }
+                    if let Err(e) = p.checkpoint_high_watermark() {
+                        tracing::warn!(partition = %p.name(), error = %e, "cannot save the high watermark");
+                    }
                 }
             }
         }
@@ -543,49 +546,55 @@ impl Broker {
         }
     }
 
-    /// Controlled shutdown (as Kafka's): hands the leadership of every partition that has
-    /// another live in-sync replica to that replica, in a new epoch, before this agent
-    /// stops, so that producers move on at once instead of waiting for writes that can
-    /// no longer be committed here. Partitions with no other in-sync replica stay led
-    /// here until the end, then wait for this agent's return.
-    pub async fn resign_leadership(&self) {
+    /// Hands the leadership of `replica` to another live in-sync replica, in a new epoch
+    /// (after a disk failure here, or before shutdown). Returns whether it did: with no
+    /// other in-sync replica live it stays.
+    pub async fn resign(&self, topic: &TopicState, replica: &Partition) -> bool {
         let others: Vec<i32> = self
             .membership
             .live_ids()
             .into_iter()
             .filter(|n| *n != self.node_id)
             .collect();
+        let Some(p) = topic.record.partitions.get(replica.index as usize) else {
+            return false;
+        };
+        if !strata_replication::elect(p, &others, false).is_some_and(|n| n.leader >= 0) {
+            return false;
+        }
+        let (me, epoch) = (self.node_id, p.leader_epoch);
+        let result = self
+            .metastore
+            .update_partition(&topic.record.name, p.index, move |cur| {
+                (cur.leader == me && cur.leader_epoch == epoch)
+                    .then(|| strata_replication::elect(cur, &others, false))
+                    .flatten()
+                    .filter(|n| n.leader >= 0)
+            })
+            .await;
+        match result {
+            Ok(Some(r)) if r.leader != me => {
+                tracing::info!(partition = %replica.name(), leader = r.leader, epoch = r.leader_epoch, "handed leadership over");
+                replica.become_follower(&r);
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(partition = %replica.name(), error = %e, "cannot hand leadership over");
+                false
+            }
+        }
+    }
+
+    /// Controlled shutdown (as Kafka's): hands the leadership of every partition that has
+    /// another live in-sync replica to that replica, in a new epoch, before this agent
+    /// stops, so that producers move on at once instead of waiting for writes that can
+    /// no longer be committed here. Partitions with no other in-sync replica stay led
+    /// here until the end, then wait for this agent's return.
+    pub async fn resign_leadership(&self) {
         for topic in self.topics() {
             for replica in topic.led_partitions() {
-                let Some(p) = topic.record.partitions.get(replica.index as usize) else {
-                    continue;
-                };
-                let Some(next) = strata_replication::elect(p, &others, false) else {
-                    continue;
-                };
-                if next.leader < 0 {
-                    continue;
-                }
-                let (me, epoch, others) = (self.node_id, p.leader_epoch, others.clone());
-                let result = self
-                    .metastore
-                    .update_partition(&topic.record.name, p.index, move |cur| {
-                        (cur.leader == me && cur.leader_epoch == epoch)
-                            .then(|| strata_replication::elect(cur, &others, false))
-                            .flatten()
-                            .filter(|n| n.leader >= 0)
-                    })
-                    .await;
-                match result {
-                    Ok(Some(r)) if r.leader != me => {
-                        tracing::info!(partition = %replica.name(), leader = r.leader, epoch = r.leader_epoch, "handed leadership over before shutdown");
-                        replica.become_follower(&r);
-                    }
-                    Ok(_) => {}
-                    Err(e) => {
-                        tracing::warn!(partition = %replica.name(), error = %e, "cannot hand leadership over; others take it when this agent is gone");
-                    }
-                }
+                self.resign(&topic, replica).await;
             }
         }
     }

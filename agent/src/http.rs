@@ -57,7 +57,11 @@ async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
     let replicas: Vec<_> = broker
         .topics()
         .iter()
-        .flat_map(|t| t.local_partitions().map(|p| p.status(now)).collect::<Vec<_>>())
+        .flat_map(|t| {
+            t.local_partitions()
+                .map(|p| p.status(now))
+                .collect::<Vec<_>>()
+        })
         .collect();
     axum::Json(serde_json::json!({ "node_id": broker.node_id, "partitions": replicas }))
 }

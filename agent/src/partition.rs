@@ -17,7 +17,7 @@
 //! `docs/decisions/0003-replication.md`.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use strata_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog};
@@ -58,6 +58,9 @@ pub struct Partition {
     offsets: watch::Sender<Offsets>,
     /// The log end the last fsync covered.
     flushed: AtomicI64,
+    /// Bumped (under the role lock) whenever the log is cut back, so that an fsync that
+    /// started before a cut does not claim what was appended after it.
+    cuts: AtomicU64,
     flush_wanted: Notify,
     stop: CancellationToken,
     /// Stops the task copying from the leader, while this replica follows.
@@ -135,6 +138,10 @@ impl Partition {
         }
         let end = log.log_end_offset();
         let start = log.log_start_offset();
+        // The watermark saved before a restart was committed then; start from it (capped
+        // at the log end) rather than the log start, so that ListOffsets does not go
+        // back until the followers have fetched again.
+        let saved = read_checkpoint(dir).map_or(start, |hw| hw.clamp(start, end));
         let partition = Arc::new(Partition {
             topic: topic.to_string(),
             index,
@@ -147,13 +154,14 @@ impl Partition {
             // What survived on disk is durable; what is committed is not known until a
             // leader says (or, leading alone, this replica's own fsynced end).
             offsets: watch::Sender::new(Offsets {
-                high_watermark: start,
+                high_watermark: saved,
                 log_end_offset: end,
                 leader_epoch: -1,
                 leader: false,
                 failed: false,
             }),
             flushed: AtomicI64::new(end),
+            cuts: AtomicU64::new(0),
             flush_wanted: Notify::new(),
             stop: shutdown.child_token(),
             fetcher: Mutex::new(None),
@@ -190,6 +198,11 @@ impl Partition {
             if l.replicas != record.replicas {
                 // A reassignment began: new replicas start copying in this epoch.
                 l.set_replicas(&record.replicas, now_ms);
+            }
+            if l.pending.is_none() && l.isr != record.isr {
+                // The metastore is the authority on the ISR (a reassignment filtered
+                // it, or an ISR change of ours committed though we saw an error).
+                l.isr = record.isr.clone();
             }
             return;
         }
@@ -382,6 +395,15 @@ impl Partition {
             return Err(self.not_leader());
         };
         let log_end = self.log().log_end_offset();
+        if offset > log_end {
+            // A follower ahead of its leader has a suffix to cut first; it is not caught
+            // up with anything.
+            return Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
+                offset,
+                log_start: self.log().log_start_offset(),
+                log_end,
+            }));
+        }
         if leader.on_fetch(replica, offset, log_end, now_ms) {
             let hw = leader.high_watermark;
             self.offsets.send_modify(|o| o.high_watermark = hw);
@@ -389,12 +411,16 @@ impl Partition {
         Ok(())
     }
 
-    /// The ISR change this leader wants now (marked pending), with its epoch.
+    /// The ISR change to send to the metastore now, with its epoch: the pending one
+    /// until the metastore has answered it, else a new one if due (then marked pending).
     pub fn isr_tick(&self, now_ms: i64, lag_ms: i64) -> Option<(i32, IsrChange)> {
         let mut role = self.role();
         let Role::Leader(leader) = &mut *role else {
             return None;
         };
+        if let Some(pending) = &leader.pending {
+            return Some((leader.epoch, pending.clone()));
+        }
         let change = leader.isr_change(now_ms, lag_ms)?;
         leader.propose(change.clone());
         Some((leader.epoch, change))
@@ -446,7 +472,8 @@ impl Partition {
                     .collect();
                 status["role"] = "leader".into();
                 status["isr"] = serde_json::json!(l.isr);
-                status["isr_change_pending"] = serde_json::json!(l.pending.as_ref().map(|p| &p.isr));
+                status["isr_change_pending"] =
+                    serde_json::json!(l.pending.as_ref().map(|p| &p.isr));
                 status["followers"] = followers.into();
             }
             Role::Follower { leader, .. } => {
@@ -478,10 +505,18 @@ impl Partition {
         if !matches!(&*role, Role::Follower { epoch: e, .. } if *e == epoch) {
             return Err(self.not_leader());
         }
+        if self.offsets.borrow().failed {
+            return Err(PartitionError::Offline(self.name()));
+        }
         let (out, end) = {
             let mut log = self.log();
+            let before = log.log_end_offset();
             let out = f(&mut log)?;
-            (out, log.log_end_offset())
+            let end = log.log_end_offset();
+            if end < before || log.log_start_offset() > before {
+                self.cuts.fetch_add(1, Ordering::AcqRel);
+            }
+            (out, end)
         };
         self.flushed.fetch_min(end, Ordering::AcqRel);
         self.offsets.send_modify(|o| {
@@ -515,6 +550,37 @@ impl Partition {
     /// Cuts a divergent suffix off, as a follower of `epoch`. Returns the new log end.
     pub fn truncate(&self, epoch: i32, offset: i64, now_ms: i64) -> Result<i64, PartitionError> {
         self.as_follower(epoch, None, |log| log.truncate_to(offset, now_ms))
+    }
+
+    /// Empties the log to start again at `offset` (the leader's log start), as a
+    /// follower of `epoch` that fell behind it.
+    pub fn reset_to(&self, epoch: i32, offset: i64, now_ms: i64) -> Result<i64, PartitionError> {
+        self.as_follower(epoch, Some(offset), |log| log.reset_to(offset, now_ms))
+    }
+
+    /// Whether an fsync failed (the partition takes no writes and copies nothing).
+    pub fn is_offline(&self) -> bool {
+        self.offsets.borrow().failed
+    }
+
+    /// Saves the high watermark, so that a restart starts from it
+    /// (`replication-offset-checkpoint` in Kafka). Written atomically; rare enough
+    /// (maintenance and shutdown) to fsync.
+    pub fn checkpoint_high_watermark(&self) -> std::io::Result<()> {
+        let hw = self.high_watermark();
+        let dir = self.log().dir().to_path_buf();
+        let path = dir.join(CHECKPOINT_FILE);
+        if read_checkpoint(&dir) == Some(hw) {
+            return Ok(());
+        }
+        let tmp = dir.join(format!("{CHECKPOINT_FILE}.tmp"));
+        {
+            use std::io::Write as _;
+            let mut f = std::fs::File::create(&tmp)?;
+            writeln!(f, "{hw}")?;
+            f.sync_data()?;
+        }
+        std::fs::rename(&tmp, &path)
     }
 
     /// OffsetForLeaderEpoch on this log: the largest epoch at or below `epoch` and where
@@ -667,15 +733,24 @@ impl Partition {
     pub async fn close(&self) {
         self.stop_fetcher();
         self.stop.cancel();
-        let end = self.log().log_end_offset();
-        let mut rx = self.offsets.subscribe();
-        // The flusher makes one last pass when it is stopped.
-        let flushed = rx
-            .wait_for(|o| o.failed || self.flushed.load(Ordering::Acquire) >= end)
-            .await
-            .is_ok_and(|o| !o.failed);
-        if flushed && let Err(e) = self.log().snapshot_producers() {
+        if self.is_offline() {
+            return;
+        }
+        // Fsync here rather than rely on the flusher's last pass: a fetcher stopping at
+        // the same moment may have appended after it.
+        let (file, _) = self.log().flush_target();
+        match tokio::task::spawn_blocking(move || file.sync_data()).await {
+            Ok(Ok(())) => {}
+            outcome => {
+                tracing::error!(partition = %self.name(), ?outcome, "last fsync failed");
+                return;
+            }
+        }
+        if let Err(e) = self.log().snapshot_producers() {
             tracing::warn!(partition = %self.name(), error = %e, "cannot snapshot producer state");
+        }
+        if let Err(e) = self.checkpoint_high_watermark() {
+            tracing::warn!(partition = %self.name(), error = %e, "cannot save the high watermark");
         }
     }
 
@@ -705,6 +780,7 @@ impl Partition {
                 _ = self.flush_wanted.notified() => false,
                 _ = self.stop.cancelled() => true,
             };
+            let cuts = self.cuts.load(Ordering::Acquire);
             let (file, target) = self.log().flush_target();
             if target > self.flushed.load(Ordering::Acquire) {
                 let synced = tokio::task::spawn_blocking(move || file.sync_data()).await;
@@ -718,8 +794,15 @@ impl Partition {
                     self.offsets.send_modify(|o| o.failed = true);
                     return;
                 }
-                self.flushed.fetch_max(target, Ordering::AcqRel);
                 let mut role = self.role();
+                if self.cuts.load(Ordering::Acquire) != cuts {
+                    // The log was cut back while this fsync ran: what it covered is not
+                    // known; the next pass covers it.
+                    drop(role);
+                    self.flush_wanted.notify_one();
+                    continue;
+                }
+                self.flushed.fetch_max(target, Ordering::AcqRel);
                 if let Role::Leader(leader) = &mut *role
                     && leader.on_durable(target)
                 {
@@ -736,6 +819,16 @@ impl Partition {
             }
         }
     }
+}
+
+const CHECKPOINT_FILE: &str = "high-watermark";
+
+fn read_checkpoint(dir: &Path) -> Option<i64> {
+    std::fs::read_to_string(dir.join(CHECKPOINT_FILE))
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
 }
 
 impl strata_tiering::LocalPartition for Partition {

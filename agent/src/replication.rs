@@ -160,7 +160,10 @@ async fn follow_once(
         return pause;
     }
     loop {
-        let (_, _, log_end) = partition.epoch_history();
+        if partition.is_offline() {
+            return Pause::Retry("the local log is offline after a failed fsync".to_string());
+        }
+        let log_end = partition.log_end_offset();
         let request = fetch_request(membership.node_id(), partition, epoch, log_end);
         let response = match peer.send(12, &request).await {
             Ok(r) => r,
@@ -181,9 +184,9 @@ async fn follow_once(
             None => {}
             Some(ResponseError::OffsetOutOfRange) if log_end < data.log_start_offset => {
                 // The leader no longer has what we would copy next (retention): start
-                // afresh where its log starts.
+                // afresh where its log starts (Kafka's truncateFullyAndStartAt).
                 tracing::warn!(partition = %partition.name(), log_end, leader_log_start = data.log_start_offset, "behind the leader's log start; starting over there");
-                if let Err(e) = partition.truncate(epoch, data.log_start_offset, now_ms()) {
+                if let Err(e) = partition.reset_to(epoch, data.log_start_offset, now_ms()) {
                     return stopped_or_retry(e);
                 }
                 continue;
@@ -300,7 +303,10 @@ async fn leader_epoch_end(
 
 /// The leader's side of the ISR: every tick, each partition this agent leads says
 /// whether its ISR should shrink or expand, and the change goes to the metastore as a
-/// compare-and-set on the leader and epoch. Stops on shutdown.
+/// compare-and-set on the leader and epoch. A change stays pending (and the watermark
+/// keeps counting an added replica) until the metastore has answered it: after an error
+/// it is sent again, since it may have committed. A leader whose disk failed hands its
+/// leadership over. Stops on shutdown.
 pub async fn manage_isr(broker: Arc<Broker>) {
     let lag_ms = broker.settings.replica_lag_time_max_ms.max(1);
     let every = Duration::from_millis((lag_ms as u64 / 4).clamp(50, 1000));
@@ -312,40 +318,57 @@ pub async fn manage_isr(broker: Arc<Broker>) {
             _ = broker.shutdown.cancelled() => return,
         }
         for topic in broker.topics() {
-            for partition in topic.local_partitions() {
-                let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms) else {
+            for partition in topic.led_partitions() {
+                if partition.is_offline() {
+                    broker.resign(&topic, partition).await;
                     continue;
-                };
-                let me = broker.node_id;
-                let wanted = change.isr.clone();
-                let result = broker
-                    .metastore
-                    .update_partition(&topic.record.name, partition.index as u32, move |cur| {
-                        (cur.leader == me && cur.leader_epoch == epoch).then(|| {
-                            let mut next = cur.clone();
-                            next.isr = wanted.clone();
-                            next
-                        })
-                    })
-                    .await;
-                let committed = match result {
-                    Ok(Some(r))
-                        if r.leader == me && r.leader_epoch == epoch && r.isr == change.isr =>
-                    {
-                        tracing::info!(partition = %partition.name(), epoch, isr = ?r.isr, reason = change.reason, "ISR changed");
-                        Some(r.isr)
-                    }
-                    Ok(_) => {
-                        tracing::info!(partition = %partition.name(), epoch, "ISR change refused: leadership moved on");
-                        None
-                    }
-                    Err(e) => {
-                        tracing::warn!(partition = %partition.name(), error = %e, "cannot change the ISR in the metastore");
-                        None
-                    }
-                };
-                partition.isr_result(epoch, committed);
+                }
+                if let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms) {
+                    change_isr(&broker, &topic.record.name, partition, epoch, change).await;
+                }
             }
+        }
+    }
+}
+
+async fn change_isr(
+    broker: &Broker,
+    topic: &str,
+    partition: &Partition,
+    epoch: i32,
+    change: strata_replication::IsrChange,
+) {
+    let me = broker.node_id;
+    let wanted = change.isr.clone();
+    let result = broker
+        .metastore
+        .update_partition(topic, partition.index as u32, move |cur| {
+            (cur.leader == me && cur.leader_epoch == epoch).then(|| {
+                let mut next = cur.clone();
+                // Never list a replica that a reassignment removed meanwhile.
+                next.isr = wanted
+                    .iter()
+                    .copied()
+                    .filter(|r| cur.replicas.contains(r))
+                    .collect();
+                next
+            })
+        })
+        .await;
+    match result {
+        Ok(Some(r)) if r.leader == me && r.leader_epoch == epoch => {
+            if r.isr == change.isr {
+                tracing::info!(partition = %partition.name(), epoch, isr = ?r.isr, reason = change.reason, "ISR changed");
+            }
+            partition.isr_result(epoch, Some(r.isr));
+        }
+        Ok(_) => {
+            tracing::info!(partition = %partition.name(), epoch, "ISR change refused: leadership moved on");
+            partition.isr_result(epoch, None);
+        }
+        Err(e) => {
+            // It may have committed: keep it pending and send it again next tick.
+            tracing::warn!(partition = %partition.name(), error = %e, "cannot change the ISR in the metastore; will retry");
         }
     }
 }

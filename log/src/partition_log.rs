@@ -322,7 +322,8 @@ impl PartitionLog {
             .range(offset..)
             .map(|(&base, _)| base)
             .collect();
-        for base in doomed {
+        // Newest first: a crash halfway leaves a shorter log, never one with a gap.
+        for base in doomed.into_iter().rev() {
             if let Some(segment) = self.segments.remove(&base) {
                 segment.delete()?;
             }
@@ -335,10 +336,13 @@ impl PartitionLog {
                 self.segments.insert(start, segment);
             }
             Some(mut last) if last.get().next_offset() > offset => {
-                let position = last
-                    .get()
-                    .position_of(offset)?
-                    .expect("the offset lies in this segment");
+                let position =
+                    last.get()
+                        .position_of(offset)?
+                        .ok_or_else(|| Error::CorruptSegment {
+                            path: last.get().path().to_path_buf(),
+                            reason: format!("no batch holds offset {offset}"),
+                        })?;
                 let cut =
                     last.get_mut()
                         .truncate(position, self.config.index_interval_bytes, now_ms)?;
@@ -353,6 +357,30 @@ impl PartitionLog {
         self.epochs.truncate_to(end);
         self.rebuild_producer_state()?;
         Ok(end)
+    }
+
+    /// Empties the log and starts it again at `offset` (Kafka's
+    /// `truncateFullyAndStartAt`): a follower that fell behind the leader's log start
+    /// copies on from there. Producer state and the epoch history start empty too.
+    pub fn reset_to(&mut self, offset: i64, now_ms: i64) -> Result<i64> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for base in bases.into_iter().rev() {
+            if let Some(segment) = self.segments.remove(&base) {
+                segment.delete()?;
+            }
+        }
+        for (_, path) in producer_state::list_snapshots(&self.dir)? {
+            fs::remove_file(&path).context("remove producer snapshot", &path)?;
+        }
+        let start = offset.max(0);
+        let segment = Segment::create(&self.dir, start, self.config.index_interval_bytes, now_ms)?;
+        self.segments.insert(start, segment);
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .context("fsync log directory", &self.dir)?;
+        self.epochs = EpochHistory::default();
+        self.producers = ProducerState::default();
+        Ok(start)
     }
 
     /// Rebuilds the epoch history from the batch headers.
@@ -647,6 +675,26 @@ mod tests {
         assert_eq!(follower.truncate_to(-5, 0).expect("truncate"), 0);
         assert_eq!(follower.log_start_offset(), 0);
         assert!(follower.epochs().entries().is_empty());
+        // Behind a leader whose log now starts at 60: start over there.
+        assert_eq!(follower.reset_to(60, 0).expect("reset"), 60);
+        assert_eq!(
+            (follower.log_start_offset(), follower.log_end_offset()),
+            (60, 60)
+        );
+        let mut at = 60;
+        while at < leader.log_end_offset() {
+            let bytes = leader.read(at, 1 << 20).expect("read");
+            at = follower.append_replicated(&bytes, 0).expect("copy");
+        }
+        assert_eq!(at, 90);
+        drop(follower);
+        let (follower, recovery) =
+            PartitionLog::open(follower_dir.path(), small(), 0).expect("reopen");
+        assert_eq!(
+            (recovery.log_start_offset, recovery.log_end_offset),
+            (60, 90)
+        );
+        assert_eq!(follower.epochs().entries(), &[(2, 60)]);
     }
 
     #[test]

@@ -324,18 +324,35 @@ pub fn reassign(record: &PartitionRecord, target: &[i32]) -> PartitionRecord {
         .collect();
     let mut replicas = target.to_vec();
     replicas.extend(&removing);
-    PartitionRecord {
+    let isr = record
+        .isr
+        .iter()
+        .copied()
+        .filter(|r| replicas.contains(r))
+        .collect();
+    keep_leader_among(PartitionRecord {
         replicas,
-        isr: record
-            .isr
-            .iter()
-            .copied()
-            .filter(|r| original.contains(r) || target.contains(r))
-            .collect(),
+        isr,
         adding,
         removing,
         ..record.clone()
+    })
+}
+
+/// A leader dropped from the replica list (it was an added replica of an earlier
+/// reassignment) hands over, in a new epoch, to the first in-sync replica left, or to
+/// none (-1) until the controller elects one.
+fn keep_leader_among(mut record: PartitionRecord) -> PartitionRecord {
+    if record.leader >= 0 && !record.replicas.contains(&record.leader) {
+        record.leader = record
+            .replicas
+            .iter()
+            .copied()
+            .find(|r| record.isr.contains(r))
+            .unwrap_or(-1);
+        record.leader_epoch += 1;
     }
+    record
 }
 
 /// Cancels a reassignment in progress: back to the original replicas.
@@ -346,7 +363,7 @@ pub fn cancel_reassignment(record: &PartitionRecord) -> PartitionRecord {
         .copied()
         .filter(|r| !record.adding.contains(r))
         .collect();
-    PartitionRecord {
+    let cancelled = PartitionRecord {
         isr: record
             .isr
             .iter()
@@ -358,7 +375,8 @@ pub fn cancel_reassignment(record: &PartitionRecord) -> PartitionRecord {
         removing: Vec::new(),
         leader_epoch: record.leader_epoch + 1,
         ..record.clone()
-    }
+    };
+    keep_leader_among(cancelled)
 }
 
 /// Completes a reassignment once every added replica is in sync: the removed replicas
@@ -543,6 +561,25 @@ mod tests {
         let cancelled = cancel_reassignment(&again);
         assert_eq!(cancelled.replicas, vec![1, 2]);
         assert!(cancelled.adding.is_empty() && cancelled.removing.is_empty());
+        // An added replica that came to lead (its predecessor died) and is then dropped
+        // by a cancel or a new target hands leadership to a replica that stays.
+        let led_by_new = PartitionRecord {
+            leader: 3,
+            isr: vec![2, 3],
+            ..moving.clone()
+        };
+        let back = cancel_reassignment(&led_by_new);
+        assert_eq!(
+            (back.leader, back.replicas.clone(), back.isr.clone()),
+            (2, vec![2, 1], vec![2])
+        );
+        assert!(back.leader_epoch > led_by_new.leader_epoch);
+        let elsewhere = reassign(&led_by_new, &[4, 2]);
+        assert_eq!(
+            (elsewhere.leader, elsewhere.replicas.clone()),
+            (2, vec![4, 2, 1])
+        );
+        assert!(elsewhere.leader_epoch > led_by_new.leader_epoch);
     }
 
     #[test]

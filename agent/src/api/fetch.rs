@@ -66,7 +66,9 @@ async fn read_once(
     };
     let mut total = 0usize;
     let mut errors = false;
-    let follower = (req.replica_id.0 >= 0).then_some(req.replica_id.0);
+    // Followers send v9+ (they must name their leader epoch); an older fetch naming a
+    // replica is served as a consumer's.
+    let follower = (version >= 9 && req.replica_id.0 >= 0).then_some(req.replica_id.0);
     let mut response = FetchResponse::default();
     for t in &req.topics {
         let topic = broker.topic(t.topic.0.as_str());

@@ -131,7 +131,9 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
     if acks == 0 {
         return async { None }.boxed();
     }
-    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64);
+    // One deadline for the whole request, however many partitions it waits for.
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
     async move {
         let mut response = ProduceResponse::default();
         for (name, results) in topics {
@@ -142,7 +144,7 @@ pub fn produce(broker: &Arc<Broker>, req: ProduceRequest, version: i16) -> Reply
                     let committed =
                         w.partition
                             .wait_committed(w.end_offset, w.epoch, w.min_insync);
-                    let outcome = tokio::time::timeout(timeout, committed).await;
+                    let outcome = tokio::time::timeout_at(deadline, committed).await;
                     let error = match outcome {
                         Ok(Ok(())) => None,
                         Ok(Err(e)) => Some(ApiError::from(e)),
