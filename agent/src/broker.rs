@@ -559,7 +559,7 @@ impl Broker {
         let Some(p) = topic.record.partitions.get(replica.index as usize) else {
             return false;
         };
-        if !strata_replication::elect(p, &others, false).is_some_and(|n| n.leader >= 0) {
+        if strata_replication::elect(p, &others, false).is_none_or(|n| n.leader < 0) {
             return false;
         }
         let (me, epoch) = (self.node_id, p.leader_epoch);
