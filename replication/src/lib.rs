@@ -239,11 +239,15 @@ impl LeaderState {
 
     /// The replica set changed within this epoch (a reassignment began): new replicas
     /// are tracked from `now_ms` on, as not yet caught up; replicas no longer listed are
-    /// forgotten (they cannot be in the ISR: only a new epoch removes them).
+    /// forgotten, in the ISR and in a pending change too (a reassignment that drops
+    /// replicas also bumps the epoch, so this is belt and braces).
     pub fn set_replicas(&mut self, replicas: &[i32], now_ms: i64) {
         self.replicas = replicas.to_vec();
-        self.followers
-            .retain(|r, _| replicas.contains(r) || self.isr.contains(r));
+        self.followers.retain(|r, _| replicas.contains(r));
+        self.isr.retain(|r| replicas.contains(r));
+        if let Some(p) = &mut self.pending {
+            p.isr.retain(|r| replicas.contains(r));
+        }
         for &r in replicas {
             if r != self.node_id {
                 self.followers.entry(r).or_insert(FollowerProgress {
@@ -302,10 +306,23 @@ pub fn elect(record: &PartitionRecord, live: &[i32], unclean: bool) -> Option<Pa
     })
 }
 
+/// Why a reassignment request is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReassignError {
+    /// Every in-sync replica would leave the replica list (they are all added replicas
+    /// the request drops): no copy known to be complete would remain.
+    NoInSyncReplicaLeft,
+}
+
 /// Starts moving a partition to `target` replicas (KIP-455): the replica list becomes
 /// the target followed by the replicas to remove, which stay until the new ones are in
-/// sync. Replacing a reassignment in progress starts from the original replicas.
-pub fn reassign(record: &PartitionRecord, target: &[i32]) -> PartitionRecord {
+/// sync. Replacing a reassignment in progress starts from the original replicas; the
+/// added replicas it drops leave at once, and then the leader epoch is bumped, so that
+/// no ISR change the leader proposed before it can bring them back.
+pub fn reassign(
+    record: &PartitionRecord,
+    target: &[i32],
+) -> Result<PartitionRecord, ReassignError> {
     let original: Vec<i32> = record
         .replicas
         .iter()
@@ -324,59 +341,69 @@ pub fn reassign(record: &PartitionRecord, target: &[i32]) -> PartitionRecord {
         .collect();
     let mut replicas = target.to_vec();
     replicas.extend(&removing);
-    let isr = record
-        .isr
-        .iter()
-        .copied()
-        .filter(|r| replicas.contains(r))
-        .collect();
-    keep_leader_among(PartitionRecord {
-        replicas,
-        isr,
-        adding,
-        removing,
-        ..record.clone()
-    })
+    change_replicas(
+        record,
+        PartitionRecord {
+            replicas,
+            adding,
+            removing,
+            ..record.clone()
+        },
+    )
 }
 
-/// A leader dropped from the replica list (it was an added replica of an earlier
-/// reassignment) hands over, in a new epoch, to the first in-sync replica left, or to
-/// none (-1) until the controller elects one.
-fn keep_leader_among(mut record: PartitionRecord) -> PartitionRecord {
-    if record.leader >= 0 && !record.replicas.contains(&record.leader) {
-        record.leader = record
-            .replicas
-            .iter()
-            .copied()
-            .find(|r| record.isr.contains(r))
-            .unwrap_or(-1);
-        record.leader_epoch += 1;
-    }
-    record
-}
-
-/// Cancels a reassignment in progress: back to the original replicas.
-pub fn cancel_reassignment(record: &PartitionRecord) -> PartitionRecord {
+/// Cancels a reassignment in progress: back to the original replicas, in a new epoch.
+pub fn cancel_reassignment(record: &PartitionRecord) -> Result<PartitionRecord, ReassignError> {
     let original: Vec<i32> = record
         .replicas
         .iter()
         .copied()
         .filter(|r| !record.adding.contains(r))
         .collect();
-    let cancelled = PartitionRecord {
-        isr: record
-            .isr
+    change_replicas(
+        record,
+        PartitionRecord {
+            replicas: original,
+            adding: Vec::new(),
+            removing: Vec::new(),
+            leader_epoch: record.leader_epoch + 1,
+            ..record.clone()
+        },
+    )
+}
+
+/// The common part of starting, replacing and cancelling: the ISR keeps only listed
+/// replicas (and may not become empty); dropping any replica bumps the epoch; a leader
+/// that is no longer listed hands over to the first in-sync replica left.
+fn change_replicas(
+    old: &PartitionRecord,
+    mut next: PartitionRecord,
+) -> Result<PartitionRecord, ReassignError> {
+    next.isr = old
+        .isr
+        .iter()
+        .copied()
+        .filter(|r| next.replicas.contains(r))
+        .collect();
+    if next.isr.is_empty() && !old.isr.is_empty() {
+        return Err(ReassignError::NoInSyncReplicaLeft);
+    }
+    let dropped = old.replicas.iter().any(|r| !next.replicas.contains(r));
+    if dropped && next.leader_epoch == old.leader_epoch {
+        next.leader_epoch += 1;
+    }
+    if next.leader >= 0 && !next.replicas.contains(&next.leader) {
+        next.leader = next
+            .replicas
             .iter()
             .copied()
-            .filter(|r| original.contains(r))
-            .collect(),
-        replicas: original,
-        adding: Vec::new(),
-        removing: Vec::new(),
-        leader_epoch: record.leader_epoch + 1,
-        ..record.clone()
-    };
-    keep_leader_among(cancelled)
+            .find(|r| next.isr.contains(r))
+            .unwrap_or(-1);
+        if next.leader_epoch == old.leader_epoch {
+            next.leader_epoch += 1;
+        }
+    }
+    Ok(next)
 }
 
 /// Completes a reassignment once every added replica is in sync: the removed replicas
@@ -387,12 +414,19 @@ pub fn finish_reassignment(record: &PartitionRecord, live: &[i32]) -> Option<Par
     if record.adding.is_empty() && record.removing.is_empty() {
         return None;
     }
+    // Without a leader the ISR may be only replicas being removed: wait for an election.
+    if record.leader < 0 {
+        return None;
+    }
     if !record.adding.iter().all(|r| record.isr.contains(r)) {
         return None;
     }
     let keep = |r: &i32| !record.removing.contains(r);
     let replicas: Vec<i32> = record.replicas.iter().copied().filter(keep).collect();
     let isr: Vec<i32> = record.isr.iter().copied().filter(keep).collect();
+    if isr.is_empty() {
+        return None;
+    }
     let leader = if keep(&record.leader) {
         record.leader
     } else {
@@ -525,7 +559,7 @@ mod tests {
     #[test]
     fn reassignment_adds_first_and_removes_once_in_sync() {
         let r = record(1, 3, &[1, 2], &[1, 2]);
-        let moving = reassign(&r, &[3, 2]);
+        let moving = reassign(&r, &[3, 2]).expect("moves");
         assert_eq!(moving.replicas, vec![3, 2, 1]);
         assert_eq!(
             (moving.adding.clone(), moving.removing.clone()),
@@ -552,13 +586,13 @@ mod tests {
         assert!(done.adding.is_empty() && done.removing.is_empty());
         // Replacing a reassignment starts from the original replicas; cancelling returns
         // to them.
-        let again = reassign(&moving, &[1, 3]);
+        let again = reassign(&moving, &[1, 3]).expect("replaces");
         assert_eq!(again.replicas, vec![1, 3, 2]);
         assert_eq!(
             (again.adding.clone(), again.removing.clone()),
             (vec![3], vec![2])
         );
-        let cancelled = cancel_reassignment(&again);
+        let cancelled = cancel_reassignment(&again).expect("cancels");
         assert_eq!(cancelled.replicas, vec![1, 2]);
         assert!(cancelled.adding.is_empty() && cancelled.removing.is_empty());
         // An added replica that came to lead (its predecessor died) and is then dropped
@@ -568,18 +602,61 @@ mod tests {
             isr: vec![2, 3],
             ..moving.clone()
         };
-        let back = cancel_reassignment(&led_by_new);
+        let back = cancel_reassignment(&led_by_new).expect("cancels");
         assert_eq!(
             (back.leader, back.replicas.clone(), back.isr.clone()),
             (2, vec![2, 1], vec![2])
         );
         assert!(back.leader_epoch > led_by_new.leader_epoch);
-        let elsewhere = reassign(&led_by_new, &[4, 2]);
+        let elsewhere = reassign(&led_by_new, &[4, 2]).expect("replaces");
         assert_eq!(
             (elsewhere.leader, elsewhere.replicas.clone()),
             (2, vec![4, 2, 1])
         );
         assert!(elsewhere.leader_epoch > led_by_new.leader_epoch);
+    }
+
+    /// Cases the seeded schedules found (seeds 83, 133, 2383 and 29099 of the model
+    /// with reassignments).
+    #[test]
+    fn reassignment_never_empties_the_isr_or_forgets_to_fence() {
+        // Every in-sync replica is an added one (the originals fell out): dropping them
+        // is refused, by a new target and by a cancel.
+        let r = PartitionRecord {
+            replicas: vec![4, 1, 2],
+            adding: vec![4],
+            removing: vec![1, 2],
+            isr: vec![4],
+            leader: 4,
+            ..record(4, 5, &[], &[])
+        };
+        assert_eq!(
+            reassign(&r, &[1, 2]),
+            Err(ReassignError::NoInSyncReplicaLeft)
+        );
+        assert_eq!(
+            cancel_reassignment(&r),
+            Err(ReassignError::NoInSyncReplicaLeft)
+        );
+        // No leader: a reassignment does not complete (its ISR may be only replicas
+        // being removed); an election comes first.
+        let leaderless = PartitionRecord {
+            replicas: vec![3, 2, 4],
+            adding: vec![3],
+            removing: vec![4],
+            isr: vec![4, 3],
+            ..record(-1, 7, &[], &[])
+        };
+        assert_eq!(finish_reassignment(&leaderless, &[2, 3]), None);
+        // A new target that drops a replica (here 3, added by the first) bumps the
+        // epoch, so the leader's ISR change in flight cannot bring 3 back.
+        let first = reassign(&record(2, 9, &[1, 2], &[1, 2]), &[3, 2]).expect("moves");
+        assert_eq!(first.leader_epoch, 9);
+        let second = reassign(&first, &[4, 2]).expect("replaces");
+        assert_eq!(
+            (second.replicas.clone(), second.leader_epoch),
+            (vec![4, 2, 1], 10)
+        );
     }
 
     #[test]

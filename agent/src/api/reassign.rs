@@ -85,7 +85,7 @@ pub async fn alter_partition_reassignments(
                             if cur.replicas == target && cur.adding.is_empty() {
                                 return Ok(cur.clone());
                             }
-                            Ok(strata_replication::reassign(cur, &target))
+                            strata_replication::reassign(cur, &target).map_err(refused)
                         });
                         update(broker, t.name.0.as_str(), p.partition_index, change).await
                     }
@@ -99,7 +99,7 @@ pub async fn alter_partition_reassignments(
                                 "no reassignment in progress",
                             ))
                         } else {
-                            Ok(strata_replication::cancel_reassignment(cur))
+                            strata_replication::cancel_reassignment(cur).map_err(refused)
                         }
                     });
                     update(broker, t.name.0.as_str(), p.partition_index, change).await
@@ -118,6 +118,15 @@ pub async fn alter_partition_reassignments(
         response.responses.push(out);
     }
     response
+}
+
+fn refused(e: strata_replication::ReassignError) -> ApiError {
+    match e {
+        strata_replication::ReassignError::NoInSyncReplicaLeft => ApiError::new(
+            ResponseError::InvalidReplicaAssignment,
+            "every in-sync replica would leave the replica list; wait until a replica that stays is in sync",
+        ),
+    }
 }
 
 fn check_target(target: &[i32], live: &[i32]) -> Result<(), ApiError> {
