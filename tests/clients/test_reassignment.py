@@ -121,3 +121,81 @@ def test_invalid_reassignments_are_refused(cluster, target, error):  # noqa: F81
     finally:
         kadmin.close()
     assert partition_state(servers, topic)[1] == [1, 2], "nothing moved"
+
+
+@pytest.fixture
+def tiered_cluster(broker_factory):
+    """Three agents on one metastore and one archive directory, tiering every 200 ms."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from replication_testlib import Cluster
+    shared = Path(tempfile.mkdtemp(prefix="strata-reassign-tiered-"))
+    agents = {
+        node: broker_factory(extra_args=[
+            "--node-id", str(node),
+            "--metastore-path", str(shared / "metastore.sqlite"),
+            "--archive-url", f"file://{shared / 'archive'}",
+            "--tiering-interval-ms", "200",
+            "--lease-ms", "3000",
+            "--replica-lag-time-max-ms", "2000",
+        ])
+        for node in (1, 2, 3)
+    }
+    c = Cluster(agents, shared / "metastore.sqlite")
+    try:
+        for a in agents.values():
+            a.start()
+        yield c
+    finally:
+        for a in agents.values():
+            a.kill()
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def replica_status(agent, topic: str) -> dict | None:
+    with urllib.request.urlopen(f"http://127.0.0.1:{agent.http_port}/v1/partitions", timeout=10) as r:
+        mine = [p for p in json.load(r)["partitions"] if p["topic"] == topic]
+    return mine[0] if mine else None
+
+
+def test_a_new_replica_behind_the_leaders_log_start_starts_there(tiered_cluster):
+    """A replica added after the leader archived and deleted its oldest segments cannot
+    copy them: it starts its log at the leader's log start (Kafka's
+    truncateFullyAndStartAt), catches up, joins the ISR, and the move completes; the
+    older records stay readable from the archive."""
+    cluster = tiered_cluster
+    servers = cluster.servers()
+    topic = unique_topic("reassign-tiered")
+    a = admin(servers)
+    a.create_topics([NewTopic(topic, 1, replica_assignment=[[1, 2]], config={
+        "remote.storage.enable": "true", "segment.bytes": "3000", "local.retention.ms": "0",
+    })])[topic].result(30)
+    wait_until(lambda: partition_state(servers, topic) == (1, [1, 2], [1, 2]), 20, "in sync")
+    values = [f"t{i:05d}".encode() for i in range(2000)]
+    results = produce_values(servers, topic, 0, values, flush_timeout=30, acks="all",
+                             **{"linger.ms": 0, "batch.num.messages": 20})
+    assert all(err is None for _, err, _ in results), [e for _, e, _ in results if e][:3]
+    # The agent applies local retention every 5 s, once segments are archived.
+    leader_start = wait_until(
+        lambda: (lambda s: s["log_start_offset"] if s and s["log_start_offset"] > 0 else None)(
+            replica_status(cluster.agents[1], topic)),
+        30, "the leader's oldest segments archived and deleted locally")
+
+    kadmin = KafkaAdminClient(bootstrap_servers=servers, client_id="strata-reassign-test")
+    try:
+        outcome = kadmin.alter_partition_reassignments({KTopicPartition(topic, 0): [1, 2, 3]})
+        assert outcome == {KTopicPartition(topic, 0): None}, outcome
+        wait_until(lambda: partition_state(servers, topic) == (1, [1, 2, 3], [1, 2, 3]), 30,
+                   "agent 3 in sync")
+        # The controller completes the move on its next pass.
+        wait_until(lambda: not kadmin.list_partition_reassignments(), 10, "the move complete")
+    finally:
+        kadmin.close()
+    new = replica_status(cluster.agents[3], topic)
+    assert new["role"] == "follower" and new["log_end_offset"] == len(values), new
+    assert new["log_start_offset"] >= leader_start > 0, \
+        f"agent 3 started at the leader's log start ({leader_start}), not 0: {new}"
+    got = consume_confluent(servers, topic, {0: 0}, {0: len(values)}, timeout=30)[0]
+    assert [r.value for r in got] == values, "every record, the oldest from the archive"
