@@ -192,17 +192,17 @@ impl Partition {
     /// caught up now; the watermark waits until each in-sync follower fetched.
     pub fn become_leader(&self, record: &PartitionRecord, now_ms: i64) {
         let mut role = self.role();
+        if record.leader_epoch < self.offsets.borrow().leader_epoch {
+            // A record read before a newer one was applied (resign() applies its own).
+            return;
+        }
         if let Role::Leader(l) = &mut *role
             && l.epoch == record.leader_epoch
         {
+            // Within an epoch only this leader changes the ISR; a reassignment may add
+            // replicas (one that drops any starts a new epoch).
             if l.replicas != record.replicas {
-                // A reassignment began: new replicas start copying in this epoch.
                 l.set_replicas(&record.replicas, now_ms);
-            }
-            if l.pending.is_none() && l.isr != record.isr {
-                // The metastore is the authority on the ISR (a reassignment filtered
-                // it, or an ISR change of ours committed though we saw an error).
-                l.isr = record.isr.clone();
             }
             return;
         }
@@ -230,6 +230,9 @@ impl Partition {
     /// caller then starts a fetcher with [`Partition::start_fetcher`]).
     pub fn become_follower(&self, record: &PartitionRecord) -> bool {
         let mut role = self.role();
+        if record.leader_epoch < self.offsets.borrow().leader_epoch {
+            return false;
+        }
         if let Role::Follower { leader, epoch } = &*role
             && *leader == record.leader
             && *epoch == record.leader_epoch

@@ -13,6 +13,19 @@ use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::error::{Error, IoContext, Result};
 use crate::index::{self, IndexEntry, SegmentTrailer};
 
+/// Removes a file; one already gone is fine.
+fn remove_if_present(path: PathBuf, context: &'static str) -> Result<()> {
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(Error::Io {
+            context,
+            path,
+            source,
+        }),
+    }
+}
+
 /// File name of a segment or index for `base_offset`, Kafka style (20 digits).
 pub fn file_name(base_offset: i64, extension: &str) -> String {
     format!("{base_offset:020}.{extension}")
@@ -258,17 +271,7 @@ impl Segment {
         now_ms: i64,
     ) -> Result<Segment> {
         for p in [self.index_path("index"), self.index_path("timeindex")] {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(Error::Io {
-                        context: "delete index of truncated segment",
-                        path: p,
-                        source,
-                    });
-                }
-            }
+            remove_if_present(p, "delete index of truncated segment")?;
         }
         self.file
             .set_len(position)
@@ -297,17 +300,7 @@ impl Segment {
             self.index_path("index"),
             self.index_path("timeindex"),
         ] {
-            match std::fs::remove_file(&p) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => {
-                    return Err(Error::Io {
-                        context: "delete segment file",
-                        path: p,
-                        source,
-                    });
-                }
-            }
+            remove_if_present(p, "delete segment file")?;
         }
         Ok(())
     }

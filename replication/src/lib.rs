@@ -238,16 +238,15 @@ impl LeaderState {
     }
 
     /// The replica set changed within this epoch (a reassignment began): new replicas
-    /// are tracked from `now_ms` on, as not yet caught up; replicas no longer listed are
-    /// forgotten, in the ISR and in a pending change too (a reassignment that drops
-    /// replicas also bumps the epoch, so this is belt and braces).
+    /// are tracked from `now_ms` on, as not yet caught up; replicas no longer listed and
+    /// not in the ISR are forgotten.
     pub fn set_replicas(&mut self, replicas: &[i32], now_ms: i64) {
         self.replicas = replicas.to_vec();
-        self.followers.retain(|r, _| replicas.contains(r));
-        self.isr.retain(|r| replicas.contains(r));
-        if let Some(p) = &mut self.pending {
-            p.isr.retain(|r| replicas.contains(r));
-        }
+        // The ISR is left alone: a record read before an ISR change of ours committed
+        // may arrive after it, and forgetting a committed member would let the
+        // watermark pass it. Dropping replicas takes a new epoch instead.
+        self.followers
+            .retain(|r, _| replicas.contains(r) || self.isr.contains(r));
         for &r in replicas {
             if r != self.node_id {
                 self.followers.entry(r).or_insert(FollowerProgress {
@@ -323,12 +322,7 @@ pub fn reassign(
     record: &PartitionRecord,
     target: &[i32],
 ) -> Result<PartitionRecord, ReassignError> {
-    let original: Vec<i32> = record
-        .replicas
-        .iter()
-        .copied()
-        .filter(|r| !record.adding.contains(r))
-        .collect();
+    let original = original_replicas(record);
     let removing: Vec<i32> = original
         .iter()
         .copied()
@@ -354,22 +348,26 @@ pub fn reassign(
 
 /// Cancels a reassignment in progress: back to the original replicas, in a new epoch.
 pub fn cancel_reassignment(record: &PartitionRecord) -> Result<PartitionRecord, ReassignError> {
-    let original: Vec<i32> = record
-        .replicas
-        .iter()
-        .copied()
-        .filter(|r| !record.adding.contains(r))
-        .collect();
     change_replicas(
         record,
         PartitionRecord {
-            replicas: original,
+            replicas: original_replicas(record),
             adding: Vec::new(),
             removing: Vec::new(),
             leader_epoch: record.leader_epoch + 1,
             ..record.clone()
         },
     )
+}
+
+/// The replicas before the reassignment in progress (all of them if none is).
+fn original_replicas(record: &PartitionRecord) -> Vec<i32> {
+    record
+        .replicas
+        .iter()
+        .copied()
+        .filter(|r| !record.adding.contains(r))
+        .collect()
 }
 
 /// The common part of starting, replacing and cancelling: the ISR keeps only listed
