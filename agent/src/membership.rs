@@ -204,3 +204,114 @@ impl Membership {
         f(&live[(hash % live.len() as u64) as usize])
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use strata_metastore::kv::{KvStore, KvTransaction, Watch};
+    use strata_metastore::{Error, SqliteStore};
+
+    use super::*;
+
+    /// A metastore that can be cut off, as by a network partition.
+    #[derive(Debug)]
+    struct Unplugged {
+        inner: SqliteStore,
+        down: AtomicBool,
+    }
+
+    #[async_trait::async_trait]
+    impl KvStore for Unplugged {
+        async fn begin(&self) -> strata_metastore::Result<Box<dyn KvTransaction>> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(Error::Backend {
+                    context: "test",
+                    source: "metastore unreachable".into(),
+                });
+            }
+            self.inner.begin().await
+        }
+
+        async fn watch(&self, key: &[u8]) -> strata_metastore::Result<Watch> {
+            self.inner.watch(key).await
+        }
+    }
+
+    /// A leader that cannot renew its lease stops leading before the lease the others
+    /// go by runs out, so no two agents ever both take writes; it leads again once it
+    /// renews.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_agent_that_cannot_renew_steps_down_before_its_lease_ends() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = Arc::new(Unplugged {
+            inner: SqliteStore::open(&dir.path().join("m.sqlite")).expect("open"),
+            down: AtomicBool::new(false),
+        });
+        let metastore = Metastore::new(Arc::clone(&store) as Arc<dyn KvStore>, b"strata");
+        let lease = Duration::from_millis(1000);
+        let membership = Arc::new(
+            Membership::join(
+                metastore.clone(),
+                1,
+                ("127.0.0.1".to_string(), 9092),
+                "127.0.0.1:9644".to_string(),
+                None,
+                "dir-1",
+                lease,
+            )
+            .await
+            .expect("join"),
+        );
+        assert!(membership.holds_lease());
+        let shutdown = CancellationToken::new();
+        let runner = tokio::spawn({
+            let (m, s) = (Arc::clone(&membership), shutdown.clone());
+            async move { m.run(s).await }
+        });
+        // Renewals go on: still the holder well past one lease.
+        let start = tokio::time::Instant::now();
+        while start.elapsed() < lease * 2 {
+            assert!(membership.holds_lease(), "lost the lease while renewing");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+
+        let others_see = |m: Metastore| async move {
+            m.live_agents(now_ms())
+                .await
+                .expect("read")
+                .into_iter()
+                .find(|a| a.node_id == 1)
+                .map(|a| a.lease_until_ms)
+                .expect("registered")
+        };
+        let lease_until = others_see(metastore.clone()).await;
+        store.down.store(true, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + lease * 2;
+        while membership.holds_lease() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "still leading long after renewals stopped"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let stepped_down = now_ms();
+        assert!(
+            stepped_down < lease_until,
+            "stepped down at {stepped_down}, after the lease others see ended at {lease_until}"
+        );
+
+        store.down.store(false, Ordering::SeqCst);
+        let deadline = tokio::time::Instant::now() + lease * 2;
+        while !membership.holds_lease() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never renewed again"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        shutdown.cancel();
+        runner.await.expect("membership task");
+    }
+}
