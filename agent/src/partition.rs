@@ -487,14 +487,6 @@ impl Partition {
         status
     }
 
-    /// The ISR as this leader has it committed (`None` when not leading).
-    pub fn isr(&self) -> Option<Vec<i32>> {
-        match &*self.role() {
-            Role::Leader(l) => Some(l.isr.clone()),
-            Role::Follower { .. } => None,
-        }
-    }
-
     /// Runs `f` on the log if this replica still follows `epoch` (so a fetcher of an
     /// epoch that ended cannot touch the log), then publishes the new log end and the
     /// watermark `leader_hw` (capped at the log end).
@@ -811,9 +803,6 @@ impl Partition {
                 {
                     let hw = leader.high_watermark;
                     self.offsets.send_modify(|o| o.high_watermark = hw);
-                } else {
-                    // Wake `close`, which waits for the last flush.
-                    self.offsets.send_modify(|_| {});
                 }
             }
             if stopping {
