@@ -20,6 +20,7 @@ use crate::config::Settings;
 use crate::group::Coordinator;
 use crate::group::state::GroupConfig;
 use crate::membership::Membership;
+use crate::open_files::FileBudget;
 use crate::partition::{Partition, PartitionError, ReadOutcome};
 use crate::producer_ids::ProducerIds;
 use crate::topic_config::TopicConfig;
@@ -92,6 +93,9 @@ pub enum SyncError {
     Metastore(#[from] strata_metastore::Error),
     #[error(transparent)]
     Partition(#[from] PartitionError),
+    /// Opening the topic's replicas here would exceed the open-file budget.
+    #[error("cannot open the replicas of topic {topic} here: {why}")]
+    FileBudget { topic: String, why: String },
 }
 
 #[derive(Debug)]
@@ -111,14 +115,42 @@ pub struct Broker {
     pub archive: Arc<ArchiveReader>,
     /// The tiering worker, when it runs inside this agent.
     pub tiering: Option<Arc<TieringWorker>>,
+    /// How many files partition replicas may hold open here.
+    pub files: FileBudget,
     logs_dir: PathBuf,
     topics: RwLock<BTreeMap<String, Arc<TopicState>>>,
+    /// Topics of the metastore this agent could not serve, with why (logged once per
+    /// new reason, retried at every refresh).
+    unserved: std::sync::Mutex<BTreeMap<String, String>>,
     /// Serializes reconciliation so two admin requests never open one log twice.
     reconcile: tokio::sync::Mutex<()>,
     pub shutdown: CancellationToken,
 }
 
 const TOPIC_ID_FILE: &str = "topic.id";
+
+/// What one reconciliation opened and created, so that a failure can undo it.
+#[derive(Default)]
+struct Opened {
+    partitions: Vec<Arc<Partition>>,
+    /// Partition directories that did not hold this topic's log before.
+    dirs: Vec<PathBuf>,
+}
+
+impl Opened {
+    async fn undo(self) {
+        for p in self.partitions {
+            p.close().await;
+        }
+        for dir in self.dirs {
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the directory of a replica that failed to open");
+            }
+        }
+    }
+}
 
 fn hex(id: &[u8; 16]) -> String {
     id.iter().map(|b| format!("{b:02x}")).collect()
@@ -131,6 +163,7 @@ impl Broker {
         membership: Arc<Membership>,
         logs_dir: PathBuf,
         archive: Arc<ArchiveReader>,
+        files: FileBudget,
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<Broker>> {
         let tiering = settings
@@ -166,8 +199,10 @@ impl Broker {
             cluster_id,
             metastore,
             membership,
+            files,
             logs_dir,
             topics: RwLock::new(BTreeMap::new()),
+            unserved: std::sync::Mutex::new(BTreeMap::new()),
             reconcile: tokio::sync::Mutex::new(()),
             shutdown,
         });
@@ -205,7 +240,10 @@ impl Broker {
     }
 
     /// Reads every topic from the metastore and brings the local logs in line. Reads
-    /// under the reconcile lock, so an older snapshot can never undo a newer change.
+    /// under the reconcile lock, so an older snapshot can never undo a newer change. A
+    /// topic that cannot be served here (its logs do not open, or do not fit the
+    /// open-file budget) is logged and left out; the others are served, and it is tried
+    /// again at the next refresh. Fails only if the metastore cannot be read.
     pub async fn refresh(&self) -> anyhow::Result<()> {
         let _guard = self.reconcile.lock().await;
         let records = self.metastore.topics().await?;
@@ -219,10 +257,72 @@ impl Broker {
                 self.remove_locked(&name).await;
             }
         }
+        let mut unserved = BTreeMap::new();
         for record in records {
-            self.apply_locked(record).await?;
+            let name = record.name.clone();
+            if let Err(e) = self.apply_locked(record).await {
+                unserved.insert(name, e.to_string());
+            }
+        }
+        let mut last = self.unserved.lock().unwrap_or_else(|p| p.into_inner());
+        for (topic, why) in &unserved {
+            if last.get(topic) != Some(why) {
+                tracing::error!(%topic, error = %why, "cannot serve topic; will retry");
+            }
+        }
+        *last = unserved;
+        Ok(())
+    }
+
+    /// Replica files the agents would hold for the topics this agent knows, by node id
+    /// (each replica counted as [`FileBudget::files_per_replica`] of its topic).
+    fn replica_files_by_node(&self) -> BTreeMap<i32, u64> {
+        let mut by_node = BTreeMap::new();
+        for t in self.topics() {
+            for p in &t.record.partitions {
+                let each = FileBudget::files_per_replica(p.replicas.len());
+                for r in &p.replicas {
+                    *by_node.entry(*r).or_insert(0) += each;
+                }
+            }
+        }
+        by_node
+    }
+
+    /// Refuses new replica lists (a topic's, or partitions added to one) that would take
+    /// any agent past its open-file budget. Nothing is written before this passes.
+    pub fn check_file_budget(&self, assignments: &[Vec<i32>]) -> Result<(), String> {
+        let in_use = self.replica_files_by_node();
+        let mut more: BTreeMap<i32, u64> = BTreeMap::new();
+        for replicas in assignments {
+            let each = FileBudget::files_per_replica(replicas.len());
+            for r in replicas {
+                *more.entry(*r).or_insert(0) += each;
+            }
+        }
+        for (node, more) in more {
+            let used = in_use.get(&node).copied().unwrap_or(0);
+            if let Some(why) = self.files.refuse(used, more) {
+                return Err(if node == self.node_id {
+                    why
+                } else {
+                    format!("on agent {node}: {why}")
+                });
+            }
         }
         Ok(())
+    }
+
+    /// Replica files the replicas open on this agent hold.
+    fn open_replica_files(&self, except_topic: &str) -> u64 {
+        self.topics()
+            .iter()
+            .filter(|t| t.record.name != except_topic)
+            .map(|t| {
+                t.local_partitions().count() as u64
+                    * FileBudget::files_per_replica(t.record.replication_factor.max(1) as usize)
+            })
+            .sum()
     }
 
     /// Brings one topic in line with the metastore (after this agent changed it): serves
@@ -258,6 +358,57 @@ impl Broker {
             Some(_) => self.remove_locked(&record.name).await,
             None => {}
         }
+        let hosted = record
+            .partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&self.node_id))
+            .count() as u64;
+        let needed =
+            hosted * FileBudget::files_per_replica(record.replication_factor.max(1) as usize);
+        if let Some(why) = self
+            .files
+            .refuse(self.open_replica_files(&record.name), needed)
+        {
+            return Err(SyncError::FileBudget {
+                topic: record.name.clone(),
+                why,
+            });
+        }
+        let mut opened = Opened::default();
+        match self
+            .open_replicas(&mut record, &open, log_config, &mut opened)
+            .await
+        {
+            Ok(partitions) => {
+                let state = Arc::new(TopicState {
+                    record: record.clone(),
+                    config,
+                    partitions,
+                });
+                self.topics
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(record.name.clone(), Arc::clone(&state));
+                Ok(state)
+            }
+            Err(e) => {
+                // Leave nothing behind: close what this call opened, and remove the
+                // directories it created (never a log that was here before).
+                opened.undo().await;
+                Err(e)
+            }
+        }
+    }
+
+    /// Opens (or reuses, from `open`) this agent's replicas of `record`, and applies
+    /// their roles; records in `opened` what it opened and created, for undoing.
+    async fn open_replicas(
+        &self,
+        record: &mut TopicRecord,
+        open: &[Option<Arc<Partition>>],
+        log_config: strata_log::LogConfig,
+        opened: &mut Opened,
+    ) -> Result<Vec<Option<Arc<Partition>>>, SyncError> {
         let mut partitions = Vec::with_capacity(record.partitions.len());
         for i in 0..record.partitions.len() {
             let p = record.partitions[i].clone();
@@ -276,6 +427,9 @@ impl Broker {
                     let dir = self.partition_dir(&record.name, p.index);
                     let restarted = std::fs::read_to_string(dir.join(TOPIC_ID_FILE))
                         .is_ok_and(|found| found.trim() == hex(&record.id));
+                    if !restarted {
+                        opened.dirs.push(dir.clone());
+                    }
                     self.claim_dir(&dir, &record.id)?;
                     let partition = Partition::open(
                         &record.name,
@@ -287,27 +441,21 @@ impl Broker {
                         &self.shutdown,
                     )
                     .map_err(PartitionError::from)?;
+                    opened.partitions.push(Arc::clone(&partition));
                     if restarted && p.leader == self.node_id {
                         record.partitions[i] = self.reclaim_leadership(&record.name, &p).await?;
                     }
                     Some(partition)
                 }
             };
-            if let Some(replica) = &replica {
-                self.apply_role(replica, &record.partitions[i]);
-            }
             partitions.push(replica);
         }
-        let state = Arc::new(TopicState {
-            record: record.clone(),
-            config,
-            partitions,
-        });
-        self.topics
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(record.name.clone(), Arc::clone(&state));
-        Ok(state)
+        for (replica, p) in partitions.iter().zip(&record.partitions) {
+            if let Some(replica) = replica {
+                self.apply_role(replica, p);
+            }
+        }
+        Ok(partitions)
     }
 
     /// A restarted agent that the metastore still names as a partition's leader leads it
@@ -340,8 +488,8 @@ impl Broker {
             tokio::spawn(crate::replication::follow(
                 Arc::clone(&self.membership),
                 Arc::clone(replica),
-                p.leader,
-                p.leader_epoch,
+                (p.leader, p.leader_epoch),
+                self.settings.max_request_bytes,
                 stop,
             ));
         }
@@ -412,6 +560,34 @@ impl Broker {
             }
             if let Err(e) = self.refresh().await {
                 tracing::warn!(error = %e, "cannot refresh topics from the metastore");
+            }
+        }
+    }
+
+    /// After this agent renewed its lease late (it was paused, or cut off from the
+    /// metastore), re-reads every topic, so that where another agent was elected
+    /// meanwhile this one steps down, and only then lets the lease count again: no
+    /// write is taken in an epoch that may have ended. Stops on shutdown.
+    pub async fn follow_lease_regained(self: Arc<Self>) {
+        let mut regained = self.membership.regained();
+        loop {
+            tokio::select! {
+                changed = regained.changed() => if changed.is_err() { return },
+                _ = self.shutdown.cancelled() => return,
+            }
+            let Some(until) = *regained.borrow_and_update() else {
+                continue;
+            };
+            match self.refresh().await {
+                Ok(()) => {
+                    tracing::info!(
+                        "partitions re-read after the lease lapsed; taking writes again where this agent still leads"
+                    );
+                    self.membership.confirm_regained(until);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot re-read partitions after the lease lapsed; will try at the next renewal")
+                }
             }
         }
     }

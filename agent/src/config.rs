@@ -36,6 +36,13 @@ pub struct Settings {
     pub fdb_prefix: String,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     pub max_request_bytes: usize,
+    /// Bytes of requests being read or handled that the agent holds in memory at once,
+    /// over all connections (Kafka's `queued.max.request.bytes`); a connection whose
+    /// next frame does not fit waits, without reading it, until others finish.
+    pub queued_max_request_bytes: usize,
+    /// How long a request frame may take to arrive once its size is read; a connection
+    /// that sends part of a frame and stalls is closed after this.
+    pub request_read_timeout_ms: u64,
     /// Kafka's `auto.create.topics.enable`.
     pub auto_create_topics: bool,
     /// Defaults for new topics.
@@ -120,6 +127,8 @@ impl Default for Settings {
             fdb_cluster_file: None,
             fdb_prefix: "strata".to_string(),
             max_request_bytes: 100 * 1024 * 1024,
+            queued_max_request_bytes: 256 * 1024 * 1024,
+            request_read_timeout_ms: 30_000,
             auto_create_topics: true,
             topic_defaults: TopicDefaults::default(),
             group_initial_rebalance_delay_ms: 3000,
@@ -138,7 +147,88 @@ impl Default for Settings {
     }
 }
 
+/// The most partitions one topic may have, and the most one CreatePartitions may bring
+/// a topic to (INVALID_PARTITIONS above). Kafka has no fixed limit; this one keeps a
+/// topic's creation within one metastore transaction (well under FoundationDB's 10 MB
+/// even with 249-character names) and bounds what a request can make the agent allocate.
+pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
+
+/// The smallest `max_request_bytes`: room for any request header and a small batch.
+const MIN_REQUEST_BYTES: usize = 64 * 1024;
+
 impl Settings {
+    /// Checks every setting whose wrong value would only show later (a panic on the
+    /// first auto-created topic, a lease that can never be renewed), so that the agent
+    /// refuses to start with a message naming the setting instead.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let fail = |name: &str, why: String| Err(anyhow::anyhow!("invalid setting {name}: {why}"));
+        let partitions = self.topic_defaults.num_partitions;
+        if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
+            return fail(
+                "topic_defaults.num_partitions (--num-partitions)",
+                format!("{partitions}; must be between 1 and {MAX_PARTITIONS_PER_TOPIC}"),
+            );
+        }
+        let rf = self.topic_defaults.replication_factor;
+        if rf < 1 {
+            return fail(
+                "topic_defaults.replication_factor (--default-replication-factor)",
+                format!("{rf}; must be at least 1"),
+            );
+        }
+        if self.node_id < 0 {
+            return fail("node_id", format!("{}; must be 0 or more", self.node_id));
+        }
+        if !(MIN_REQUEST_BYTES..=i32::MAX as usize).contains(&self.max_request_bytes) {
+            return fail(
+                "max_request_bytes",
+                format!(
+                    "{}; must be between {MIN_REQUEST_BYTES} and {}",
+                    self.max_request_bytes,
+                    i32::MAX
+                ),
+            );
+        }
+        if self.queued_max_request_bytes < self.max_request_bytes {
+            return fail(
+                "queued_max_request_bytes",
+                format!(
+                    "{} is below max_request_bytes ({}): a request of the largest size could never be read",
+                    self.queued_max_request_bytes, self.max_request_bytes
+                ),
+            );
+        }
+        if self.request_read_timeout_ms == 0 {
+            return fail("request_read_timeout_ms", "must be above 0".to_string());
+        }
+        if self.lease_ms < 500 {
+            return fail(
+                "lease_ms (--lease-ms)",
+                format!("{}; must be at least 500", self.lease_ms),
+            );
+        }
+        if self.replica_lag_time_max_ms < 1 {
+            return fail(
+                "replica_lag_time_max_ms (--replica-lag-time-max-ms)",
+                format!("{}; must be above 0", self.replica_lag_time_max_ms),
+            );
+        }
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            return fail(
+                "group_min_session_timeout_ms",
+                format!(
+                    "{} is above group_max_session_timeout_ms ({})",
+                    self.group_min_session_timeout_ms, self.group_max_session_timeout_ms
+                ),
+            );
+        }
+        for (name, value) in &self.topic_defaults.configs {
+            crate::topic_config::validate(name, value)
+                .map_err(|m| anyhow::anyhow!("invalid setting topic_defaults.configs: {m}"))?;
+        }
+        Ok(())
+    }
+
     /// Reads a TOML settings file; absent keys keep their defaults.
     pub fn from_toml_file(path: &Path) -> anyhow::Result<Settings> {
         let text = std::fs::read_to_string(path)
@@ -199,5 +289,42 @@ mod tests {
         );
         assert_eq!(s.http_listen, Settings::default().http_listen);
         assert!(toml::from_str::<Settings>("no_such_setting = 1").is_err());
+    }
+
+    /// Settings that would fail later (the first auto-created topic panicked a worker
+    /// with `num_partitions = 0`) are refused at start, naming the setting.
+    #[test]
+    fn bad_settings_are_refused_at_start() {
+        assert!(Settings::default().validate().is_ok());
+        let refused = |s: Settings, name: &str| {
+            let e = s.validate().expect_err(name).to_string();
+            assert!(e.contains(name), "{name}: {e}");
+        };
+        for n in [0, -1, MAX_PARTITIONS_PER_TOPIC + 1] {
+            let mut s = Settings::default();
+            s.topic_defaults.num_partitions = n;
+            refused(s, "num_partitions");
+        }
+        let mut s = Settings::default();
+        s.topic_defaults.replication_factor = 0;
+        refused(s, "replication_factor");
+        let s = Settings {
+            max_request_bytes: 10,
+            ..Settings::default()
+        };
+        refused(s, "max_request_bytes");
+        let mut s = Settings::default();
+        s.queued_max_request_bytes = s.max_request_bytes - 1;
+        refused(s, "queued_max_request_bytes");
+        let s = Settings {
+            lease_ms: 0,
+            ..Settings::default()
+        };
+        refused(s, "lease_ms");
+        let mut s = Settings::default();
+        s.topic_defaults
+            .configs
+            .insert("cleanup.policy".to_string(), "shred".to_string());
+        refused(s, "topic_defaults.configs");
     }
 }

@@ -1,14 +1,16 @@
-//! Leader elections. The live agent with the lowest node id acts as controller: it looks
-//! at every partition whose leader is not live (its lease ran out, or it left) and elects
-//! a new one with [`strata_replication::elect`], completes reassignments whose new
-//! replicas are in sync ([`strata_replication::finish_reassignment`]), and now and then
-//! hands leadership back to preferred replicas with [`strata_replication::prefer`].
+//! Leader elections, run by the one agent that holds the controller lease in the
+//! metastore ([`strata_metastore::controller`]). The controller looks at every partition
+//! whose leader is not live (its lease ran out, or it left) and elects a new one with
+//! [`strata_replication::elect`], completes reassignments whose new replicas are in sync
+//! ([`strata_replication::finish_reassignment`]), and now and then hands leadership back
+//! to preferred replicas with [`strata_replication::prefer`].
 //!
-//! Each decision is one metastore transaction that re-reads the partition and applies
-//! the rule only if the leader epoch is still the one the decision was made on, and that
-//! bumps the epoch. So a stale controller, or two agents that briefly both think they are
-//! the controller, cannot elect twice or undo a newer election: the metastore, not the
-//! controller, is the authority.
+//! Each decision is one metastore transaction that checks the controller lease is still
+//! this agent's, reads the live agents, re-reads the partition and applies the rule only
+//! if the leader epoch is still the one the decision was made on, and bumps the epoch.
+//! So an agent that lost the lease (paused, cut off) cannot elect anything, two agents
+//! can never both act as controller, and no election is made on a stale list of live
+//! agents: the metastore, not the controller, is the authority.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,65 +18,130 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::broker::Broker;
+use crate::clock::now_ms;
 
 /// How often the controller looks for partitions without a live leader. An expired lease
 /// is noticed at the next membership refresh (a fifth of the lease) plus this.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// Runs elections while this agent is the controller. Stops on shutdown.
+/// Claims (and renews) the controller lease, and runs elections while this agent holds
+/// it. Gives the lease up on shutdown.
 pub async fn run(broker: Arc<Broker>) {
+    let lease = Duration::from_millis(broker.settings.lease_ms);
+    let renew_every = lease / 5;
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let rebalance_every = Duration::from_millis(broker.settings.leader_rebalance_interval_ms);
     let mut next_rebalance = Instant::now() + rebalance_every;
+    let mut next_claim = Instant::now();
+    let mut held_until: Option<Instant> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = broker.shutdown.cancelled() => return,
+            _ = broker.shutdown.cancelled() => break,
         }
-        if broker.membership.controller_id() != broker.node_id {
+        if Instant::now() >= next_claim {
+            next_claim = Instant::now() + renew_every;
+            held_until = claim(&broker, lease, renew_every).await;
+        }
+        if held_until.is_none_or(|until| Instant::now() >= until) {
             continue;
         }
         let rebalance = !rebalance_every.is_zero() && Instant::now() >= next_rebalance;
         if rebalance {
             next_rebalance = Instant::now() + rebalance_every;
         }
-        elect_all(&broker, rebalance).await;
+        if elect_all(&broker, rebalance).await.is_err() {
+            held_until = None;
+            next_claim = Instant::now();
+        }
+    }
+    let membership = &broker.membership;
+    if let Err(e) = broker
+        .metastore
+        .release_controller(broker.node_id, membership.incarnation())
+        .await
+    {
+        tracing::debug!(error = %e, "cannot give the controller lease up; it will run out");
     }
 }
 
+/// Takes or renews the controller lease. Returns until when this agent may act on it
+/// (one renewal short of the lease, measured on this agent's monotonic clock from
+/// before the claim was sent), or `None` if another agent holds it.
+async fn claim(broker: &Broker, lease: Duration, renew_every: Duration) -> Option<Instant> {
+    let membership = &broker.membership;
+    if !membership.holds_lease() {
+        return None;
+    }
+    let sent = Instant::now();
+    let now = now_ms();
+    let claimed = broker
+        .metastore
+        .claim_controller(
+            broker.node_id,
+            membership.incarnation(),
+            now,
+            now + lease.as_millis() as i64,
+        )
+        .await;
+    match claimed {
+        Ok(holder) => {
+            let ours =
+                holder.node_id == broker.node_id && holder.incarnation == membership.incarnation();
+            membership.set_controller(holder.node_id);
+            ours.then(|| sent + lease - renew_every)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot claim or renew the controller lease");
+            None
+        }
+    }
+}
+
+/// This agent is no longer the controller.
+struct LostLease;
+
 /// One pass over every partition.
-async fn elect_all(broker: &Broker, rebalance: bool) {
+async fn elect_all(broker: &Broker, rebalance: bool) -> Result<(), LostLease> {
+    let me = (broker.node_id, broker.membership.incarnation().to_string());
     let live = broker.membership.live_ids();
     for topic in broker.topics() {
         let unclean = topic.config.unclean_leader_election();
         for p in &topic.record.partitions {
-            let decide = {
-                let live = live.clone();
-                move |cur: &strata_replication::PartitionRecord| {
-                    strata_replication::elect(cur, &live, unclean)
-                        .or_else(|| strata_replication::finish_reassignment(cur, &live))
-                        .or_else(|| {
-                            rebalance
-                                .then(|| strata_replication::prefer(cur, &live))
-                                .flatten()
-                        })
-                }
+            let decide = move |cur: &strata_replication::PartitionRecord, live: &[i32]| {
+                strata_replication::elect(cur, live, unclean)
+                    .or_else(|| strata_replication::finish_reassignment(cur, live))
+                    .or_else(|| {
+                        rebalance
+                            .then(|| strata_replication::prefer(cur, live))
+                            .flatten()
+                    })
             };
-            let Some(wanted) = decide(p) else { continue };
+            // This agent's view only says where to look; the transaction decides on
+            // the metastore's.
+            if decide(p, &live).is_none() {
+                continue;
+            }
             let seen_epoch = p.leader_epoch;
             let result = broker
                 .metastore
-                .update_partition(&topic.record.name, p.index, move |cur| {
-                    if cur.leader_epoch == seen_epoch {
-                        decide(cur)
-                    } else {
-                        None
-                    }
-                })
+                .update_partition_as_controller(
+                    (me.0, &me.1),
+                    now_ms(),
+                    &topic.record.name,
+                    p.index,
+                    move |cur, live| {
+                        if cur.leader_epoch == seen_epoch {
+                            decide(cur, live)
+                        } else {
+                            None
+                        }
+                    },
+                )
                 .await;
             match result {
-                Ok(Some(r)) if r.leader_epoch == wanted.leader_epoch => {
+                Ok(Some(r)) if r.leader_epoch > seen_epoch => {
                     tracing::info!(
                         topic = %topic.record.name,
                         partition = p.index,
@@ -87,10 +154,15 @@ async fn elect_all(broker: &Broker, rebalance: bool) {
                     );
                 }
                 Ok(_) => {}
+                Err(strata_metastore::Error::NotController { holder, .. }) => {
+                    tracing::info!(?holder, "no longer the controller");
+                    return Err(LostLease);
+                }
                 Err(e) => {
                     tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "election failed");
                 }
             }
         }
     }
+    Ok(())
 }

@@ -14,6 +14,7 @@ pub mod group;
 pub mod http;
 pub mod membership;
 pub mod metastore;
+pub mod open_files;
 pub mod partition;
 pub mod producer_ids;
 pub mod replication;
@@ -52,10 +53,8 @@ pub struct Agent {
 
 /// Starts an agent; returns once both listeners accept connections.
 pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
-    for (name, value) in &settings.topic_defaults.configs {
-        topic_config::validate(name, value)
-            .map_err(|m| anyhow::anyhow!("topic_defaults.configs: {m}"))?;
-    }
+    settings.validate()?;
+    let files = open_files::FileBudget::raise();
     let data_dir = DataDir::open(&settings.data_dir)?;
     let metastore = metastore::open(&settings)?;
     let shutdown = CancellationToken::new();
@@ -93,7 +92,7 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
             http_addr.to_string(),
             settings.rack.clone(),
             data_dir.id(),
-            Duration::from_millis(settings.lease_ms.max(500)),
+            Duration::from_millis(settings.lease_ms),
         )
         .await?,
     );
@@ -103,12 +102,14 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
         Arc::clone(&membership),
         data_dir.logs(),
         reader,
+        files,
         shutdown.clone(),
     )
     .await?;
     let tracker = TaskTracker::new();
     tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
     tracker.spawn(Arc::clone(&broker).follow_topic_changes());
+    tracker.spawn(Arc::clone(&broker).follow_lease_regained());
     tracker.spawn(controller::run(Arc::clone(&broker)));
     tracker.spawn(replication::manage_isr(Arc::clone(&broker)));
     {

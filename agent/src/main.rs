@@ -90,6 +90,13 @@ struct AgentArgs {
     /// This agent's membership lease in ms (renewed every fifth of it).
     #[arg(long, env = "STRATA_LEASE_MS")]
     lease_ms: Option<u64>,
+    /// Bytes of requests held in memory at once over all connections (Kafka's
+    /// queued.max.request.bytes).
+    #[arg(long, env = "STRATA_QUEUED_MAX_REQUEST_BYTES")]
+    queued_max_request_bytes: Option<usize>,
+    /// How long (ms) a request frame may take to arrive once its size is read.
+    #[arg(long, env = "STRATA_REQUEST_READ_TIMEOUT_MS")]
+    request_read_timeout_ms: Option<u64>,
     /// Kafka's replica.lag.time.max.ms.
     #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<i64>,
@@ -154,6 +161,12 @@ impl AgentArgs {
         }
         if let Some(v) = self.lease_ms {
             s.lease_ms = v;
+        }
+        if let Some(v) = self.queued_max_request_bytes {
+            s.queued_max_request_bytes = v;
+        }
+        if let Some(v) = self.request_read_timeout_ms {
+            s.request_read_timeout_ms = v;
         }
         if let Some(v) = self.replica_lag_time_max_ms {
             s.replica_lag_time_max_ms = v;

@@ -10,10 +10,22 @@
 //! agent's partitions only once its lease ran out, and the agent stops taking writes a
 //! renewal interval before that ([`Membership::holds_lease`]), measured on its own
 //! monotonic clock from the moment it sent the renewal that succeeded.
+//!
+//! A renewal that comes after the lease lapsed (the process was paused, or cut off from
+//! the metastore) does not give the right to write back by itself: others may have
+//! elected new leaders meanwhile. It is offered on [`Membership::regained`]; the agent
+//! re-reads every partition it serves from the metastore (stepping down where it was
+//! replaced) and only then calls [`Membership::confirm_regained`].
+//!
+//! The live set is read from the metastore at every renewal and whenever an agent joins
+//! or leaves, and an agent whose lease runs out leaves it at that moment, by its lease
+//! time, without waiting for the next read.
 
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::{Mutex, RwLock};
 use std::time::Duration;
 
+use tokio::sync::watch;
 use tokio::time::Instant;
 
 use anyhow::Context;
@@ -32,6 +44,11 @@ pub struct Membership {
     /// Until when this agent may act as a leader: one renewal interval short of the
     /// lease its last successful renewal bought.
     held_until: Mutex<Instant>,
+    /// What a renewal after a lapse bought, until the agent confirms it has re-read
+    /// its partitions ([`Membership::confirm_regained`]).
+    regained: watch::Sender<Option<Instant>>,
+    /// The controller lease's holder as last seen (-1: not known yet).
+    controller: AtomicI32,
 }
 
 impl Membership {
@@ -61,9 +78,11 @@ impl Membership {
             me,
             lease,
             held_until: Mutex::new(Instant::now()),
+            regained: watch::Sender::new(None),
+            controller: AtomicI32::new(-1),
         };
         membership
-            .renew()
+            .renew(true)
             .await
             .with_context(|| format!("cannot join the cluster as node {node_id}"))?;
         Ok(membership)
@@ -73,8 +92,11 @@ impl Membership {
         self.lease / 5
     }
 
-    async fn renew(&self) -> strata_metastore::Result<()> {
+    /// Registers or renews the lease. `joining`: the first registration, before this
+    /// agent serves anything (so there is nothing to re-read).
+    async fn renew(&self, joining: bool) -> strata_metastore::Result<()> {
         let sent = Instant::now();
+        let lapsed = !joining && !self.holds_lease();
         let now = now_ms();
         let record = AgentRecord {
             lease_until_ms: now + self.lease.as_millis() as i64,
@@ -82,18 +104,54 @@ impl Membership {
         };
         self.metastore.register_agent(record, now).await?;
         let until = sent + self.lease - self.renew_every();
-        *self.held_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+        if lapsed {
+            tracing::warn!(
+                "renewed the cluster lease after it lapsed; taking no writes until every partition is re-read"
+            );
+            self.regained.send_replace(Some(until));
+        } else {
+            *self.held_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+        }
         self.refresh().await
     }
 
     /// Whether this agent's lease is safely held: a leader that cannot renew stops taking
-    /// writes before anyone else may be elected in its place.
+    /// writes before anyone else may be elected in its place, and one that renewed after
+    /// a lapse takes none until it has re-read what it leads.
     pub fn holds_lease(&self) -> bool {
         Instant::now() < *self.held_until.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Offers, after a renewal that came when the lease had lapsed, until when that
+    /// renewal holds: the agent must re-read its partitions, then
+    /// [`Membership::confirm_regained`] it.
+    pub fn regained(&self) -> watch::Receiver<Option<Instant>> {
+        self.regained.subscribe()
+    }
+
+    /// The agent has re-read every partition it serves since the renewal that bought
+    /// `until`: the lease counts again (until then, or a later renewal's end).
+    pub fn confirm_regained(&self, until: Instant) {
+        let mut held = self.held_until.lock().unwrap_or_else(|p| p.into_inner());
+        if until > *held {
+            *held = until;
+        }
+        self.regained.send_if_modified(|pending| match pending {
+            Some(p) if *p <= until => {
+                *pending = None;
+                true
+            }
+            _ => false,
+        });
+    }
+
     pub fn node_id(&self) -> i32 {
         self.me.node_id
+    }
+
+    /// This process, as its agent record names it.
+    pub fn incarnation(&self) -> &str {
+        &self.me.incarnation
     }
 
     /// Reads the live agents from the metastore (placement calls this before it picks).
@@ -130,7 +188,7 @@ impl Membership {
             };
             let outcome = if renew {
                 next_renewal = Instant::now() + self.renew_every();
-                self.renew().await
+                self.renew(false).await
             } else {
                 self.refresh().await
             };
@@ -147,39 +205,58 @@ impl Membership {
         }
     }
 
-    /// The controller (which runs elections, `controller.rs`): the live agent with the
-    /// lowest node id. Two agents that briefly both think they are it do no harm: every
-    /// election is a compare-and-set on the partition's leader epoch.
+    /// The controller, as clients are told (Metadata, DescribeCluster): the holder of
+    /// the controller lease as last seen (`controller.rs` renews or reads it every fifth
+    /// of a lease), or before that is known, the live agent with the lowest node id.
     pub fn controller_id(&self) -> i32 {
-        self.live
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .first()
-            .map_or(self.me.node_id, |a| a.node_id)
+        match self.controller.load(Ordering::Relaxed) {
+            -1 => self.live_ids().first().copied().unwrap_or(self.me.node_id),
+            id => id,
+        }
+    }
+
+    /// Notes who holds the controller lease.
+    pub fn set_controller(&self, node_id: i32) {
+        self.controller.store(node_id, Ordering::Relaxed);
+    }
+
+    /// Whether agent `a` is live now: this agent always, others until their lease ends.
+    fn is_live(&self, a: &AgentRecord, now_ms: i64) -> bool {
+        a.node_id == self.me.node_id || a.lease_until_ms > now_ms
     }
 
     /// The live agents, by node id.
     pub fn live(&self) -> Vec<AgentRecord> {
-        self.live.read().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-
-    /// The node ids of the live agents.
-    pub fn live_ids(&self) -> Vec<i32> {
+        let now = now_ms();
         self.live
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
+            .filter(|a| self.is_live(a, now))
+            .cloned()
+            .collect()
+    }
+
+    /// The node ids of the live agents.
+    pub fn live_ids(&self) -> Vec<i32> {
+        let now = now_ms();
+        self.live
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|a| self.is_live(a, now))
             .map(|a| a.node_id)
             .collect()
     }
 
     /// The Kafka address of live agent `node_id`.
     pub fn address_of(&self, node_id: i32) -> Option<String> {
+        let now = now_ms();
         self.live
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
-            .find(|a| a.node_id == node_id)
+            .find(|a| a.node_id == node_id && self.is_live(a, now))
             .map(|a| format!("{}:{}", a.host, a.port))
     }
 
@@ -196,12 +273,15 @@ impl Membership {
     }
 
     fn with_coordinator<T>(&self, group: &str, f: impl FnOnce(&AgentRecord) -> T) -> T {
-        let live = self.live.read().unwrap_or_else(|p| p.into_inner());
+        let now = now_ms();
+        let all = self.live.read().unwrap_or_else(|p| p.into_inner());
+        // This agent is always among them, so the list is never empty.
+        let live: Vec<&AgentRecord> = all.iter().filter(|a| self.is_live(a, now)).collect();
         // FNV-1a: stable across processes and versions, unlike std's hasher.
         let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-        f(&live[(hash % live.len() as u64) as usize])
+        f(live[(hash % live.len() as u64) as usize])
     }
 }
 
@@ -240,8 +320,9 @@ mod tests {
     }
 
     /// A leader that cannot renew its lease stops leading before the lease the others
-    /// go by runs out, so no two agents ever both take writes; it leads again once it
-    /// renews.
+    /// go by runs out, so no two agents ever both take writes; once it renews it leads
+    /// again only after confirming it re-read its partitions (a late renewal alone let a
+    /// resumed zombie leader acknowledge writes in its stale epoch).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_agent_that_cannot_renew_steps_down_before_its_lease_ends() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -302,15 +383,30 @@ mod tests {
             "stepped down at {stepped_down}, after the lease others see ended at {lease_until}"
         );
 
+        // Back in touch: the renewal after the lapse is offered, not taken. Others may
+        // have elected new leaders meanwhile, so writes wait until the agent has re-read
+        // its partitions and confirms (the broker does, `follow_lease_regained`).
+        let mut regained = membership.regained();
         store.down.store(false, Ordering::SeqCst);
-        let deadline = tokio::time::Instant::now() + lease * 2;
-        while !membership.holds_lease() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "never renewed again"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let until = tokio::time::timeout(lease * 2, regained.wait_for(|pending| pending.is_some()))
+            .await
+            .expect("never renewed again")
+            .expect("membership alive")
+            .expect("a pending lease");
+        assert!(
+            !membership.holds_lease(),
+            "a renewal after a lapse gave the right to write back before partitions were re-read"
+        );
+        // Later renewals do not give it back either.
+        let watched = tokio::time::Instant::now();
+        while watched.elapsed() < lease {
+            assert!(!membership.holds_lease(), "took writes again unconfirmed");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let until = (*membership.regained().borrow()).unwrap_or(until);
+        membership.confirm_regained(until);
+        assert!(membership.holds_lease(), "confirmed, yet not holding");
+        assert_eq!(*membership.regained().borrow(), None);
         shutdown.cancel();
         runner.await.expect("membership task");
     }

@@ -415,8 +415,15 @@ impl Partition {
     }
 
     /// The ISR change to send to the metastore now, with its epoch: the pending one
-    /// until the metastore has answered it, else a new one if due (then marked pending).
-    pub fn isr_tick(&self, now_ms: i64, lag_ms: i64) -> Option<(i32, IsrChange)> {
+    /// until the metastore has answered it, else a new one if due (then marked pending):
+    /// followers whose agents are not `live` leave first (when the live set is known),
+    /// then the lag rules apply.
+    pub fn isr_tick(
+        &self,
+        now_ms: i64,
+        lag_ms: i64,
+        live: Option<&[i32]>,
+    ) -> Option<(i32, IsrChange)> {
         let mut role = self.role();
         let Role::Leader(leader) = &mut *role else {
             return None;
@@ -424,7 +431,9 @@ impl Partition {
         if let Some(pending) = &leader.pending {
             return Some((leader.epoch, pending.clone()));
         }
-        let change = leader.isr_change(now_ms, lag_ms)?;
+        let change = live
+            .and_then(|live| leader.isr_departures(live))
+            .or_else(|| leader.isr_change(now_ms, lag_ms))?;
         leader.propose(change.clone());
         Some((leader.epoch, change))
     }
@@ -733,7 +742,13 @@ impl Partition {
         }
         // Fsync here rather than rely on the flusher's last pass: a fetcher stopping at
         // the same moment may have appended after it.
-        let (file, _) = self.log().flush_target();
+        let file = match self.log().flush_target() {
+            Ok((file, _)) => file,
+            Err(e) => {
+                tracing::error!(partition = %self.name(), error = %e, "last fsync failed");
+                return;
+            }
+        };
         match tokio::task::spawn_blocking(move || file.sync_data()).await {
             Ok(Ok(())) => {}
             outcome => {
@@ -776,13 +791,23 @@ impl Partition {
                 _ = self.stop.cancelled() => true,
             };
             let cuts = self.cuts.load(Ordering::Acquire);
-            let (file, target) = self.log().flush_target();
+            let (file, target) = match self.log().flush_target() {
+                Ok(t) => (Some(t.0), t.1),
+                Err(e) => {
+                    tracing::error!(partition = %self.name(), error = %e, "cannot open the active segment to fsync it; partition goes offline");
+                    (None, i64::MAX)
+                }
+            };
             if target > self.flushed.load(Ordering::Acquire) {
-                let synced = tokio::task::spawn_blocking(move || file.sync_data()).await;
-                let error = match synced {
-                    Ok(Ok(())) => None,
-                    Ok(Err(e)) => Some(e.to_string()),
-                    Err(e) => Some(e.to_string()),
+                let error = match file {
+                    None => Some("the active segment cannot be opened".to_string()),
+                    Some(file) => {
+                        match tokio::task::spawn_blocking(move || file.sync_data()).await {
+                            Ok(Ok(())) => None,
+                            Ok(Err(e)) => Some(e.to_string()),
+                            Err(e) => Some(e.to_string()),
+                        }
+                    }
                 };
                 if let Some(error) = error {
                     tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
@@ -815,6 +840,12 @@ impl Partition {
 
 const CHECKPOINT_FILE: &str = "high-watermark";
 
+/// The high watermark a replica saved in its log directory `dir`, if any: committed
+/// when it was saved (`strata tiering` reads it from outside the agent).
+pub fn saved_high_watermark(dir: &Path) -> Option<i64> {
+    read_checkpoint(dir)
+}
+
 fn read_checkpoint(dir: &Path) -> Option<i64> {
     std::fs::read_to_string(dir.join(CHECKPOINT_FILE))
         .ok()?
@@ -832,13 +863,9 @@ impl strata_tiering::LocalPartition for Partition {
         self.index
     }
 
-    /// Only segments wholly below the high watermark: a follower may still cut back
-    /// anything above it, and the archive must never hold what the log later drops.
     fn closed_segments(&self) -> Vec<strata_tiering::ClosedSegment> {
-        let committed = self.high_watermark();
         Partition::closed_segments(self)
             .into_iter()
-            .filter(|s| s.next_offset <= committed)
             .map(|s| strata_tiering::ClosedSegment {
                 base_offset: s.base_offset,
                 next_offset: s.next_offset,
@@ -849,5 +876,9 @@ impl strata_tiering::LocalPartition for Partition {
 
     fn log_end_offset(&self) -> i64 {
         Partition::log_end_offset(self)
+    }
+
+    fn high_watermark(&self) -> i64 {
+        Partition::high_watermark(self)
     }
 }

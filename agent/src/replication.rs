@@ -46,15 +46,23 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before trying again after an error or a refusal.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
 
+/// Bytes a response may hold besides the records (headers, topic and partition fields).
+const RESPONSE_OVERHEAD_BYTES: usize = 1024 * 1024;
+
 /// One connection to another agent's Kafka listener.
 struct Peer {
     stream: TcpStream,
     correlation_id: i32,
     client_id: StrBytes,
+    /// The largest response frame accepted: a peer that declares more is refused before
+    /// anything is allocated for it.
+    max_frame_bytes: usize,
 }
 
 impl Peer {
-    async fn connect(address: &str, node_id: i32) -> anyhow::Result<Peer> {
+    /// `max_record_bytes`: the most record bytes one response may carry (a fetch returns
+    /// at least one whole batch, which may exceed the fetch's byte limit).
+    async fn connect(address: &str, node_id: i32, max_record_bytes: usize) -> anyhow::Result<Peer> {
         let stream = tokio::time::timeout(RESPONSE_TIMEOUT, TcpStream::connect(address))
             .await
             .context("connect timed out")??;
@@ -63,6 +71,8 @@ impl Peer {
             stream,
             correlation_id: 0,
             client_id: StrBytes::from_string(format!("strata-replica-{node_id}")),
+            max_frame_bytes: max_record_bytes.max(FETCH_MAX_BYTES as usize)
+                + RESPONSE_OVERHEAD_BYTES,
         })
     }
 
@@ -79,14 +89,10 @@ impl Peer {
         request.encode(&mut buf, version)?;
         let size = i32::try_from(buf.len() - 4)?;
         buf[..4].copy_from_slice(&size.to_be_bytes());
+        let max = self.max_frame_bytes;
         let exchange = async {
             self.stream.write_all(&buf).await?;
-            let mut size = [0u8; 4];
-            self.stream.read_exact(&mut size).await?;
-            let size = usize::try_from(i32::from_be_bytes(size)).context("negative frame size")?;
-            let mut body = vec![0u8; size];
-            self.stream.read_exact(&mut body).await?;
-            anyhow::Ok(bytes::Bytes::from(body))
+            read_frame(&mut self.stream, max).await
         };
         let mut frame = tokio::time::timeout(RESPONSE_TIMEOUT, exchange)
             .await
@@ -108,6 +114,23 @@ impl Peer {
     }
 }
 
+/// Reads one size-prefixed response frame of at most `max` bytes.
+async fn read_frame(
+    reader: &mut (impl AsyncReadExt + Unpin),
+    max: usize,
+) -> anyhow::Result<bytes::Bytes> {
+    let mut size = [0u8; 4];
+    reader.read_exact(&mut size).await?;
+    let size = i32::from_be_bytes(size);
+    let size = usize::try_from(size)
+        .ok()
+        .filter(|s| *s <= max)
+        .with_context(|| format!("response frame of {size} bytes exceeds the limit of {max}"))?;
+    let mut body = BytesMut::zeroed(size);
+    reader.read_exact(&mut body).await?;
+    Ok(body.freeze())
+}
+
 /// Why a fetcher stopped copying for a while.
 enum Pause {
     /// Our role changed: the task ends.
@@ -117,17 +140,18 @@ enum Pause {
 }
 
 /// Copies `partition` from `leader` in `epoch` until `stop` (a new epoch, shutdown).
+/// `max_record_bytes` bounds what one response may carry (the largest batch allowed).
 pub async fn follow(
     membership: Arc<Membership>,
     partition: Arc<Partition>,
-    leader: i32,
-    epoch: i32,
+    (leader, epoch): (i32, i32),
+    max_record_bytes: usize,
     stop: CancellationToken,
 ) {
     tracing::info!(partition = %partition.name(), leader, epoch, "following");
     loop {
         let outcome = tokio::select! {
-            o = follow_once(&membership, &partition, leader, epoch) => o,
+            o = follow_once(&membership, &partition, (leader, epoch), max_record_bytes) => o,
             _ = stop.cancelled() => return,
         };
         match outcome {
@@ -146,13 +170,13 @@ pub async fn follow(
 async fn follow_once(
     membership: &Membership,
     partition: &Partition,
-    leader: i32,
-    epoch: i32,
+    (leader, epoch): (i32, i32),
+    max_record_bytes: usize,
 ) -> Pause {
     let Some(address) = membership.address_of(leader) else {
         return Pause::Retry(format!("leader {leader} is not live"));
     };
-    let mut peer = match Peer::connect(&address, membership.node_id()).await {
+    let mut peer = match Peer::connect(&address, membership.node_id(), max_record_bytes).await {
         Ok(p) => p,
         Err(e) => return Pause::Retry(format!("cannot connect to {address}: {e:#}")),
     };
@@ -309,7 +333,9 @@ async fn leader_epoch_end(
 /// leadership over. Stops on shutdown.
 pub async fn manage_isr(broker: Arc<Broker>) {
     let lag_ms = broker.settings.replica_lag_time_max_ms.max(1);
-    let every = Duration::from_millis((lag_ms as u64 / 4).clamp(50, 1000));
+    // Often enough that an agent whose lease ran out leaves every ISR within a quarter
+    // of a second of it, and a lagging follower within a quarter of the lag limit.
+    let every = Duration::from_millis((lag_ms as u64 / 4).clamp(50, 250));
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -317,13 +343,20 @@ pub async fn manage_isr(broker: Arc<Broker>) {
             _ = tick.tick() => {}
             _ = broker.shutdown.cancelled() => return,
         }
+        // Who is live is known only while this agent's own lease (and so its reads of
+        // the others') is current.
+        let live = broker
+            .membership
+            .holds_lease()
+            .then(|| broker.membership.live_ids());
         for topic in broker.topics() {
             for partition in topic.led_partitions() {
                 if partition.is_offline() {
                     broker.resign(&topic, partition).await;
                     continue;
                 }
-                if let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms) {
+                if let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms, live.as_deref())
+                {
                     change_isr(&broker, &topic.record.name, partition, epoch, change).await;
                 }
             }
@@ -370,5 +403,33 @@ async fn change_isr(
             // It may have committed: keep it pending and send it again next tick.
             tracing::warn!(partition = %partition.name(), error = %e, "cannot change the ISR in the metastore; will retry");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A peer that declares an enormous response is refused before anything is
+    /// allocated for it, however the rest of the frame goes.
+    #[tokio::test]
+    async fn an_oversized_response_frame_is_refused() {
+        for declared in [i32::MAX, 64 * 1024 * 1024, -5] {
+            let mut bytes = declared.to_be_bytes().to_vec();
+            bytes.extend_from_slice(&[0u8; 16]);
+            let err = read_frame(&mut bytes.as_slice(), 8 * 1024 * 1024)
+                .await
+                .expect_err("an oversized frame must be refused");
+            assert!(
+                err.to_string().contains("exceeds the limit"),
+                "declared {declared}: {err:#}"
+            );
+        }
+        let mut ok = 4i32.to_be_bytes().to_vec();
+        ok.extend_from_slice(b"abcd");
+        let frame = read_frame(&mut ok.as_slice(), 8)
+            .await
+            .expect("a frame within the limit");
+        assert_eq!(&frame[..], b"abcd");
     }
 }

@@ -7,10 +7,17 @@
 //! waits overlap) while the client still sees responses in the order it asked.
 //!
 //! What closes a connection (and only that connection): a frame over the size limit or
-//! under the header size, an unknown API key, an unsupported version of any API but
-//! ApiVersions (which answers per KIP-511), or a body that does not decode.
+//! under the header size, a frame that does not arrive within `request_read_timeout_ms`
+//! of its size, an unknown API key, an unsupported version of any API but ApiVersions
+//! (which answers per KIP-511), or a body that does not decode.
+//!
+//! Memory: a frame's declared size is reserved from the agent's request budget
+//! (`queued_max_request_bytes`) before its body is read, and its buffer grows with the
+//! bytes that arrive, so connections that declare large frames and send nothing cost
+//! neither memory nor address space, and wait (then time out) once the budget is taken.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use futures::StreamExt;
@@ -20,7 +27,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, mpsc};
 use tokio_util::task::TaskTracker;
 
 use crate::api::{self, Reply, versions};
@@ -29,8 +36,79 @@ use crate::broker::Broker;
 /// Requests one connection may have in flight before it stops reading.
 const MAX_IN_FLIGHT: usize = 64;
 
-/// Accepts connections until shutdown; each connection is tracked by `tracker`.
+/// The first pause after a failed accept; it doubles up to [`ACCEPT_BACKOFF_MAX`].
+const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
+const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+
+/// The request bytes all connections of an agent hold in memory at once
+/// (`queued_max_request_bytes`): a frame's declared size is reserved before its body is
+/// read, and released once the request has been handed to its handler.
+///
+/// Not first-come-first-served: a frame that does not fit waits without holding up
+/// smaller ones that do (a fair queue would let one huge declared frame stall every
+/// connection behind it); each waiter tries again whenever bytes are released.
+#[derive(Debug, Clone)]
+pub struct RequestMemory {
+    permits: Arc<Semaphore>,
+    released: Arc<Notify>,
+}
+
+/// Bytes reserved for one frame; released, and waiters woken, when dropped.
+#[derive(Debug)]
+pub struct Reserved {
+    permit: Option<OwnedSemaphorePermit>,
+    released: Arc<Notify>,
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        drop(self.permit.take());
+        self.released.notify_waiters();
+    }
+}
+
+impl RequestMemory {
+    pub fn new(bytes: usize) -> RequestMemory {
+        RequestMemory {
+            permits: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
+            released: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Bytes not reserved by any frame now.
+    pub fn available(&self) -> usize {
+        self.permits.available_permits()
+    }
+
+    async fn reserve(&self, bytes: usize) -> Option<Reserved> {
+        let n = u32::try_from(bytes).ok()?;
+        loop {
+            // Registered before trying, so a release between the try and the wait
+            // still wakes this one.
+            let released = self.released.notified();
+            tokio::pin!(released);
+            released.as_mut().enable();
+            match Arc::clone(&self.permits).try_acquire_many_owned(n) {
+                Ok(permit) => {
+                    return Some(Reserved {
+                        permit: Some(permit),
+                        released: Arc::clone(&self.released),
+                    });
+                }
+                Err(TryAcquireError::NoPermits) => released.await,
+                Err(TryAcquireError::Closed) => return None,
+            }
+        }
+    }
+}
+
+/// Accepts connections until shutdown; each connection is tracked by `tracker`. A
+/// failed accept (out of file descriptors, most often) is retried after a pause that
+/// doubles while it keeps failing, and logged once per run of failures.
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTracker) {
+    let memory = RequestMemory::new(broker.settings.queued_max_request_bytes);
+    let mut backoff = ACCEPT_BACKOFF_MIN;
+    let mut failures = 0u64;
     loop {
         let accepted = tokio::select! {
             a = listener.accept() => a,
@@ -41,10 +119,16 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTrac
         };
         match accepted {
             Ok((stream, peer)) => {
+                if failures > 0 {
+                    tracing::info!(failures, "accepting connections again");
+                    failures = 0;
+                    backoff = ACCEPT_BACKOFF_MIN;
+                }
                 let _ = stream.set_nodelay(true);
                 let broker = Arc::clone(&broker);
+                let memory = memory.clone();
                 tracker.spawn(async move {
-                    match connection(stream, broker).await {
+                    match connection(stream, broker, memory).await {
                         Ok(()) => {}
                         Err(e @ ConnectionError::Io(_)) => tracing::debug!(%peer, error = %e, "connection closed"),
                         Err(e @ ConnectionError::Encode(_)) => tracing::error!(%peer, error = %e, "connection closed"),
@@ -52,7 +136,17 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTrac
                     }
                 });
             }
-            Err(e) => tracing::warn!(error = %e, "accept failed"),
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!(error = %e, "accept failed; retrying with backoff until it works");
+                }
+                failures += 1;
+                tokio::select! {
+                    _ = tokio::time::sleep(backoff) => {}
+                    _ = broker.shutdown.cancelled() => return,
+                }
+                backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
+            }
         }
     }
 }
@@ -70,6 +164,8 @@ struct Pending {
 pub enum ConnectionError {
     #[error("frame of {0} bytes is outside the allowed size")]
     FrameSize(i64),
+    #[error("a frame of {size} bytes did not arrive within {timeout_ms} ms")]
+    FrameTimeout { size: usize, timeout_ms: u64 },
     #[error("unknown API key {0}")]
     UnknownApi(i16),
     #[error("unsupported version {version} of {api:?}")]
@@ -86,7 +182,11 @@ pub enum ConnectionError {
     Io(#[from] std::io::Error),
 }
 
-async fn connection(stream: TcpStream, broker: Arc<Broker>) -> Result<(), ConnectionError> {
+async fn connection(
+    stream: TcpStream,
+    broker: Arc<Broker>,
+    memory: RequestMemory,
+) -> Result<(), ConnectionError> {
     let peer = stream
         .peer_addr()
         .map(|a| a.ip().to_string())
@@ -94,18 +194,24 @@ async fn connection(stream: TcpStream, broker: Arc<Broker>) -> Result<(), Connec
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
     let writing = tokio::spawn(write_replies(rx, writer));
-    let max = broker.settings.max_request_bytes;
+    let limits = FrameLimits {
+        max_bytes: broker.settings.max_request_bytes,
+        timeout: Duration::from_millis(broker.settings.request_read_timeout_ms),
+    };
     let read_outcome = loop {
         let frame = tokio::select! {
-            f = read_frame(&mut reader, max) => f,
+            f = read_frame(&mut reader, limits, &memory) => f,
             _ = broker.shutdown.cancelled() => break Ok(()),
         };
-        let frame = match frame {
+        let (frame, reserved) = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let pending = match decode(&broker, &peer, frame) {
+        let pending = decode(&broker, &peer, frame);
+        // The handler has taken what it needs of the frame (produce appended it).
+        drop(reserved);
+        let pending = match pending {
             Ok(p) => p,
             Err(e) => break Err(e),
         };
@@ -119,11 +225,26 @@ async fn connection(stream: TcpStream, broker: Arc<Broker>) -> Result<(), Connec
     read_outcome.and(write_outcome)
 }
 
-/// Reads one size-prefixed frame; `None` at a clean end of stream.
-async fn read_frame(
+/// How large a request frame may be, and how long its body may take to arrive.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameLimits {
+    pub max_bytes: usize,
+    pub timeout: Duration,
+}
+
+/// Bytes read at a time: a frame's buffer grows with what has arrived, never to its
+/// declared size before the bytes are there.
+const READ_CHUNK_BYTES: usize = 64 * 1024;
+
+/// Reads one size-prefixed frame; `None` at a clean end of stream. The declared size is
+/// reserved in `memory` first (waiting while other connections hold the budget), and
+/// the frame must then arrive within `limits.timeout`; the reservation comes back with
+/// the frame, to be dropped once the request is handled.
+pub async fn read_frame(
     reader: &mut (impl AsyncReadExt + Unpin),
-    max: usize,
-) -> Result<Option<Bytes>, ConnectionError> {
+    limits: FrameLimits,
+    memory: &RequestMemory,
+) -> Result<Option<(Bytes, Reserved)>, ConnectionError> {
     let mut size = [0u8; 4];
     match reader.read_exact(&mut size).await {
         Ok(_) => {}
@@ -132,12 +253,37 @@ async fn read_frame(
     }
     let size = i32::from_be_bytes(size);
     // api key, api version and correlation id at the least.
-    if size < 8 || size as usize > max {
+    if size < 8 || size as usize > limits.max_bytes {
         return Err(ConnectionError::FrameSize(i64::from(size)));
     }
-    let mut buf = BytesMut::zeroed(size as usize);
-    reader.read_exact(&mut buf).await?;
-    Ok(Some(buf.freeze()))
+    let size = size as usize;
+    let timed_out = || ConnectionError::FrameTimeout {
+        size,
+        timeout_ms: limits.timeout.as_millis() as u64,
+    };
+    let deadline = tokio::time::Instant::now() + limits.timeout;
+    let reserved = tokio::time::timeout_at(deadline, memory.reserve(size))
+        .await
+        .map_err(|_| timed_out())?
+        .ok_or(ConnectionError::FrameSize(size as i64))?;
+    let mut buf = BytesMut::with_capacity(size.min(READ_CHUNK_BYTES));
+    let body = async {
+        while buf.len() < size {
+            let want = (size - buf.len()).min(READ_CHUNK_BYTES);
+            buf.reserve(want);
+            let n = (&mut *reader).take(want as u64).read_buf(&mut buf).await?;
+            if n == 0 {
+                return Err(ConnectionError::Io(
+                    std::io::ErrorKind::UnexpectedEof.into(),
+                ));
+            }
+        }
+        Ok(())
+    };
+    tokio::time::timeout_at(deadline, body)
+        .await
+        .map_err(|_| timed_out())??;
+    Ok(Some((buf.freeze(), reserved)))
 }
 
 /// A request frame, decoded.
@@ -354,6 +500,93 @@ mod tests {
             f.truncate(keep);
             let _ = parse_request(Bytes::from(f));
         }
+    }
+
+    fn limits(timeout_ms: u64) -> FrameLimits {
+        FrameLimits {
+            max_bytes: 1 << 20,
+            timeout: Duration::from_millis(timeout_ms),
+        }
+    }
+
+    /// A frame whose size arrives but whose body stalls is dropped once the read
+    /// timeout passes, and gives its reservation back.
+    #[tokio::test]
+    async fn a_stalled_frame_is_dropped_in_time() {
+        let memory = RequestMemory::new(10_000);
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        client
+            .write_all(&1000i32.to_be_bytes())
+            .await
+            .expect("size");
+        client
+            .write_all(&[0u8; 10])
+            .await
+            .expect("part of the body");
+        let started = tokio::time::Instant::now();
+        let outcome = read_frame(&mut server, limits(200), &memory).await;
+        assert!(
+            matches!(
+                outcome,
+                Err(ConnectionError::FrameTimeout { size: 1000, .. })
+            ),
+            "{outcome:?}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(memory.available(), 10_000);
+    }
+
+    /// Frames reserve their declared size from the agent's budget before their body is
+    /// read: while one holds it, another that does not fit waits (and times out), and
+    /// goes through once the first is handled.
+    #[tokio::test]
+    async fn frames_wait_for_the_request_budget() {
+        let memory = RequestMemory::new(1000);
+        let frame = |n: usize| {
+            let mut f = (n as i32).to_be_bytes().to_vec();
+            f.extend(std::iter::repeat_n(7u8, n));
+            f
+        };
+        let (mut c1, mut s1) = tokio::io::duplex(1 << 16);
+        c1.write_all(&frame(800)).await.expect("write");
+        let (body, held) = read_frame(&mut s1, limits(200), &memory)
+            .await
+            .expect("read")
+            .expect("a frame");
+        assert_eq!(body.len(), 800);
+        assert_eq!(memory.available(), 200);
+
+        let (mut c2, mut s2) = tokio::io::duplex(1 << 16);
+        c2.write_all(&frame(500)).await.expect("write");
+        let waited = read_frame(&mut s2, limits(200), &memory).await;
+        assert!(
+            matches!(waited, Err(ConnectionError::FrameTimeout { size: 500, .. })),
+            "{waited:?}"
+        );
+        // One waiting for room does not hold up a smaller one that fits.
+        let (mut c3, mut s3) = tokio::io::duplex(1 << 16);
+        c3.write_all(&frame(500)).await.expect("write");
+        let waiting = tokio::spawn({
+            let memory = memory.clone();
+            async move {
+                read_frame(&mut s3, limits(5_000), &memory)
+                    .await
+                    .map(|f| f.map(|(body, _)| body.len()))
+            }
+        });
+        let (mut c4, mut s4) = tokio::io::duplex(1 << 16);
+        c4.write_all(&frame(100)).await.expect("write");
+        let (small, small_held) = read_frame(&mut s4, limits(200), &memory)
+            .await
+            .expect("a small frame goes past a waiting large one")
+            .expect("a frame");
+        assert_eq!(small.len(), 100);
+        drop(small_held);
+        assert!(!waiting.is_finished());
+        drop(held);
+        let got = waiting.await.expect("task").expect("read");
+        assert_eq!(got, Some(500));
+        assert_eq!(memory.available(), 1000);
     }
 
     /// A tiny frame declaring an enormous array is refused before anything is

@@ -4,7 +4,10 @@
 //! It reads the agent's data directory without taking its lock: sealed segments are
 //! immutable, and the agent deletes a segment only after the manifest covers it, which
 //! is exactly when this process stops looking at it. A partition directory counts only
-//! while its `topic.id` matches the topic in the metastore.
+//! while its `topic.id` matches the topic in the metastore. Only what lies below the
+//! high watermark the agent saved in the directory is archived, by the worker's one
+//! rule ([`LocalPartition::high_watermark`]): a follower's suffix above it may still be
+//! cut back.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -63,6 +66,12 @@ impl LocalPartition for DirPartition {
     /// A lower bound: the start of the active segment.
     fn log_end_offset(&self) -> i64 {
         self.bases().last().copied().unwrap_or(0)
+    }
+
+    /// The watermark the agent last saved (it saves it every few seconds and at
+    /// shutdown); none saved yet: nothing is known to be committed.
+    fn high_watermark(&self) -> i64 {
+        crate::partition::saved_high_watermark(&self.dir).unwrap_or(-1)
     }
 }
 
@@ -147,5 +156,107 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         {
             tracing::debug!(topic = %s.topic, partition = s.partition, archived_upto = s.archived_upto, lag_records = s.lag_records, "tiering progress");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use strata_log::{LogConfig, PartitionLog};
+    use strata_metastore::NewTopic;
+
+    use super::*;
+
+    fn batch(n: usize) -> Vec<u8> {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: -1,
+                timestamp: 1_700_000_000_000,
+                key: None,
+                value: Some(bytes::Bytes::from(vec![b'x'; 100])),
+                headers: Vec::new(),
+            })
+            .collect();
+        let mut buf = bytes::BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .expect("encode");
+        buf.to_vec()
+    }
+
+    /// A follower's log holds sealed segments above its high watermark (a suffix that
+    /// may yet be cut back): `strata tiering` archives only what lies below the
+    /// watermark the agent saved, never the suffix.
+    #[tokio::test]
+    async fn archives_only_below_the_saved_high_watermark() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let settings = Settings {
+            data_dir: dir.path().to_path_buf(),
+            ..Settings::default()
+        };
+        let metastore = crate::metastore::open(&settings).expect("metastore");
+        metastore.cluster().await.expect("cluster");
+        let topic = metastore
+            .create_topic(NewTopic {
+                name: "t".to_string(),
+                replication_factor: 1,
+                configs: BTreeMap::new(),
+                assignments: vec![vec![1]],
+            })
+            .await
+            .expect("create topic");
+        let logs = dir.path().join("logs");
+        let pdir = logs.join("t-0");
+        std::fs::create_dir_all(&pdir).expect("mkdir");
+        let hex: String = topic.id.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(pdir.join("topic.id"), hex).expect("topic id");
+        let config = LogConfig {
+            segment_bytes: 2048,
+            ..LogConfig::default()
+        };
+        let (mut log, _) = PartitionLog::open(&pdir, config, 0).expect("open log");
+        for _ in 0..12 {
+            log.append(&batch(5), 0).expect("append");
+        }
+        let sealed = log.closed_segments();
+        assert!(sealed.len() >= 3, "{sealed:?}");
+        // Committed up to the middle of the second sealed segment.
+        let hw = sealed[1].base_offset + 1;
+        std::fs::write(pdir.join("high-watermark"), format!("{hw}\n")).expect("checkpoint");
+        drop(log);
+
+        let archive =
+            Archive::from_url(&format!("file://{}", dir.path().join("archive").display()))
+                .expect("archive");
+        let reader = Arc::new(ArchiveReader::new(archive, metastore.clone(), 1 << 20));
+        let worker = TieringWorker::new(Arc::clone(&reader), metastore.clone());
+        let found = partitions(&metastore, &logs).await.expect("partitions");
+        assert_eq!(found.len(), 1);
+        worker
+            .tier_partition(found[0].as_ref())
+            .await
+            .expect("tier");
+        let manifest = reader.manifest("t", 0, true).await.expect("manifest");
+        assert_eq!(manifest.len(), 1, "{manifest:?}");
+        assert_eq!(manifest[0].last_offset, sealed[0].next_offset - 1);
+        assert!(manifest.iter().all(|e| e.last_offset < hw));
     }
 }

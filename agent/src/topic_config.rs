@@ -407,6 +407,9 @@ impl TopicConfig {
             } else {
                 TimestampType::CreateTime
             },
+            keys_required: self
+                .get("cleanup.policy")
+                .is_some_and(|p| p.split(',').any(|x| x.trim() == "compact")),
         }
     }
 }

@@ -13,6 +13,10 @@ pub enum Error {
     /// A produced batch is well formed but breaks a rule (Kafka: INVALID_RECORD).
     #[error("invalid record batch: {reason}")]
     InvalidRecord { reason: String },
+    /// A compacted topic was sent records without a key (Kafka: INVALID_RECORD, with
+    /// an error per record); `records` are their indexes in the batch.
+    #[error("compacted topic cannot accept records without a key (records {records:?})")]
+    RecordsWithoutKey { records: Vec<i32> },
     /// A produced batch is larger than the topic's `max.message.bytes` (MESSAGE_TOO_LARGE).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     BatchTooLarge { size: usize, max: usize },

@@ -33,6 +33,8 @@ pub struct LogConfig {
     pub max_message_bytes: usize,
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
+    /// Every record needs a key (`cleanup.policy` includes `compact`).
+    pub keys_required: bool,
 }
 
 impl Default for LogConfig {
@@ -43,6 +45,7 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             max_message_bytes: 1_048_588,
             timestamp_type: TimestampType::CreateTime,
+            keys_required: false,
         }
     }
 }
@@ -183,6 +186,13 @@ impl PartitionLog {
             .expect("a log always has an active segment")
     }
 
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
     pub fn log_start_offset(&self) -> i64 {
         self.segments
             .values()
@@ -208,7 +218,11 @@ impl PartitionLog {
         let mut iter = BatchIter::new(records);
         let mut batches = Vec::new();
         for (_, bytes) in iter.by_ref() {
-            batch::validate_produced(bytes, self.config.max_message_bytes)?;
+            batch::validate_produced_for(
+                bytes,
+                self.config.max_message_bytes,
+                self.config.keys_required,
+            )?;
             batches.push(bytes);
         }
         if iter.remainder() > 0 || batches.is_empty() {
@@ -441,9 +455,10 @@ impl PartitionLog {
     /// Seals the active segment and starts a new one when the incoming batch would
     /// overfill it, or it is older than `segment.ms`. An empty segment is never rolled.
     fn maybe_roll(&mut self, incoming_bytes: u64, now_ms: i64) -> Result<()> {
-        let active = self.active();
-        let full = active.size_bytes() + incoming_bytes > self.config.segment_bytes;
-        let old = now_ms - active.created_ms() >= self.config.segment_ms;
+        let (segment_bytes, segment_ms) = (self.config.segment_bytes, self.config.segment_ms);
+        let active = self.active_mut();
+        let full = active.size_bytes() + incoming_bytes > segment_bytes;
+        let old = now_ms - active.created_ms() >= segment_ms;
         let offsets_exhausted = active.next_offset() - active.base_offset() > i64::from(i32::MAX);
         if active.is_empty() || !(full || old || offsets_exhausted) {
             return Ok(());
@@ -465,8 +480,13 @@ impl PartitionLog {
     }
 
     /// The active file and the offset an fsync of it now makes durable.
-    pub fn flush_target(&self) -> (Arc<File>, i64) {
-        (self.active().file(), self.log_end_offset())
+    pub fn flush_target(&self) -> Result<(Arc<File>, i64)> {
+        Ok((self.active().file()?, self.log_end_offset()))
+    }
+
+    /// How many segment files the log holds open: one, its active segment's.
+    pub fn open_files(&self) -> usize {
+        self.segments.values().filter(|s| s.holds_file()).count()
     }
 
     /// Reads whole batches starting with the one that holds `offset`, up to `max_bytes`
@@ -564,7 +584,7 @@ impl PartitionLog {
     pub fn flush(&self) -> Result<()> {
         let active = self.active();
         active
-            .file()
+            .file()?
             .sync_data()
             .context("fsync segment", active.path())
     }
@@ -588,6 +608,34 @@ mod tests {
             index_interval_bytes: 256,
             ..LogConfig::default()
         }
+    }
+
+    /// Sealed segments close their files (an agent's open files grow with partitions,
+    /// not segments) and are still read, after a roll and after a restart.
+    #[test]
+    fn only_the_active_segment_holds_a_file() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        for i in 0..40 {
+            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
+                .expect("append");
+        }
+        assert!(
+            log.closed_segments().len() >= 3,
+            "{:?}",
+            log.closed_segments()
+        );
+        assert_eq!(log.open_files(), 1);
+        let first = log.read(0, 1 << 20).expect("read the first sealed segment");
+        assert!(!first.is_empty());
+        assert_eq!(
+            log.offset_for_timestamp(1000).expect("by time"),
+            Some((0, 1000))
+        );
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.path(), small(), 0).expect("reopen");
+        assert_eq!(log.open_files(), 1);
+        assert_eq!(log.read(0, 1 << 20).expect("read after restart"), first);
     }
 
     #[test]

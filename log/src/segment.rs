@@ -3,6 +3,10 @@
 //! Appends go to the end of the file at a known position; a failed write is cut back off,
 //! so the file never holds a partial batch that the segment counts. Reads use positional
 //! reads and never see past the size the segment had when the read started.
+//!
+//! Only the active segment keeps its file open. A sealed segment closes it and opens it
+//! again for each read, so an agent's open files grow with its partitions, not with
+//! their segments (see `docs/log-format.md`, "Open files").
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -46,7 +50,8 @@ pub struct ScanOutcome {
 pub struct Segment {
     base_offset: i64,
     path: PathBuf,
-    file: Arc<File>,
+    /// Open while the segment is active; `None` once sealed (reads open it anew).
+    file: Option<Arc<File>>,
     size: u64,
     next_offset: i64,
     max_timestamp: i64,
@@ -91,7 +96,7 @@ impl Segment {
         Segment {
             base_offset,
             path,
-            file: Arc::new(file),
+            file: Some(Arc::new(file)),
             size: 0,
             next_offset: base_offset,
             max_timestamp: i64::MIN,
@@ -138,6 +143,7 @@ impl Segment {
             segment.size = file_size;
             segment.next_offset = base_offset + i64::from(trailer.next_relative_offset);
             segment.max_timestamp = trailer.max_timestamp;
+            segment.file = None;
             return Ok((
                 segment,
                 ScanOutcome {
@@ -160,17 +166,34 @@ impl Segment {
                     ),
                 });
             }
-            segment
-                .file
-                .set_len(outcome.valid_bytes)
+            let file = segment.handle()?;
+            file.set_len(outcome.valid_bytes)
                 .context("truncate torn tail of", path)?;
-            segment.file.sync_all().context("fsync truncated", path)?;
+            file.sync_all().context("fsync truncated", path)?;
+        }
+        if !scan_all {
+            segment.file = None;
         }
         Ok((segment, outcome))
     }
 
+    /// The segment's file: the one held open while active, or for a sealed segment a
+    /// handle opened now (closed again when the caller drops it).
+    fn handle(&self) -> Result<Arc<File>> {
+        match &self.file {
+            Some(f) => Ok(Arc::clone(f)),
+            None => OpenOptions::new()
+                .read(true)
+                .write(true)
+                .open(&self.path)
+                .map(Arc::new)
+                .context("open segment", &self.path),
+        }
+    }
+
     /// Rebuilds the in-memory state by reading every batch header from the start.
     fn scan(&mut self, file_size: u64) -> Result<ScanOutcome> {
+        let file = self.handle()?;
         let mut position = 0u64;
         let mut header_buf = [0u8; HEADER_BYTES];
         let mut batch_buf = Vec::new();
@@ -180,8 +203,7 @@ impl Segment {
                 reason = Some("short batch header");
                 break;
             }
-            self.file
-                .read_exact_at(&mut header_buf, position)
+            file.read_exact_at(&mut header_buf, position)
                 .context("read segment", &self.path)?;
             let Some(header) = BatchHeader::parse(&header_buf) else {
                 reason = Some("short batch header");
@@ -197,8 +219,7 @@ impl Segment {
                 break;
             }
             batch_buf.resize(total as usize, 0);
-            self.file
-                .read_exact_at(&mut batch_buf, position)
+            file.read_exact_at(&mut batch_buf, position)
                 .context("read segment", &self.path)?;
             if header.verify(&batch_buf).is_err() {
                 reason = Some("bad CRC or magic");
@@ -236,8 +257,9 @@ impl Segment {
             BatchHeader::parse(batch).ok_or_else(|| Error::corrupt("short batch".to_string()))?;
         debug_assert_eq!(header.base_offset, self.next_offset);
         let position = self.size;
-        if let Err(source) = self.file.write_all_at(batch, position) {
-            let _ = self.file.set_len(position);
+        let file = self.handle()?;
+        if let Err(source) = file.write_all_at(batch, position) {
+            let _ = file.set_len(position);
             return Err(Error::Io {
                 context: "append to segment",
                 path: self.path.clone(),
@@ -248,9 +270,12 @@ impl Segment {
         Ok(())
     }
 
-    /// Closes the segment for appends: fsyncs it and writes its index files.
-    pub fn seal(&self) -> Result<()> {
-        self.file.sync_data().context("fsync segment", &self.path)?;
+    /// Closes the segment for appends: fsyncs it, writes its index files, and closes
+    /// its file (reads open it again).
+    pub fn seal(&mut self) -> Result<()> {
+        self.handle()?
+            .sync_data()
+            .context("fsync segment", &self.path)?;
         index::write(
             &self.index_path("index"),
             &self.index_path("timeindex"),
@@ -259,7 +284,14 @@ impl Segment {
                 max_timestamp: self.max_timestamp,
                 next_relative_offset: (self.next_offset - self.base_offset) as u32,
             },
-        )
+        )?;
+        self.file = None;
+        Ok(())
+    }
+
+    /// Whether the segment holds its file open (only the active one does).
+    pub fn holds_file(&self) -> bool {
+        self.file.is_some()
     }
 
     /// Cuts the file back to `position` (a batch boundary) and returns the segment
@@ -273,12 +305,12 @@ impl Segment {
         for p in [self.index_path("index"), self.index_path("timeindex")] {
             remove_if_present(p, "delete index of truncated segment")?;
         }
-        self.file
-            .set_len(position)
+        let file = self.handle()?;
+        file.set_len(position)
             .context("truncate segment", &self.path)?;
-        self.file
-            .sync_all()
+        file.sync_all()
             .context("fsync truncated segment", &self.path)?;
+        drop(file);
         let (segment, _) = Segment::open(
             &self.path,
             self.base_offset,
@@ -327,8 +359,8 @@ impl Segment {
         &self.path
     }
     /// A handle for fsync outside the log's lock.
-    pub fn file(&self) -> Arc<File> {
-        Arc::clone(&self.file)
+    pub fn file(&self) -> Result<Arc<File>> {
+        self.handle()
     }
 
     /// Walks batch headers from the index entry at or before `start` and returns the
@@ -340,9 +372,9 @@ impl Segment {
     ) -> Result<Option<(u64, BatchHeader)>> {
         let mut position = start.map_or(0, |e| u64::from(e.position));
         let mut header_buf = [0u8; HEADER_BYTES];
+        let file = self.handle()?;
         while position + HEADER_BYTES as u64 <= self.size {
-            self.file
-                .read_exact_at(&mut header_buf, position)
+            file.read_exact_at(&mut header_buf, position)
                 .context("read segment", &self.path)?;
             let header = BatchHeader::parse(&header_buf).ok_or_else(|| Error::CorruptSegment {
                 path: self.path.clone(),
@@ -397,8 +429,8 @@ impl Segment {
         }
         let available = (self.size - position) as usize;
         let mut header_buf = [0u8; HEADER_BYTES];
-        self.file
-            .read_exact_at(&mut header_buf, position)
+        let file = self.handle()?;
+        file.read_exact_at(&mut header_buf, position)
             .context("read segment", &self.path)?;
         let first = BatchHeader::parse(&header_buf)
             .map(|h| h.total_bytes())
@@ -408,8 +440,7 @@ impl Segment {
             })?;
         let want = available.min(max_bytes.max(first));
         let mut buf = vec![0u8; want];
-        self.file
-            .read_exact_at(&mut buf, position)
+        file.read_exact_at(&mut buf, position)
             .context("read segment", &self.path)?;
         let mut iter = crate::batch::BatchIter::new(&buf);
         let _ = iter.by_ref().count();
@@ -421,7 +452,7 @@ impl Segment {
     /// Reads the single batch at `position`.
     fn read_batch(&self, position: u64, header: &BatchHeader) -> Result<Vec<u8>> {
         let mut buf = vec![0u8; header.total_bytes()];
-        self.file
+        self.handle()?
             .read_exact_at(&mut buf, position)
             .context("read segment", &self.path)?;
         Ok(buf)

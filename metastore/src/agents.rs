@@ -14,7 +14,7 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kv::{Watch, prefix_end, transact};
+use crate::kv::{KvTransaction, Watch, prefix_end, transact};
 use crate::topics::{Metastore, decode, encode};
 
 /// A running agent, as the others see it.
@@ -110,23 +110,31 @@ impl Metastore {
 
     /// Every agent whose lease is live at `now_ms`, by node id.
     pub async fn live_agents(&self, now_ms: i64) -> Result<Vec<AgentRecord>> {
-        let begin = self.key().str("agent").into_bytes();
-        let end = prefix_end(&begin);
+        let this = self.clone();
         transact(self.kv().as_ref(), move |txn| {
-            let (begin, end) = (begin.clone(), end.clone());
-            async move {
-                let mut out = Vec::new();
-                for (k, v) in txn.get_range(&begin, &end, 0, false).await? {
-                    let record: AgentRecord = decode(&k, &v)?;
-                    if record.lease_until_ms > now_ms {
-                        out.push(record);
-                    }
-                }
-                Ok(out)
-            }
-            .boxed()
+            let this = this.clone();
+            async move { this.live_agents_in(txn, now_ms).await }.boxed()
         })
         .await
+    }
+
+    /// [`Metastore::live_agents`] inside a transaction of the caller's (so that a
+    /// decision made on it commits only if no lease changed meanwhile).
+    pub(crate) async fn live_agents_in(
+        &self,
+        txn: &mut dyn KvTransaction,
+        now_ms: i64,
+    ) -> Result<Vec<AgentRecord>> {
+        let begin = self.key().str("agent").into_bytes();
+        let end = prefix_end(&begin);
+        let mut out = Vec::new();
+        for (k, v) in txn.get_range(&begin, &end, 0, false).await? {
+            let record: AgentRecord = decode(&k, &v)?;
+            if record.lease_until_ms > now_ms {
+                out.push(record);
+            }
+        }
+        Ok(out)
     }
 }
 

@@ -31,6 +31,10 @@ pub enum Error {
     },
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// A controller's decision was refused: the caller does not hold the controller
+    /// lease (another agent does, or nobody) at the time of the transaction.
+    #[error("agent {node_id} does not hold the controller lease (held by {holder:?})")]
+    NotController { node_id: i32, holder: Option<i32> },
     /// A value in the store does not decode: a bug or a newer writer.
     #[error("corrupt metastore value at {key}: {reason}")]
     Corrupt { key: String, reason: String },

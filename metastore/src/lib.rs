@@ -2,10 +2,12 @@
 //!
 //! [`kv`] is the small contract every backend implements (FoundationDB's model);
 //! [`topics`] is the typed layer written once on top of it; [`sqlite`] is the embedded
-//! backend.
+//! backend; [`agents`] and [`controller`] hold the leases that say who is in the
+//! cluster and who runs elections.
 
 pub mod agents;
 pub mod conformance;
+pub mod controller;
 pub mod error;
 pub mod fault;
 #[cfg(feature = "fdb")]
@@ -18,6 +20,7 @@ pub mod sqlite;
 pub mod topics;
 
 pub use agents::AgentRecord;
+pub use controller::ControllerLease;
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
 pub use kv::{KvStore, KvTransaction, transact};

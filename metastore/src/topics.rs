@@ -330,34 +330,42 @@ impl Metastore {
             let this = this.clone();
             let topic = topic.clone();
             let change = Arc::clone(&change);
-            async move {
-                let key = this
-                    .key()
-                    .str("partition")
-                    .str(&topic)
-                    .u32(index)
-                    .into_bytes();
-                let Some(v) = txn.get(&key).await? else {
-                    return Ok(None);
-                };
-                let current: PartitionRecord = decode(&key, &v)?;
-                match change(&current) {
-                    Some(next) if next != current => {
-                        if next.index != index {
-                            return Err(Error::Invalid(format!(
-                                "partition {index} cannot become partition {}",
-                                next.index
-                            )));
-                        }
-                        this.write_partition(txn, &topic, &next);
-                        Ok(Some(next))
-                    }
-                    _ => Ok(Some(current)),
-                }
-            }
-            .boxed()
+            async move { this.change_partition_in(txn, &topic, index, &*change).await }.boxed()
         })
         .await
+    }
+
+    /// The body of [`Metastore::update_partition`], inside a transaction of the caller's.
+    pub(crate) async fn change_partition_in(
+        &self,
+        txn: &mut dyn KvTransaction,
+        topic: &str,
+        index: u32,
+        change: &(dyn Fn(&PartitionRecord) -> Option<PartitionRecord> + Send + Sync),
+    ) -> Result<Option<PartitionRecord>> {
+        let key = self
+            .key()
+            .str("partition")
+            .str(topic)
+            .u32(index)
+            .into_bytes();
+        let Some(v) = txn.get(&key).await? else {
+            return Ok(None);
+        };
+        let current: PartitionRecord = decode(&key, &v)?;
+        match change(&current) {
+            Some(next) if next != current => {
+                if next.index != index {
+                    return Err(Error::Invalid(format!(
+                        "partition {index} cannot become partition {}",
+                        next.index
+                    )));
+                }
+                self.write_partition(txn, topic, &next);
+                Ok(Some(next))
+            }
+            _ => Ok(Some(current)),
+        }
     }
 
     /// Replaces the topic's explicit configs.

@@ -221,6 +221,25 @@ impl LeaderState {
         })
     }
 
+    /// The ISR change due because agents left the cluster (their lease ran out, or they
+    /// left cleanly), if none is pending: in-sync followers not among `live` leave at
+    /// once, as Kafka's controller drops a fenced broker from every ISR, instead of
+    /// after `replica.lag.time.max.ms`. This does not wait for the lag clock, so a
+    /// leader move (which starts the clock anew) never keeps a dead follower in sync.
+    pub fn isr_departures(&self, live: &[i32]) -> Option<IsrChange> {
+        if self.pending.is_some() {
+            return None;
+        }
+        let gone = |r: &i32| *r != self.node_id && !live.contains(r);
+        if !self.isr.iter().any(gone) {
+            return None;
+        }
+        Some(IsrChange {
+            isr: self.isr.iter().copied().filter(|r| !gone(r)).collect(),
+            reason: "agents left the cluster (their lease ran out)",
+        })
+    }
+
     /// Marks `change` as sent to the metastore (an addition counts for the watermark
     /// from now on).
     pub fn propose(&mut self, change: IsrChange) {
@@ -472,6 +491,32 @@ mod tests {
             adding: Vec::new(),
             removing: Vec::new(),
         }
+    }
+
+    /// A follower whose agent left the cluster leaves the ISR at once, whatever its
+    /// lag clock says; live followers stay; nothing while a change is pending.
+    #[test]
+    fn departed_agents_leave_the_isr_at_once() {
+        let record = PartitionRecord {
+            index: 0,
+            replicas: vec![1, 2, 3],
+            leader: 1,
+            leader_epoch: 4,
+            isr: vec![1, 2, 3],
+            adding: Vec::new(),
+            removing: Vec::new(),
+        };
+        let mut l = LeaderState::new(1, &record, 100, 100, 0);
+        assert_eq!(l.isr_departures(&[1, 2, 3]), None);
+        // Just elected (lag clock at zero), and 3's lease ran out.
+        assert_eq!(l.isr_change(10, 30_000), None);
+        let change = l.isr_departures(&[1, 2]).expect("3 departed");
+        assert_eq!(change.isr, vec![1, 2]);
+        l.propose(change);
+        assert_eq!(l.isr_departures(&[1]), None, "one change at a time");
+        l.on_isr_result(Some(vec![1, 2]));
+        // Even with no agent seen live, the leader stays in its own ISR.
+        assert_eq!(l.isr_departures(&[]).expect("2 departed").isr, vec![1]);
     }
 
     #[test]

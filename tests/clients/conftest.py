@@ -76,6 +76,8 @@ class Broker:
         # Set in the agent's environment on every (re)start, after the STRATA_* filter
         # (so STRATA_FAILPOINT_* and the like can be passed on purpose).
         self.extra_env: dict[str, str] = dict(extra_env or {})
+        # RLIMIT_NOFILE (soft and hard) to start the agent with; None: inherit.
+        self.nofile: int | None = None
         self.root = root
         self.data_dir = root / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -131,9 +133,16 @@ class Broker:
                    if not k.startswith("STRATA_") or k == "STRATA_LOG"}
             env.setdefault("RUST_BACKTRACE", "1")
             env.update(self.extra_env)
+            nofile = self.nofile
+
+            def limits() -> None:
+                if nofile is not None:
+                    import resource
+                    resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
             self.proc = subprocess.Popen(
                 cmd, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
-                start_new_session=True,
+                start_new_session=True, preexec_fn=limits if nofile is not None else None,
             )
         _LIVE.add(self)
         self._wait_ready(timeout)

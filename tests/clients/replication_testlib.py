@@ -498,21 +498,22 @@ def produce_values(bootstrap: str, topic: str, partition: int, values: list[byte
 
 # --------------------------------------------------------------------------- raw produce
 class ProduceProbe:
-    """One connection to one agent over which a single acks=all Produce (v3, no
-    producer id) can be sent while the agent is stopped, and answered after it resumes."""
+    """One connection to one agent over which a Produce (v3, no producer id; acks=all
+    unless told) can be sent while the agent is stopped, and answered after it resumes."""
 
     def __init__(self, bootstrap: str):
         self.wire = Wire.connect(bootstrap)  # ApiVersions answered: the agent is up now
         self.version = self.wire.pick(API_PRODUCE, [3])
         self.corr = None
 
-    def send(self, topic: str, partition: int, value: bytes, timeout_ms: int = 3000) -> None:
+    def send(self, topic: str, partition: int, value: bytes, timeout_ms: int = 3000,
+             acks: int = -1) -> None:
         b = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False,
                                       producer_id=-1, producer_epoch=-1, base_sequence=-1,
                                       batch_size=1 << 20)
         b.append(0, timestamp=int(time.time() * 1000), key=None, value=value, headers=[])
         batch = bytes(b.build())
-        body = (struct.pack(">h", -1) + struct.pack(">hi", -1, timeout_ms)
+        body = (struct.pack(">h", -1) + struct.pack(">hi", acks, timeout_ms)
                 + struct.pack(">i", 1) + _str(topic)
                 + struct.pack(">i", 1) + struct.pack(">i", partition)
                 + struct.pack(">i", len(batch)) + batch)

@@ -4,7 +4,7 @@ codec, replay from a middle offset, ListOffsets (timestamps, watermarks), admin 
 from __future__ import annotations
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AlterConfigOpType,
     ConfigEntry,
@@ -18,6 +18,7 @@ from strata_testlib import (
     BASE_TS,
     CODECS,
     NODE_ID,
+    RDKAFKA_LOG,
     Out,
     admin,
     assert_dense_per_partition,
@@ -261,3 +262,22 @@ def test_describe_cluster_and_metadata(broker):
     assert {b.id: (b.host, b.port) for b in md.brokers.values()} == {NODE_ID: ("127.0.0.1", broker.kafka_port)}
     assert md.cluster_id == desc.cluster_id
     assert md.controller_id == NODE_ID
+
+
+def test_compacted_topic_refuses_keyless_records(broker):
+    """librdkafka's test 0011 expectation: on a compacted topic a record without a key
+    fails with INVALID_RECORD (and is not stored); keyed records go in."""
+    topic = unique_topic("ck-compact")
+    create_topic(broker.bootstrap, topic, 1, config={"cleanup.policy": "compact"})
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 0,
+                  "logger": RDKAFKA_LOG})
+    reports = []
+    p.produce(topic, value=b"no key", partition=0,
+              on_delivery=lambda err, msg: reports.append(("keyless", err, msg.offset())))
+    p.flush(20)
+    p.produce(topic, key=b"k", value=b"keyed", partition=0,
+              on_delivery=lambda err, msg: reports.append(("keyed", err, msg.offset())))
+    assert p.flush(20) == 0
+    (_, err, _), (_, ok, offset) = reports
+    assert err is not None and err.code() == KafkaError.INVALID_RECORD, err
+    assert ok is None and offset == 0, (ok, offset)

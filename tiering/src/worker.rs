@@ -38,6 +38,10 @@ pub trait LocalPartition: Send + Sync {
     /// Sealed segments, in offset order.
     fn closed_segments(&self) -> Vec<ClosedSegment>;
     fn log_end_offset(&self) -> i64;
+    /// A lower bound of the high watermark: everything below it is committed. Only
+    /// segments wholly below it are archived (a follower may still cut back anything
+    /// above, and the archive must never hold what the log later drops).
+    fn high_watermark(&self) -> i64;
 }
 
 /// Tiering progress of one partition.
@@ -143,7 +147,11 @@ impl TieringWorker {
         let mut archived_upto = manifest.last().map_or(-1, |e| e.last_offset);
         let mut objects = manifest.len();
         let mut outcome = Ok(());
+        let committed = p.high_watermark();
         for seg in p.closed_segments() {
+            if seg.next_offset > committed {
+                break;
+            }
             if seg.next_offset - 1 <= archived_upto || seg.next_offset == seg.base_offset {
                 continue;
             }

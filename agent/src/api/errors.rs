@@ -9,6 +9,9 @@ use crate::partition::PartitionError;
 pub struct ApiError {
     pub code: ResponseError,
     pub message: String,
+    /// Produce only: the records refused, by index in their batch, with why (Kafka's
+    /// `record_errors`, Produce v8+).
+    pub record_errors: Vec<(i32, String)>,
 }
 
 impl ApiError {
@@ -16,6 +19,7 @@ impl ApiError {
         ApiError {
             code,
             message: message.into(),
+            record_errors: Vec::new(),
         }
     }
 
@@ -27,7 +31,20 @@ impl ApiError {
 impl From<&PartitionError> for ApiError {
     fn from(e: &PartitionError) -> Self {
         use strata_log::Error as L;
+        if let PartitionError::Log(L::RecordsWithoutKey { records }) = e {
+            // Kafka's words, so that clients and operators recognise them.
+            let why = "Compacted topic cannot accept message without key.";
+            return ApiError {
+                code: ResponseError::InvalidRecord,
+                message: format!(
+                    "One or more records have been rejected due to {} record errors in total: {why}",
+                    records.len()
+                ),
+                record_errors: records.iter().map(|i| (*i, why.to_string())).collect(),
+            };
+        }
         let code = match e {
+            PartitionError::Log(L::RecordsWithoutKey { .. }) => ResponseError::InvalidRecord,
             PartitionError::Log(L::CorruptBatch { .. }) => ResponseError::CorruptMessage,
             PartitionError::Log(L::InvalidRecord { .. }) => ResponseError::InvalidRecord,
             PartitionError::Log(L::BatchTooLarge { .. }) => ResponseError::MessageTooLarge,
@@ -66,6 +83,7 @@ impl From<strata_metastore::Error> for ApiError {
             M::TopicExists(_) => ResponseError::TopicAlreadyExists,
             M::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
             M::Invalid(_) => ResponseError::InvalidRequest,
+            M::NotController { .. } => ResponseError::NotController,
             M::Conflict(_) | M::TransactionTooOld { .. } | M::MaybeCommitted => {
                 ResponseError::RequestTimedOut
             }
@@ -90,6 +108,9 @@ impl From<crate::broker::SyncError> for ApiError {
         match e {
             crate::broker::SyncError::Metastore(e) => ApiError::from(e),
             crate::broker::SyncError::Partition(e) => ApiError::from(e),
+            e @ crate::broker::SyncError::FileBudget { .. } => {
+                ApiError::new(ResponseError::InvalidPartitions, e.to_string())
+            }
         }
     }
 }

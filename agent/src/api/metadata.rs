@@ -52,14 +52,14 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
     let auto_create =
         broker.settings.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     for wanted in req.topics.unwrap_or_default() {
+        // As Kafka: a non-zero topic id is looked up by id, whatever the name says (the
+        // Java client sends the empty string as the name of a topic it names by id).
+        let by_id = version >= 10 && !wanted.topic_id.is_nil();
         let topic = match &wanted.name {
-            Some(name) => by_name(broker, name.0.as_str(), auto_create).await,
-            None => {
-                let id = *wanted.topic_id.as_bytes();
-                broker
-                    .topic_by_id(&id)
-                    .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, ""))
-            }
+            Some(name) if !by_id => by_name(broker, name.0.as_str(), auto_create).await,
+            _ => broker
+                .topic_by_id(wanted.topic_id.as_bytes())
+                .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, "")),
         };
         response.topics.push(match topic {
             Ok(t) => describe(&live, &t, version),

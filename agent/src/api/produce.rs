@@ -13,7 +13,9 @@ use std::time::Duration;
 
 use futures::FutureExt;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 
@@ -45,6 +47,16 @@ fn failed(index: i32, e: ApiError, version: i16) -> Appended {
     r.log_append_time_ms = -1;
     r.log_start_offset = -1;
     if version >= 8 {
+        r.record_errors = e
+            .record_errors
+            .into_iter()
+            .map(|(index, why)| {
+                let mut b = BatchIndexAndErrorMessage::default();
+                b.batch_index = index;
+                b.batch_index_error_message = Some(StrBytes::from_string(why));
+                b
+            })
+            .collect();
         r.error_message = Some(StrBytes::from_string(e.message));
     }
     Appended {

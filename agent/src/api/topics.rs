@@ -20,6 +20,7 @@ use uuid::Uuid;
 
 use super::errors::ApiError;
 use crate::broker::{Broker, TopicState};
+use crate::config::MAX_PARTITIONS_PER_TOPIC;
 use crate::topic_config::{self, TopicConfig};
 
 /// Kafka's longest topic name.
@@ -120,6 +121,20 @@ fn place(order: &[i32], first: usize, count: usize, rf: usize) -> Vec<Vec<i32>> 
         .collect()
 }
 
+/// Refuses a topic of more than [`MAX_PARTITIONS_PER_TOPIC`] partitions, before
+/// anything is placed or allocated for it.
+fn check_partition_count(count: i32) -> Result<(), ApiError> {
+    if count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(ApiError::new(
+            ResponseError::InvalidPartitions,
+            format!(
+                "Number of partitions {count} is above the limit of {MAX_PARTITIONS_PER_TOPIC} partitions per topic."
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn check_replicas(live: &[i32], replicas: &[i32]) -> Result<(), ApiError> {
     if replicas.is_empty() {
         return Err(ApiError::new(
@@ -180,6 +195,7 @@ async fn plan_and_create(
                 ));
             }
         };
+        check_partition_count(partitions)?;
         let rf = match spec.replication_factor {
             -1 => broker.settings.topic_defaults.replication_factor,
             n if n > 0 => n,
@@ -209,6 +225,7 @@ async fn plan_and_create(
                 "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.",
             ));
         }
+        check_partition_count(i32::try_from(spec.assignments.len()).unwrap_or(i32::MAX))?;
         let mut by_index = spec.assignments.clone();
         by_index.sort_by_key(|(p, _)| *p);
         for (i, (p, replicas)) in by_index.iter().enumerate() {
@@ -231,8 +248,11 @@ async fn plan_and_create(
     topic_config::validate_all(&spec.configs)
         .map_err(|m| ApiError::new(ResponseError::InvalidConfig, m))?;
     let config = TopicConfig::resolve(&broker.settings.topic_defaults.configs, &spec.configs);
+    broker
+        .check_file_budget(&assignments)
+        .map_err(|why| ApiError::new(ResponseError::InvalidPartitions, why))?;
     let num_partitions = assignments.len() as i32;
-    let replication_factor = assignments[0].len() as i16;
+    let replication_factor = assignments.first().map_or(0, Vec::len) as i16;
     if validate_only {
         return Ok(Created {
             state: None,
@@ -250,10 +270,21 @@ async fn plan_and_create(
             assignments,
         })
         .await?;
-    let state = broker
-        .sync_topic(&spec.name)
-        .await?
-        .ok_or_else(|| super::errors::vanished(&spec.name))?;
+    let state = match broker.sync_topic(&spec.name).await {
+        Ok(Some(state)) => state,
+        Ok(None) => return Err(super::errors::vanished(&spec.name)),
+        Err(e) => {
+            // The topic cannot be served here: take it back out of the metastore, so that
+            // a failed creation leaves nothing behind (sync_topic closed what it opened).
+            tracing::warn!(topic = %spec.name, error = %e, "created topic cannot be served; removing it");
+            if let Err(d) = broker.metastore.delete_topic(&spec.name).await {
+                tracing::error!(topic = %spec.name, error = %d, "cannot remove a topic that failed to open");
+            } else if let Err(d) = broker.sync_topic(&spec.name).await {
+                tracing::warn!(topic = %spec.name, error = %d, "cannot forget a topic that failed to open");
+            }
+            return Err(e.into());
+        }
+    };
     tracing::info!(topic = %spec.name, partitions = num_partitions, "created topic");
     Ok(Created {
         state: Some(state),
@@ -367,25 +398,34 @@ pub async fn delete_topics(
         result.name = name.clone().map(|n| TopicName(StrBytes::from_string(n)));
         result.topic_id = id;
         let found = match &name {
-            Some(n) => broker.topic(n).ok_or_else(|| {
-                ApiError::new(
-                    ResponseError::UnknownTopicOrPartition,
-                    "This server does not host this topic-partition.",
-                )
-            }),
-            None => broker.topic_by_id(id.as_bytes()).ok_or_else(|| {
-                ApiError::new(
-                    ResponseError::UnknownTopicId,
-                    "This server does not host this topic ID.",
-                )
-            }),
+            // The metastore is the authority: a topic this agent could not serve can
+            // still be deleted.
+            Some(n) => match broker.topic(n) {
+                Some(t) => Ok((t.record.name.clone(), t.record.id)),
+                None => match broker.metastore.topic(n).await {
+                    Ok(Some(r)) => Ok((r.name, r.id)),
+                    Ok(None) => Err(ApiError::new(
+                        ResponseError::UnknownTopicOrPartition,
+                        "This server does not host this topic-partition.",
+                    )),
+                    Err(e) => Err(ApiError::from(e)),
+                },
+            },
+            None => broker
+                .topic_by_id(id.as_bytes())
+                .map(|t| (t.record.name.clone(), t.record.id))
+                .ok_or_else(|| {
+                    ApiError::new(
+                        ResponseError::UnknownTopicId,
+                        "This server does not host this topic ID.",
+                    )
+                }),
         };
         let outcome = match found {
-            Ok(topic) => {
-                let name = topic.record.name.clone();
+            Ok((name, topic_id)) => {
                 result.name = Some(TopicName(StrBytes::from_string(name.clone())));
                 if version >= 6 {
-                    result.topic_id = Uuid::from_bytes(topic.record.id);
+                    result.topic_id = Uuid::from_bytes(topic_id);
                 }
                 match broker.metastore.delete_topic(&name).await {
                     Ok(_) => broker
@@ -423,6 +463,7 @@ pub async fn create_partitions(
                 ApiError::new(ResponseError::UnknownTopicOrPartition, format!("The topic '{name}' does not exist."))
             })?;
             let current = topic.partitions.len() as i32;
+            check_partition_count(t.count)?;
             if t.count <= current {
                 return Err(ApiError::new(
                     ResponseError::InvalidPartitions,
@@ -460,6 +501,9 @@ pub async fn create_partitions(
                 }
                 None => place(&live, current as usize, added, rf),
             };
+            broker
+                .check_file_budget(&assignments)
+                .map_err(|why| ApiError::new(ResponseError::InvalidPartitions, why))?;
             if req.validate_only {
                 return Ok(());
             }
