@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests need and runs them all: formatting, lints, the Rust test suite
 # (unit, property and protocol-level tests), then the real-client tests against a real
-# `strata` process (librdkafka via confluent-kafka and kcat, kafka-python, kafkajs).
+# `strata` process (librdkafka via confluent-kafka and kcat, kafka-python, kafkajs, the
+# Java client and Kafka's own tools, franz-go).
 #
 #   ./scripts/test.sh            # everything
 #   SKIP_INSTALL=1 ./scripts/test.sh   # assume the packages are already installed
@@ -20,6 +21,11 @@ if [ "${SKIP_INSTALL:-0}" != 1 ]; then
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends libclang-dev iperf3
     fi
     bash tests/clients/install-deps.sh
+    # The Java and Go suites use the machine's JDK 17, Maven and Go; their libraries
+    # come from Maven Central and the Go module proxy when they run.
+    for tool in java mvn go; do
+        command -v "$tool" >/dev/null || { echo "test.sh: $tool is needed (JDK 17, Maven, Go)" >&2; exit 1; }
+    done
 fi
 
 step "cargo fmt --check"
@@ -51,6 +57,12 @@ fi
 step "real-client tests (strata-bench's smoke tests among them)"
 export STRATA_BIN="$PWD/target/debug/strata"
 python3 -m pytest tests/clients
+
+step "Java client tests (kafka-clients 4.1 and Kafka's own tools, from Maven Central)"
+bash tests/java/run.sh
+
+step "Go client tests (franz-go, from the Go module proxy)"
+bash tests/go/run.sh
 
 step "benchmark suite smoke run (debug builds, one small configuration)"
 python3 bench/suite.py --quick --strata target/debug/strata --bench target/debug/strata-bench \
