@@ -225,28 +225,26 @@ impl Membership {
         a.node_id == self.me.node_id || a.lease_until_ms > now_ms
     }
 
-    /// The live agents, by node id.
-    pub fn live(&self) -> Vec<AgentRecord> {
+    /// `f` of each live agent, by node id.
+    fn map_live<T>(&self, f: impl Fn(&AgentRecord) -> T) -> Vec<T> {
         let now = now_ms();
         self.live
             .read()
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .filter(|a| self.is_live(a, now))
-            .cloned()
+            .map(f)
             .collect()
+    }
+
+    /// The live agents, by node id.
+    pub fn live(&self) -> Vec<AgentRecord> {
+        self.map_live(AgentRecord::clone)
     }
 
     /// The node ids of the live agents.
     pub fn live_ids(&self) -> Vec<i32> {
-        let now = now_ms();
-        self.live
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .iter()
-            .filter(|a| self.is_live(a, now))
-            .map(|a| a.node_id)
-            .collect()
+        self.map_live(|a| a.node_id)
     }
 
     /// The Kafka address of live agent `node_id`.

@@ -163,44 +163,12 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
 mod tests {
     use std::collections::BTreeMap;
 
-    use kafka_protocol::records::{
-        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-    };
+    use kafka_protocol::records::Compression;
+    use strata_log::batch::example_batch;
     use strata_log::{LogConfig, PartitionLog};
     use strata_metastore::NewTopic;
 
     use super::*;
-
-    fn batch(n: usize) -> Vec<u8> {
-        let records: Vec<Record> = (0..n)
-            .map(|i| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: -1,
-                timestamp: 1_700_000_000_000,
-                key: None,
-                value: Some(bytes::Bytes::from(vec![b'x'; 100])),
-                headers: Vec::new(),
-            })
-            .collect();
-        let mut buf = bytes::BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .expect("encode");
-        buf.to_vec()
-    }
 
     /// A follower's log holds sealed segments above its high watermark (a suffix that
     /// may yet be cut back): `strata tiering` archives only what lies below the
@@ -234,7 +202,11 @@ mod tests {
         };
         let (mut log, _) = PartitionLog::open(&pdir, config, 0).expect("open log");
         for _ in 0..12 {
-            log.append(&batch(5), 0).expect("append");
+            log.append(
+                &example_batch(5, 100, 1_700_000_000_000, Compression::None),
+                0,
+            )
+            .expect("append");
         }
         let sealed = log.closed_segments();
         assert!(sealed.len() >= 3, "{sealed:?}");
