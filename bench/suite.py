@@ -5,6 +5,7 @@ results as JSON (and a Markdown table to stdout).
     cargo build --release -p strata-agent -p strata-bench --bin strata --bin strata-bench
     python3 bench/suite.py                   # the full matrix, ~20 min
     python3 bench/suite.py --quick           # a smoke run: tiny counts, a minute
+    python3 bench/suite.py --against kafka   # strata beside Apache Kafka 4.1 (~10 min)
 
 What it measures, in one run so the figures can be compared:
   * references: the disk's sequential write speed with fdatasync and its synchronous
@@ -15,8 +16,19 @@ What it measures, in one run so the figures can be compared:
     same 50% rate (send to receipt);
   * the broker's peak resident memory during each run (VmHWM, reset before each run).
 
+With `--against kafka` the same load generator runs a smaller matrix (1 and 8 partitions,
+100 B and 1 KiB, acks=all, no compression) in one run against three brokers on the same
+machine and disk, one after the other: strata as it ships (acks=all answered after
+fsync), strata with `--ack-durability page-cache` (answered from the page cache, as
+Kafka's defaults do), and Apache Kafka 4.1.1 in KRaft combined mode (one process, jars
+from Maven Central through bench/kafka/pom.xml, its default flush settings: no fsync
+before an ack, `log.flush.interval.messages` and `log.flush.interval.ms` unset, 1 GiB
+heap). Besides throughput and latency it records each broker's CPU seconds per GB
+produced and its peak RSS, and prints the ratios strata / Kafka.
+
 Every run reads back what it sent; a run that lost or corrupted a record fails the suite.
-Needs dd (coreutils) and iperf3 (`apt-get install iperf3`); Linux only (/proc).
+Needs dd (coreutils) and iperf3 (`apt-get install iperf3`); Linux only (/proc); Java 17
+and Maven for `--against kafka`.
 """
 
 from __future__ import annotations
@@ -103,35 +115,22 @@ def loopback(quick: bool) -> dict:
         server.wait()
 
 
-class Strata:
-    """A release strata on free ports; its peak RSS can be reset between runs."""
+class Broker:
+    """A broker process under measurement: its peak RSS can be reset between runs, and
+    its CPU time read."""
 
-    def __init__(self, binary: Path, root: Path):
-        self.root = root
-        self.kafka = free_port()
-        self.http = free_port()
-        self.log = open(root / "strata.log", "w")
-        self.proc = subprocess.Popen(
-            [str(binary), "agent", "--data-dir", str(root / "data"),
-             "--kafka-listen", f"127.0.0.1:{self.kafka}",
-             "--http-listen", f"127.0.0.1:{self.http}",
-             # Tiering would compete for the two cores and is measured on its own
-             # (docs/BENCHMARKS.md, replay).
-             "--tiering-enabled", "false"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while True:
-            try:
-                urllib.request.urlopen(f"http://127.0.0.1:{self.http}/readyz", timeout=1)
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"strata did not start; see {root / 'strata.log'}")
-                time.sleep(0.1)
+    proc: subprocess.Popen
+    kafka: int
+    name: str
 
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.kafka}"
+
+    def cpu_seconds(self) -> float:
+        # utime and stime, fields 14 and 15 of /proc/<pid>/stat, in clock ticks.
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def reset_peak_memory(self) -> None:
         # Writing 5 to clear_refs resets VmHWM (Linux >= 4.0); needs to own the process.
@@ -151,9 +150,100 @@ class Strata:
         self.log.close()
 
 
-def bench(binary: Path, strata: Strata, args: list[str], work: Path) -> dict:
+class Strata(Broker):
+    """A release strata on free ports."""
+
+    def __init__(self, binary: Path, root: Path, extra: list[str] | None = None,
+                 name: str = "strata"):
+        self.root, self.name = root, name
+        self.kafka = free_port()
+        self.http = free_port()
+        self.log = open(root / f"{name}.log", "w")
+        self.proc = subprocess.Popen(
+            [str(binary), "agent", "--data-dir", str(root / name),
+             "--kafka-listen", f"127.0.0.1:{self.kafka}",
+             "--http-listen", f"127.0.0.1:{self.http}",
+             # Tiering would compete for the two cores and is measured on its own
+             # (docs/BENCHMARKS.md, replay).
+             "--tiering-enabled", "false", *(extra or [])],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.http}/readyz", timeout=1)
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"strata did not start; see {root / f'{name}.log'}")
+                time.sleep(0.1)
+
+
+KAFKA_POM = REPO / "bench" / "kafka" / "pom.xml"
+KAFKA_JARS = REPO / "bench" / "kafka" / "target" / "dependency"
+
+
+class Kafka(Broker):
+    """Apache Kafka (bench/kafka/pom.xml's version) as one KRaft process, broker and
+    controller, with its default flush settings, data on the same disk as strata's."""
+
+    def __init__(self, root: Path):
+        self.name = "kafka"
+        if not any(KAFKA_JARS.glob("kafka_2.13-*.jar")):
+            subprocess.run(["mvn", "-B", "-ntp", "-q", "-f", str(KAFKA_POM),
+                            "dependency:copy-dependencies"], check=True)
+        self.kafka, controller = free_port(), free_port()
+        home = root / "kafka"
+        home.mkdir()
+        props = home / "server.properties"
+        props.write_text("\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{controller}",
+            f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{controller}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.kafka}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            f"log.dirs={home / 'data'}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            # Kafka's defaults, stated: no fsync before an ack (the OS writes back).
+            "# log.flush.interval.messages and log.flush.interval.ms: unset",
+            "",
+        ]))
+        log4j = home / "log4j2.properties"
+        log4j.write_text("rootLogger.level=WARN\nrootLogger.appenderRef.stdout.ref=STDOUT\n"
+                         "appender.stdout.type=Console\nappender.stdout.name=STDOUT\n"
+                         "appender.stdout.layout.type=PatternLayout\n"
+                         "appender.stdout.layout.pattern=[%d] %p %m (%c)%n\n")
+        classpath = f"{KAFKA_JARS}/*"
+        java = ["java", "-Xms1g", "-Xmx1g", "-XX:+UseG1GC",
+                f"-Dlog4j2.configurationFile={log4j}", "-cp", classpath]
+        subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t",
+                        "q1Sh-9_ISia_zwGINzRvyQ", "-c", str(props)],
+                       check=True, capture_output=True)
+        self.log = open(root / "kafka.log", "w")
+        self.proc = subprocess.Popen([*java, "kafka.Kafka", str(props)],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 90
+        from confluent_kafka.admin import AdminClient
+        while True:
+            try:
+                AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
+                break
+            except Exception:  # noqa: BLE001 - not up yet
+                if self.proc.poll() is not None or time.time() > deadline:
+                    raise SystemExit(f"Kafka did not start; see {root / 'kafka.log'}")
+                time.sleep(0.5)
+
+
+def bench(binary: Path, strata: Broker, args: list[str], work: Path) -> dict:
     out = work / "run.json"
     strata.reset_peak_memory()
+    cpu_before = strata.cpu_seconds()
     cmd = [str(binary), "--bootstrap", strata.bootstrap, "--json", str(out), *args]
     print("$", " ".join(cmd[1:]), flush=True)
     proc = subprocess.run(cmd, capture_output=True, text=True)
@@ -162,10 +252,11 @@ def bench(binary: Path, strata: Strata, args: list[str], work: Path) -> dict:
         raise SystemExit(f"strata-bench failed (exit {proc.returncode}): {' '.join(args)}")
     report = json.loads(out.read_text())
     report["broker_peak_rss_mib"] = strata.peak_memory_mib()
+    report["broker_cpu_s"] = round(strata.cpu_seconds() - cpu_before, 2)
     return report
 
 
-def delete_topics(strata: Strata, topics: list[str]) -> None:
+def delete_topics(strata: Broker, topics: list[str]) -> None:
     """Frees the disk between configurations (the full matrix writes tens of GB)."""
     from confluent_kafka.admin import AdminClient
     admin = AdminClient({"bootstrap.servers": strata.bootstrap})
@@ -182,6 +273,8 @@ def main() -> None:
     ap.add_argument("--dir", type=Path, default=None,
                     help="where strata keeps its data (default: a temp dir); dd measures this disk")
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default bench/results/<time>.json)")
+    ap.add_argument("--against", choices=["kafka"], default=None,
+                    help="also run Apache Kafka (and strata with page-cache acks) in the same run")
     opts = ap.parse_args()
     for b in (opts.strata, opts.bench):
         if not b.exists():
@@ -195,6 +288,30 @@ def main() -> None:
     results["references"]["loopback"] = loopback(opts.quick)
     print(f"references: {results['references']}", flush=True)
 
+    if opts.against == "kafka":
+        matrix = [(p, size, "all", "none") for p in (1, 8) for size in (100, 1024)]
+        if opts.quick:
+            matrix = matrix[:1]
+        count_args = (["--records", "20000"] if opts.quick
+                      else ["--duration-s", str(opts.seconds)])
+        results["brokers"] = ["strata", "strata-page-cache", "kafka"]
+        for name in results["brokers"]:
+            broker = (Kafka(root) if name == "kafka" else
+                      Strata(opts.strata, root, name=name,
+                             extra=["--ack-durability", "page-cache"] if name != "strata" else []))
+            try:
+                # A JVM needs a while to compile its hot paths: every broker gets the same
+                # unrecorded warm-up before it is measured.
+                warm = bench(opts.bench, broker, ["produce", "--partitions", "8", "--size", "1024",
+                                                  "--acks", "all", "--duration-s",
+                                                  "2" if opts.quick else "10"], root)
+                delete_topics(broker, [warm["topic"]])
+                run_matrix(opts, broker, matrix, count_args, root, results)
+            finally:
+                broker.stop()
+        finish(opts, results, started, root)
+        print_comparison(results)
+        return
     if opts.quick:
         matrix = [(1, 100, "all", "none")]
         count_args = ["--records", "20000"]
@@ -206,30 +323,75 @@ def main() -> None:
 
     strata = Strata(opts.strata, root)
     try:
-        for partitions, size, acks, compression in matrix:
-            common = ["--partitions", str(partitions), "--size", str(size),
-                      "--acks", acks, "--compression", compression]
-            config = {"partitions": partitions, "size": size, "acks": acks, "compression": compression}
-            full = bench(opts.bench, strata, ["produce", *common, *count_args], root)
-            consume = bench(opts.bench, strata, ["consume", "--topic", full["topic"]], root)
-            rate = max(1, int(full["records_per_s"] * 0.5))
-            rate_args = ["--rate", str(rate)] + (["--records", "10000"] if opts.quick
-                                                 else ["--duration-s", str(opts.seconds)])
-            half = bench(opts.bench, strata, ["produce", *common, *rate_args], root)
-            e2e = bench(opts.bench, strata, ["e2e", *common, *rate_args], root)
-            for kind, report in (("produce", full), ("consume", consume),
-                                 ("produce@50%", half), ("e2e@50%", e2e)):
-                results["runs"].append({"config": config, "kind": kind, **report})
-            delete_topics(strata, [full["topic"], half["topic"], e2e["topic"]])
+        run_matrix(opts, strata, matrix, count_args, root, results)
     finally:
         strata.stop()
+    finish(opts, results, started, root)
 
+
+def run_matrix(opts, broker: Broker, matrix, count_args: list[str], root: Path,
+               results: dict) -> None:
+    for partitions, size, acks, compression in matrix:
+        common = ["--partitions", str(partitions), "--size", str(size),
+                  "--acks", acks, "--compression", compression]
+        config = {"partitions": partitions, "size": size, "acks": acks, "compression": compression}
+        full = bench(opts.bench, broker, ["produce", *common, *count_args], root)
+        consume = bench(opts.bench, broker, ["consume", "--topic", full["topic"]], root)
+        rate = max(1, int(full["records_per_s"] * 0.5))
+        rate_args = ["--rate", str(rate)] + (["--records", "10000"] if opts.quick
+                                             else ["--duration-s", str(opts.seconds)])
+        half = bench(opts.bench, broker, ["produce", *common, *rate_args], root)
+        e2e = bench(opts.bench, broker, ["e2e", *common, *rate_args], root)
+        for kind, report in (("produce", full), ("consume", consume),
+                             ("produce@50%", half), ("e2e@50%", e2e)):
+            results["runs"].append({"broker": broker.name, "config": config, "kind": kind, **report})
+        delete_topics(broker, [full["topic"], half["topic"], e2e["topic"]])
+
+
+def finish(opts, results: dict, started: str, root: Path) -> None:
     out = opts.out or REPO / "bench" / "results" / f"{started.replace(':', '')}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2) + "\n")
     print_table(results)
     print(f"\nresults: {out}")
     shutil.rmtree(root, ignore_errors=True)
+
+
+def print_comparison(results: dict) -> None:
+    """strata and strata with page-cache acks against Kafka, as ratios (above 1: strata
+    has more throughput, or more latency, CPU or memory)."""
+    runs = {(r["broker"], r["config"]["partitions"], r["config"]["size"], r["kind"]): r
+            for r in results["runs"]}
+
+    def cpu_per_gb(r: dict) -> float | None:
+        gb = r.get("bytes", 0) / 1e9
+        return r["broker_cpu_s"] / gb if gb else None
+
+    print("\n| partitions | size | run | measure | strata | strata page-cache | Kafka | "
+          "strata / Kafka | page-cache / Kafka |")
+    print("|---:|---:|---|---|---:|---:|---:|---:|---:|")
+    configs = sorted({(p, s) for (_, p, s, _) in runs})
+    for p, size in configs:
+        for kind, measures in (("produce", ("records_per_s", "cpu_s_per_gb", "broker_peak_rss_mib")),
+                               ("produce@50%", ("p50_ms", "p99_ms", "p999_ms")),
+                               ("e2e@50%", ("p50_ms", "p99_ms", "p999_ms")),
+                               ("consume", ("records_per_s",))):
+            for m in measures:
+                vals = []
+                for b in ("strata", "strata-page-cache", "kafka"):
+                    r = runs.get((b, p, size, kind))
+                    if r is None:
+                        vals.append(None)
+                    elif m == "cpu_s_per_gb":
+                        vals.append(cpu_per_gb(r))
+                    elif m in ("p50_ms", "p99_ms", "p999_ms"):
+                        vals.append((r.get("latency") or {}).get(m))
+                    else:
+                        vals.append(r.get(m))
+                fmt = lambda v: "" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.2f}")
+                ratio = lambda a, b: "" if a is None or not b else f"{a / b:.2f}"
+                print(f"| {p} | {size} | {kind} | {m} | {fmt(vals[0])} | {fmt(vals[1])} | "
+                      f"{fmt(vals[2])} | {ratio(vals[0], vals[2])} | {ratio(vals[1], vals[2])} |")
 
 
 def print_table(results: dict) -> None:
@@ -243,6 +405,8 @@ def print_table(results: dict) -> None:
     print("|---:|---:|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in results["runs"]:
         c, lat = r["config"], r.get("latency") or {}
+        if r.get("broker", "strata") != "strata":
+            continue
         fmt = lambda v: "" if v is None else f"{v:.2f}"
         print(f"| {c['partitions']} | {c['size']} | {c['acks']} | {c['compression']} | {r['kind']} | "
               f"{r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | {r['mb_per_s'] / disk:.2f} | "

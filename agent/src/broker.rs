@@ -16,7 +16,7 @@ use strata_metastore::{Metastore, PartitionRecord, TopicRecord};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
-use crate::config::Settings;
+use crate::config::{AckDurability, Settings};
 use crate::group::Coordinator;
 use crate::group::state::GroupConfig;
 use crate::membership::Membership;
@@ -346,7 +346,10 @@ impl Broker {
             return Ok(Arc::clone(old));
         }
         let config = self.topic_config(&record);
-        let log_config = config.log_config();
+        let log_config = strata_log::LogConfig {
+            ack_after_fsync: self.settings.ack_durability == AckDurability::Fsync,
+            ..config.log_config()
+        };
         let mut open: Vec<Option<Arc<Partition>>> = Vec::new();
         match &existing {
             Some(old) if old.record.id == record.id => {

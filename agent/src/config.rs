@@ -72,6 +72,11 @@ pub struct Settings {
     /// Kafka's `replica.lag.time.max.ms`: a follower not caught up for this long leaves
     /// the ISR.
     pub replica_lag_time_max_ms: i64,
+    /// When a leader counts what it wrote as durable, and so when acks=all is answered
+    /// and consumers may read it: after fsync (the default), or once it is in the page
+    /// cache, as Kafka does by default (for like-for-like comparisons; a power loss on
+    /// every replica at once may then lose acknowledged writes).
+    pub ack_durability: AckDurability,
     /// How often the controller hands leadership back to preferred replicas (Kafka's
     /// `leader.imbalance.check.interval.seconds`, in ms); 0 turns it off (Kafka's
     /// `auto.leader.rebalance.enable=false`).
@@ -88,6 +93,18 @@ pub enum MetastoreKind {
     /// FoundationDB: production, and any cluster spanning machines. Needs a `strata`
     /// built with `--features fdb`.
     Fdb,
+}
+
+/// What a leader waits for before it counts a write as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum AckDurability {
+    /// fsync (group commit): acknowledged writes survive a power loss of every replica.
+    #[default]
+    Fsync,
+    /// The page cache, as Kafka's defaults (`flush.messages`/`flush.ms` unset): the
+    /// flusher still fsyncs in the background, but nothing waits for it.
+    PageCache,
 }
 
 /// Defaults for topics created without explicit values.
@@ -143,6 +160,7 @@ impl Default for Settings {
             lease_ms: 10_000,
             replica_lag_time_max_ms: 30_000,
             leader_rebalance_interval_ms: 30_000,
+            ack_durability: AckDurability::Fsync,
         }
     }
 }

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use strata_agent::Settings;
-use strata_agent::config::MetastoreKind;
+use strata_agent::config::{AckDurability, MetastoreKind};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
@@ -97,6 +97,10 @@ struct AgentArgs {
     /// How long (ms) a request frame may take to arrive once its size is read.
     #[arg(long, env = "STRATA_REQUEST_READ_TIMEOUT_MS")]
     request_read_timeout_ms: Option<u64>,
+    /// When a leader counts a write as durable: fsync (default) or page-cache (as
+    /// Kafka's defaults, for like-for-like benchmarks).
+    #[arg(long, env = "STRATA_ACK_DURABILITY", value_enum)]
+    ack_durability: Option<AckDurability>,
     /// Kafka's replica.lag.time.max.ms.
     #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<i64>,
@@ -161,6 +165,9 @@ impl AgentArgs {
         }
         if let Some(v) = self.lease_ms {
             s.lease_ms = v;
+        }
+        if let Some(v) = self.ack_durability {
+            s.ack_durability = v;
         }
         if let Some(v) = self.queued_max_request_bytes {
             s.queued_max_request_bytes = v;

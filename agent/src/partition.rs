@@ -317,8 +317,8 @@ impl Partition {
         if self.offsets.borrow().failed {
             return Err(PartitionError::Offline(self.name()));
         }
-        let role = self.role();
-        let Role::Leader(leader) = &*role else {
+        let mut role = self.role();
+        let Role::Leader(leader) = &mut *role else {
             return Err(self.not_leader());
         };
         if let Some(min) = min_insync
@@ -331,16 +331,21 @@ impl Partition {
             });
         }
         let epoch = leader.epoch;
-        let (outcome, end) = {
+        let (outcome, end, ack_after_fsync) = {
             let mut log = self.log();
             let outcome = log.append(records, now_ms)?;
-            (outcome, log.log_end_offset())
+            (outcome, log.log_end_offset(), log.config().ack_after_fsync)
         };
+        // Page-cache durability (`ack_durability = page-cache`): written counts as durable.
+        let hw = (!ack_after_fsync && leader.on_durable(end)).then_some(leader.high_watermark);
         drop(role);
         if !outcome.duplicate {
             self.offsets.send_if_modified(|o| {
-                let moved = o.log_end_offset < end;
+                let moved = o.log_end_offset < end || hw.is_some_and(|hw| hw > o.high_watermark);
                 o.log_end_offset = o.log_end_offset.max(end);
+                if let Some(hw) = hw {
+                    o.high_watermark = o.high_watermark.max(hw);
+                }
                 moved
             });
             self.flush_wanted.notify_one();
@@ -880,5 +885,54 @@ impl strata_tiering::LocalPartition for Partition {
 
     fn high_watermark(&self) -> i64 {
         Partition::high_watermark(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kafka_protocol::records::Compression;
+    use strata_log::batch::example_batch;
+
+    use super::*;
+
+    fn sole_leader() -> PartitionRecord {
+        PartitionRecord {
+            index: 0,
+            replicas: vec![1],
+            leader: 1,
+            leader_epoch: 0,
+            isr: vec![1],
+            adding: Vec::new(),
+            removing: Vec::new(),
+        }
+    }
+
+    /// With fsync durability the watermark waits for the flusher; with page-cache
+    /// durability (Kafka's default trade) an append counts at once.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_watermark_waits_for_fsync_unless_acks_come_from_the_page_cache() {
+        for ack_after_fsync in [true, false] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = LogConfig {
+                ack_after_fsync,
+                ..LogConfig::default()
+            };
+            let shutdown = CancellationToken::new();
+            let p = Partition::open("t", 0, 1, dir.path(), config, 0, &shutdown).expect("open");
+            p.become_leader(&sole_leader(), 0);
+            let batch = example_batch(3, 10, 1_700_000_000_000, Compression::None);
+            let (out, epoch) = p.append(&batch, 0, Some(1)).expect("append");
+            // Nothing has awaited yet: the flusher task has not run.
+            let counted_at_once = p.high_watermark() == out.last_offset + 1;
+            assert_eq!(
+                counted_at_once, !ack_after_fsync,
+                "ack_after_fsync {ack_after_fsync}"
+            );
+            p.wait_committed(out.last_offset + 1, epoch, 1)
+                .await
+                .expect("committed after the fsync");
+            assert_eq!(p.high_watermark(), 3);
+            p.close().await;
+        }
     }
 }

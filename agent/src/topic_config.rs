@@ -410,6 +410,7 @@ impl TopicConfig {
             keys_required: self
                 .get("cleanup.policy")
                 .is_some_and(|p| p.split(',').any(|x| x.trim() == "compact")),
+            ack_after_fsync: true,
         }
     }
 }

@@ -35,6 +35,10 @@ pub struct LogConfig {
     pub timestamp_type: TimestampType,
     /// Every record needs a key (`cleanup.policy` includes `compact`).
     pub keys_required: bool,
+    /// Whether what is written counts as durable only once fsynced (strata's default),
+    /// or as soon as it is in the page cache (Kafka's default, with `flush.messages` and
+    /// `flush.ms` unset); the log itself does not decide this, its owner does.
+    pub ack_after_fsync: bool,
 }
 
 impl Default for LogConfig {
@@ -46,6 +50,7 @@ impl Default for LogConfig {
             max_message_bytes: 1_048_588,
             timestamp_type: TimestampType::CreateTime,
             keys_required: false,
+            ack_after_fsync: true,
         }
     }
 }

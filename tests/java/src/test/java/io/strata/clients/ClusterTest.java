@@ -282,6 +282,31 @@ class ClusterTest {
             assertEquals(RECORDS, acked.size() + failures.size(), "every send got an ack or an error");
             assertEquals(List.of(), failures.stream().limit(5).map(JsonNode::toString).toList(),
                     "sends that failed (retries are unlimited within delivery.timeout.ms=120s)");
+
+            // Kafka's VerifiableConsumer, in a group across the three agents, sees every
+            // acknowledged record at its offset.
+            String group = Clients.uniqueTopic("java-cluster-verifiable-group");
+            KafkaTool.Result consumed = KafkaTool.ok(Duration.ofSeconds(180), null, KafkaTool.VERIFIABLE_CONSUMER,
+                    "--bootstrap-server", all, "--topic", topic, "--group-id", group,
+                    "--max-messages", String.valueOf(acked.size()), "--verbose", "--reset-policy", "earliest",
+                    "--group-protocol", "classic", "--session-timeout", "10000");
+            Map<String, String> seenByTool = new HashMap<>();
+            for (String line : consumed.lines()) {
+                if (!line.startsWith("{")) {
+                    continue;
+                }
+                JsonNode e = JSON.readTree(line);
+                if ("record_data".equals(e.get("name").asText())) {
+                    seenByTool.put(e.get("partition").asInt() + "/" + e.get("offset").asLong(), e.get("value").asText());
+                }
+            }
+            List<String> unseen = acked.entrySet().stream()
+                    .filter(a -> !a.getValue().equals(seenByTool.get(a.getKey())))
+                    .map(a -> a.getKey() + "=" + a.getValue() + " (seen " + seenByTool.get(a.getKey()) + ")")
+                    .sorted().limit(20).toList();
+            System.out.printf("[cluster] VerifiableConsumer: seen=%d of acked=%d, missing=%d%n",
+                    seenByTool.size(), acked.size(), unseen.size());
+            assertEquals(List.of(), unseen, "acked records the VerifiableConsumer did not see at their offset");
         }
     }
 }
