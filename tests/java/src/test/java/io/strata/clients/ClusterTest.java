@@ -52,6 +52,12 @@ class ClusterTest {
 
     /** Three agents, node ids 1..3, sharing a metastore file and an archive. */
     static List<StrataAgent> startCluster() throws IOException {
+        return startCluster(strata);
+    }
+
+    /** {@link #startCluster()} for another class's (manual) extension, which registers
+     *  the agents and the shared dir for log reporting and cleanup. */
+    static List<StrataAgent> startCluster(StrataExtension strata) throws IOException {
         Path shared = Files.createTempDirectory("strata-java-cluster-");
         strata.addDir(shared);
         List<String> common = new ArrayList<>(List.of(
