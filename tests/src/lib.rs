@@ -7,7 +7,10 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::RequestHeader;
+use kafka_protocol::messages::create_topics_request::{CreatableTopic, CreatableTopicConfig};
+use kafka_protocol::messages::{
+    CreateTopicsRequest, ProduceRequest, RequestHeader, TopicName, produce_request,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -227,4 +230,59 @@ pub fn simple_batch(n: usize, first_timestamp_ms: i64) -> Bytes {
         .map(|v| (None, Some(v.as_bytes()), &[][..]))
         .collect();
     batch(&records, first_timestamp_ms, Compression::None)
+}
+
+/// A topic name for requests.
+pub fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// CreateTopics for one topic with the broker's replication factor.
+pub fn create_topic(topic: &str, partitions: i32, configs: &[(&str, &str)]) -> CreateTopicsRequest {
+    let mut t = CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = partitions;
+    t.replication_factor = -1;
+    t.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect();
+    let mut r = CreateTopicsRequest::default();
+    r.topics = vec![t];
+    r.timeout_ms = 5000;
+    r
+}
+
+/// Creates a topic over `client`; returns the error code.
+pub async fn create(
+    client: &mut Client,
+    topic: &str,
+    partitions: i32,
+    configs: &[(&str, &str)],
+) -> i16 {
+    let r = client
+        .send(7, &create_topic(topic, partitions, configs))
+        .await
+        .expect("create topics");
+    r.topics[0].error_code
+}
+
+/// Produce of one record set to one partition.
+pub fn produce(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
+    let mut p = produce_request::PartitionProduceData::default();
+    p.index = partition;
+    p.records = Some(records);
+    let mut t = produce_request::TopicProduceData::default();
+    t.name = name(topic);
+    t.partition_data = vec![p];
+    let mut r = ProduceRequest::default();
+    r.acks = acks;
+    r.timeout_ms = 10_000;
+    r.topic_data = vec![t];
+    r
 }
