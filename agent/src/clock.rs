@@ -1,9 +1,18 @@
 //! Time, in the one place the agent reads clocks: wall-clock milliseconds for record
 //! timestamps and segment age, and a monotonic clock for timeouts (group sessions and
 //! rebalances), which must not jump when the wall clock is set.
+//!
+//! Code that decides correctness (the membership lease, the controller's lease) takes a
+//! [`Clock`] instead ([`SystemClock`] in production, `strata_core::clock::ManualClock` in
+//! tests). The workspace's `clippy.toml` bans `SystemTime::now`, `Instant::now` and
+//! tokio's sleeps everywhere else, so a new reading of the system clocks has to come
+//! through here.
+#![allow(clippy::disallowed_methods)]
 
 use std::sync::OnceLock;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+pub use strata_core::clock::{Clock, Sleep, SystemClock};
 
 /// Milliseconds since the Unix epoch.
 pub fn now_ms() -> i64 {
@@ -16,4 +25,20 @@ pub fn now_ms() -> i64 {
 pub fn monotonic_ms() -> i64 {
     static START: OnceLock<Instant> = OnceLock::new();
     START.get_or_init(Instant::now).elapsed().as_millis() as i64 + 1
+}
+
+/// Now, on tokio's clock: for deadlines of I/O (a frame's arrival, a long poll), which
+/// decide no correctness.
+pub fn instant() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
+/// Sleeps on tokio's clock, for pauses between retries (which decide nothing).
+pub async fn pause(d: Duration) {
+    tokio::time::sleep(d).await
+}
+
+/// Sleeps until `deadline` on tokio's clock (a long poll's end).
+pub async fn pause_until(deadline: tokio::time::Instant) {
+    tokio::time::sleep_until(deadline).await
 }

@@ -43,6 +43,16 @@ pub struct Settings {
     /// How long a request frame may take to arrive once its size is read; a connection
     /// that sends part of a frame and stalls is closed after this.
     pub request_read_timeout_ms: u64,
+    /// Kafka's `max.connections`: client connections the agent holds at once. At the
+    /// limit it stops accepting until one closes (new ones wait in the listen backlog).
+    pub max_connections: usize,
+    /// Kafka's `connections.max.idle.ms`: a connection that sends no request for this
+    /// long, with no reply on its way, is closed.
+    pub connections_max_idle_ms: u64,
+    /// How long the agent works on a request whose API has no timeout of its own
+    /// (Produce has `timeout_ms`, Fetch `max_wait_ms`): Kafka clients' default
+    /// `request.timeout.ms`, after which they give up on the answer.
+    pub request_timeout_ms: u64,
     /// Kafka's `auto.create.topics.enable`.
     pub auto_create_topics: bool,
     /// Defaults for new topics.
@@ -146,6 +156,9 @@ impl Default for Settings {
             max_request_bytes: 100 * 1024 * 1024,
             queued_max_request_bytes: 256 * 1024 * 1024,
             request_read_timeout_ms: 30_000,
+            max_connections: 10_000,
+            connections_max_idle_ms: 600_000,
+            request_timeout_ms: 30_000,
             auto_create_topics: true,
             topic_defaults: TopicDefaults::default(),
             group_initial_rebalance_delay_ms: 3000,
@@ -215,6 +228,15 @@ impl Settings {
                     self.queued_max_request_bytes, self.max_request_bytes
                 ),
             );
+        }
+        if self.max_connections == 0 {
+            return fail("max_connections", "must be above 0".to_string());
+        }
+        if self.connections_max_idle_ms == 0 {
+            return fail("connections_max_idle_ms", "must be above 0".to_string());
+        }
+        if self.request_timeout_ms == 0 {
+            return fail("request_timeout_ms", "must be above 0".to_string());
         }
         if self.request_read_timeout_ms == 0 {
             return fail("request_read_timeout_ms", "must be above 0".to_string());

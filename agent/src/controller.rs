@@ -15,10 +15,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-
-use crate::broker::Broker;
-use crate::clock::now_ms;
+use crate::replicas::ReplicaManager;
+use crate::tasks::Stopped;
 
 /// How often the controller looks for partitions without a live leader. An expired lease
 /// is noticed at the next membership refresh (a fifth of the lease) plus this.
@@ -26,60 +24,69 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// Claims (and renews) the controller lease, and runs elections while this agent holds
 /// it. Gives the lease up on shutdown.
-pub async fn run(broker: Arc<Broker>) {
-    let lease = Duration::from_millis(broker.settings.lease_ms);
+pub async fn run(
+    replicas: Arc<ReplicaManager>,
+    lease: Duration,
+    rebalance_every: Duration,
+) -> Stopped {
     let renew_every = lease / 5;
     let mut tick = tokio::time::interval(CHECK_EVERY);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let rebalance_every = Duration::from_millis(broker.settings.leader_rebalance_interval_ms);
-    let mut next_rebalance = Instant::now() + rebalance_every;
-    let mut next_claim = Instant::now();
-    let mut held_until: Option<Instant> = None;
+    let clock = Arc::clone(replicas.membership().clock());
+    let mut next_rebalance = clock.monotonic() + rebalance_every;
+    let mut next_claim = clock.monotonic();
+    let mut held_until: Option<Duration> = None;
     loop {
         tokio::select! {
             _ = tick.tick() => {}
-            _ = broker.shutdown.cancelled() => break,
+            _ = replicas.shutdown().cancelled() => break,
         }
-        if Instant::now() >= next_claim {
-            next_claim = Instant::now() + renew_every;
-            held_until = claim(&broker, lease, renew_every).await;
+        if clock.monotonic() >= next_claim {
+            next_claim = clock.monotonic() + renew_every;
+            held_until = claim(&replicas, lease, renew_every).await;
         }
-        if held_until.is_none_or(|until| Instant::now() >= until) {
+        if held_until.is_none_or(|until| clock.monotonic() >= until) {
             continue;
         }
-        let rebalance = !rebalance_every.is_zero() && Instant::now() >= next_rebalance;
+        let rebalance = !rebalance_every.is_zero() && clock.monotonic() >= next_rebalance;
         if rebalance {
-            next_rebalance = Instant::now() + rebalance_every;
+            next_rebalance = clock.monotonic() + rebalance_every;
         }
-        if elect_all(&broker, rebalance).await.is_err() {
+        if elect_all(&replicas, rebalance).await.is_err() {
             held_until = None;
-            next_claim = Instant::now();
+            next_claim = clock.monotonic();
         }
     }
-    let membership = &broker.membership;
-    if let Err(e) = broker
-        .metastore
-        .release_controller(broker.node_id, membership.incarnation())
+    let membership = replicas.membership();
+    if let Err(e) = replicas
+        .metastore()
+        .release_controller(replicas.node_id(), membership.incarnation())
         .await
     {
         tracing::debug!(error = %e, "cannot give the controller lease up; it will run out");
     }
+    Stopped::Shutdown
 }
 
 /// Takes or renews the controller lease. Returns until when this agent may act on it
 /// (one renewal short of the lease, measured on this agent's monotonic clock from
 /// before the claim was sent), or `None` if another agent holds it.
-async fn claim(broker: &Broker, lease: Duration, renew_every: Duration) -> Option<Instant> {
-    let membership = &broker.membership;
+async fn claim(
+    replicas: &ReplicaManager,
+    lease: Duration,
+    renew_every: Duration,
+) -> Option<Duration> {
+    let membership = replicas.membership();
     if !membership.holds_lease() {
         return None;
     }
-    let sent = Instant::now();
-    let now = now_ms();
-    let claimed = broker
-        .metastore
+    let clock = replicas.membership().clock();
+    let sent = clock.monotonic();
+    let now = clock.wall_ms();
+    let claimed = replicas
+        .metastore()
         .claim_controller(
-            broker.node_id,
+            replicas.node_id(),
             membership.incarnation(),
             now,
             now + lease.as_millis() as i64,
@@ -87,8 +94,8 @@ async fn claim(broker: &Broker, lease: Duration, renew_every: Duration) -> Optio
         .await;
     match claimed {
         Ok(holder) => {
-            let ours =
-                holder.node_id == broker.node_id && holder.incarnation == membership.incarnation();
+            let ours = holder.node_id == replicas.node_id()
+                && holder.incarnation == membership.incarnation();
             membership.set_controller(holder.node_id);
             ours.then(|| sent + lease - renew_every)
         }
@@ -103,10 +110,13 @@ async fn claim(broker: &Broker, lease: Duration, renew_every: Duration) -> Optio
 struct LostLease;
 
 /// One pass over every partition.
-async fn elect_all(broker: &Broker, rebalance: bool) -> Result<(), LostLease> {
-    let me = (broker.node_id, broker.membership.incarnation().to_string());
-    let live = broker.membership.live_ids();
-    for topic in broker.topics() {
+async fn elect_all(replicas: &ReplicaManager, rebalance: bool) -> Result<(), LostLease> {
+    let me = (
+        replicas.node_id(),
+        replicas.membership().incarnation().to_string(),
+    );
+    let live = replicas.membership().live_ids();
+    for topic in replicas.topics() {
         let unclean = topic.config.unclean_leader_election();
         for p in &topic.record.partitions {
             let decide = move |cur: &strata_replication::PartitionRecord, live: &[i32]| {
@@ -124,11 +134,11 @@ async fn elect_all(broker: &Broker, rebalance: bool) -> Result<(), LostLease> {
                 continue;
             }
             let seen_epoch = p.leader_epoch;
-            let result = broker
-                .metastore
+            let result = replicas
+                .metastore()
                 .update_partition_as_controller(
                     (me.0, &me.1),
-                    now_ms(),
+                    replicas.membership().clock().wall_ms(),
                     &topic.record.name,
                     p.index,
                     move |cur, live| {

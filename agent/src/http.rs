@@ -25,13 +25,13 @@ pub fn router(broker: Arc<Broker>) -> Router {
 /// Ready while the agent is not shutting down and the metastore answers. The HTTP
 /// listener starts after the Kafka listener, so it is never ready before Kafka is.
 async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
-    if broker.shutdown.is_cancelled() {
+    if broker.shutdown().is_cancelled() {
         return (
             StatusCode::SERVICE_UNAVAILABLE,
             "not ready: shutting down\n".to_string(),
         );
     }
-    match broker.metastore.cluster().await {
+    match broker.metastore().cluster().await {
         Ok(_) => (StatusCode::OK, "ready\n".to_string()),
         Err(e) => (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -42,8 +42,8 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
 
 /// Tiering progress per partition: highest archived offset and lag in records.
 async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
-    let archive = broker.archive.archive().url.clone();
-    axum::Json(match &broker.tiering {
+    let archive = broker.replicas().archive().archive().url.clone();
+    axum::Json(match &broker.tiering() {
         Some(worker) => serde_json::json!({ "archive": archive, "partitions": worker.status() }),
         None => {
             serde_json::json!({ "archive": archive, "partitions": [], "note": "tiering runs in another process" })
@@ -55,6 +55,7 @@ async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Va
 async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
     let now = crate::clock::now_ms();
     let replicas: Vec<_> = broker
+        .replicas()
         .topics()
         .iter()
         .flat_map(|t| {
@@ -63,11 +64,11 @@ async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
                 .collect::<Vec<_>>()
         })
         .collect();
-    axum::Json(serde_json::json!({ "node_id": broker.node_id, "partitions": replicas }))
+    axum::Json(serde_json::json!({ "node_id": broker.node_id(), "partitions": replicas }))
 }
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
-    let shutdown = broker.shutdown.clone();
+    let shutdown = broker.shutdown().clone();
     axum::serve(listener, router(broker))
         .with_graceful_shutdown(async move { shutdown.cancelled().await })
         .await

@@ -8,17 +8,23 @@ pub mod api;
 pub mod broker;
 pub mod clock;
 pub mod config;
+pub mod context;
 pub mod controller;
 pub mod datadir;
+pub mod error;
+pub mod fetcher;
 pub mod group;
 pub mod http;
+pub mod isr;
 pub mod membership;
 pub mod metastore;
 pub mod open_files;
 pub mod partition;
 pub mod producer_ids;
-pub mod replication;
+pub mod replicas;
 pub mod server;
+pub mod service;
+pub mod tasks;
 pub mod tiering_process;
 pub mod topic_config;
 
@@ -28,14 +34,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use tokio::net::TcpListener;
-use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 pub use config::Settings;
 
 use crate::broker::Broker;
 use crate::datadir::DataDir;
+use crate::tasks::{Stopped, Tasks};
 
 /// How long shutdown waits for in-flight requests before closing anyway.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -46,8 +51,8 @@ pub struct Agent {
     pub kafka_addr: SocketAddr,
     pub http_addr: SocketAddr,
     pub broker: Arc<Broker>,
-    tracker: TaskTracker,
-    http: JoinHandle<std::io::Result<()>>,
+    tasks: Tasks,
+    abandon_metastore: CancellationToken,
     _data_dir: DataDir,
 }
 
@@ -56,8 +61,16 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     settings.validate()?;
     let files = open_files::FileBudget::raise();
     let data_dir = DataDir::open(&settings.data_dir)?;
-    let metastore = metastore::open(&settings)?;
     let shutdown = CancellationToken::new();
+    // Every metastore call is bounded; calls still in flight once the tasks drained (or
+    // failed to) are abandoned, so a hung metastore cannot hold shutdown up.
+    let abandon_metastore = CancellationToken::new();
+    let clock = clock::SystemClock::shared();
+    let metastore = metastore::open(&settings)?.with_limits(strata_metastore::CallLimits {
+        deadline: strata_metastore::kv::DEFAULT_DEADLINE,
+        abandon: Some(abandon_metastore.clone()),
+        clock: Arc::clone(&clock),
+    });
     let kafka_listener = TcpListener::bind(settings.kafka_listen)
         .await
         .with_context(|| format!("cannot listen for Kafka on {}", settings.kafka_listen))?;
@@ -87,69 +100,108 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     let membership = Arc::new(
         membership::Membership::join(
             metastore.clone(),
-            settings.node_id,
-            settings.advertised()?,
-            http_addr.to_string(),
-            settings.rack.clone(),
-            data_dir.id(),
-            Duration::from_millis(settings.lease_ms),
+            Arc::clone(&clock),
+            membership::Joining {
+                node_id: settings.node_id,
+                kafka: settings.advertised()?,
+                http: http_addr.to_string(),
+                rack: settings.rack.clone(),
+                data_dir_id: data_dir.id().to_string(),
+                lease: Duration::from_millis(settings.lease_ms),
+            },
         )
         .await?,
     );
-    let broker = Broker::new(
+    let broker = Broker::new(broker::Parts {
         settings,
         metastore,
-        Arc::clone(&membership),
-        data_dir.logs(),
-        reader,
+        membership: Arc::clone(&membership),
+        logs_dir: data_dir.logs(),
+        archive: reader,
         files,
-        shutdown.clone(),
-    )
+        shutdown: shutdown.clone(),
+    })
     .await?;
-    let tracker = TaskTracker::new();
-    tracker.spawn(Arc::clone(&broker).maintenance(Duration::from_secs(5)));
-    tracker.spawn(Arc::clone(&broker).follow_topic_changes());
-    tracker.spawn(Arc::clone(&broker).follow_lease_regained());
-    tracker.spawn(controller::run(Arc::clone(&broker)));
-    tracker.spawn(replication::manage_isr(Arc::clone(&broker)));
+    let settings = broker.settings();
+    let replicas = broker.replicas();
+    let tasks = Tasks::new(shutdown.clone());
+    tasks.spawn(
+        "maintenance",
+        Arc::clone(replicas).maintenance(Duration::from_secs(5)),
+    );
+    tasks.spawn(
+        "follow topic changes",
+        Arc::clone(replicas).follow_topic_changes(),
+    );
+    tasks.spawn(
+        "follow lease regained",
+        Arc::clone(replicas).follow_lease_regained(),
+    );
+    tasks.spawn(
+        "controller",
+        controller::run(
+            Arc::clone(replicas),
+            Duration::from_millis(settings.lease_ms),
+            Duration::from_millis(settings.leader_rebalance_interval_ms),
+        ),
+    );
+    tasks.spawn(
+        "isr manager",
+        isr::manage_isr(Arc::clone(replicas), settings.replica_lag_time_max_ms),
+    );
     {
-        let shutdown = broker.shutdown.clone();
-        tracker.spawn(async move { membership.run(shutdown).await });
+        let shutdown = shutdown.clone();
+        tasks.spawn("membership", async move { membership.run(shutdown).await });
     }
-    tracker.spawn(Arc::clone(&broker.groups).run(broker.shutdown.clone()));
-    if let Some(worker) = &broker.tiering {
-        let b = Arc::clone(&broker);
-        tracker.spawn(Arc::clone(worker).run(
-            move || b.tiered_partitions(),
+    tasks.spawn(
+        "group coordinator",
+        Arc::clone(broker.groups()).run(shutdown.clone()),
+    );
+    if let Some(worker) = broker.tiering() {
+        let replicas = Arc::clone(replicas);
+        let run = Arc::clone(worker).run(
+            move || replicas.tiered_partitions(),
             tiering_every,
-            broker.shutdown.clone(),
-        ));
+            shutdown.clone(),
+        );
+        tasks.spawn("tiering", async move {
+            run.await;
+            Stopped::Shutdown
+        });
         tracing::info!(archive = %archive_url, "tiering closed segments");
     }
-    tracker.spawn(server::serve(
-        kafka_listener,
-        Arc::clone(&broker),
-        tracker.clone(),
-    ));
-    let http = tokio::spawn(http::serve(http_listener, Arc::clone(&broker)));
+    tasks.spawn(
+        "kafka listener",
+        server::serve(kafka_listener, Arc::clone(&broker), tasks.clone()),
+    );
+    {
+        let http = http::serve(http_listener, Arc::clone(&broker));
+        tasks.spawn("http listener", async move {
+            match http.await {
+                Ok(()) => Stopped::Shutdown,
+                Err(e) => Stopped::Failed(format!("HTTP listener: {e}")),
+            }
+        });
+    }
     ready_log(&broker, kafka_addr, http_addr);
     Ok(Agent {
         kafka_addr,
         http_addr,
         broker,
-        tracker,
-        http,
+        tasks,
+        abandon_metastore,
         _data_dir: data_dir,
     })
 }
 
 fn ready_log(broker: &Broker, kafka: SocketAddr, http: SocketAddr) {
+    let id = broker.identity();
     tracing::info!(
         listener = "kafka",
         address = %kafka,
-        advertised = %format!("{}:{}", broker.advertised_host, broker.advertised_port),
-        node_id = broker.node_id,
-        cluster_id = %broker.cluster_id,
+        advertised = %format!("{}:{}", id.advertised_host, id.advertised_port),
+        node_id = id.node_id,
+        cluster_id = %id.cluster_id,
         "listening"
     );
     tracing::info!(listener = "http", address = %http, "listening");
@@ -159,29 +211,29 @@ impl Agent {
     /// Hands leadership to other in-sync replicas where there are any, stops accepting,
     /// lets in-flight requests finish, fsyncs every log, and releases the data directory.
     pub async fn shutdown(self) {
-        if tokio::time::timeout(DRAIN_TIMEOUT, self.broker.resign_leadership())
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.broker.replicas().resign_leadership())
             .await
             .is_err()
         {
             tracing::warn!("could not hand every leadership over in time");
         }
-        self.broker.shutdown.cancel();
-        self.tracker.close();
-        if tokio::time::timeout(DRAIN_TIMEOUT, self.tracker.wait())
-            .await
-            .is_err()
-        {
+        if !self.tasks.drain(DRAIN_TIMEOUT).await {
             tracing::warn!(
                 "in-flight requests did not finish within {DRAIN_TIMEOUT:?}; closing anyway"
             );
         }
-        let _ = self.http.await;
-        self.broker.close().await;
+        self.abandon_metastore.cancel();
+        if tokio::time::timeout(DRAIN_TIMEOUT, self.broker.replicas().close())
+            .await
+            .is_err()
+        {
+            tracing::warn!("partition tasks did not stop within {DRAIN_TIMEOUT:?}");
+        }
         tracing::info!("stopped: every log flushed");
     }
 
     /// Whether shutdown has begun.
     pub fn is_stopping(&self) -> bool {
-        self.broker.shutdown.is_cancelled()
+        self.broker.shutdown().is_cancelled()
     }
 }

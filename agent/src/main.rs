@@ -94,6 +94,13 @@ struct AgentArgs {
     /// queued.max.request.bytes).
     #[arg(long, env = "STRATA_QUEUED_MAX_REQUEST_BYTES")]
     queued_max_request_bytes: Option<usize>,
+    /// Client connections held at once (Kafka's max.connections); at the limit new
+    /// connections wait in the listen backlog.
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
+    max_connections: Option<usize>,
+    /// Close connections idle this long (Kafka's connections.max.idle.ms).
+    #[arg(long, env = "STRATA_CONNECTIONS_MAX_IDLE_MS")]
+    connections_max_idle_ms: Option<u64>,
     /// How long (ms) a request frame may take to arrive once its size is read.
     #[arg(long, env = "STRATA_REQUEST_READ_TIMEOUT_MS")]
     request_read_timeout_ms: Option<u64>,
@@ -171,6 +178,12 @@ impl AgentArgs {
         }
         if let Some(v) = self.queued_max_request_bytes {
             s.queued_max_request_bytes = v;
+        }
+        if let Some(v) = self.max_connections {
+            s.max_connections = v;
+        }
+        if let Some(v) = self.connections_max_idle_ms {
+            s.connections_max_idle_ms = v;
         }
         if let Some(v) = self.request_read_timeout_ms {
             s.request_read_timeout_ms = v;

@@ -22,31 +22,46 @@
 //! time, without waiting for the next read.
 
 use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use tokio::sync::watch;
-use tokio::time::Instant;
 
 use anyhow::Context;
 use strata_metastore::{AgentRecord, Metastore};
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::now_ms;
+use crate::clock::Clock;
+use crate::tasks::Stopped;
+
+/// Who joins, and on what lease.
+#[derive(Debug, Clone)]
+pub struct Joining {
+    pub node_id: i32,
+    /// The advertised Kafka address.
+    pub kafka: (String, i32),
+    pub http: String,
+    pub rack: Option<String>,
+    /// The id of this agent's data directory (a node id in use by another directory
+    /// is refused).
+    pub data_dir_id: String,
+    pub lease: Duration,
+}
 
 #[derive(Debug)]
 pub struct Membership {
     metastore: Metastore,
+    clock: Arc<dyn Clock>,
     me: AgentRecord,
     lease: Duration,
     /// Live agents by node id, this one always among them.
     live: RwLock<Vec<AgentRecord>>,
-    /// Until when this agent may act as a leader: one renewal interval short of the
-    /// lease its last successful renewal bought.
-    held_until: Mutex<Instant>,
+    /// Until when (on the clock's monotonic reading) this agent may act as a leader:
+    /// one renewal interval short of the lease its last successful renewal bought.
+    held_until: watch::Sender<Duration>,
     /// What a renewal after a lapse bought, until the agent confirms it has re-read
     /// its partitions ([`Membership::confirm_regained`]).
-    regained: watch::Sender<Option<Instant>>,
+    regained: watch::Sender<Option<Duration>>,
     /// The controller lease's holder as last seen (-1: not known yet).
     controller: AtomicI32,
 }
@@ -55,13 +70,17 @@ impl Membership {
     /// Registers this agent; fails if another live process holds the node id.
     pub async fn join(
         metastore: Metastore,
-        node_id: i32,
-        (host, port): (String, i32),
-        http: String,
-        rack: Option<String>,
-        data_dir_id: &str,
-        lease: Duration,
+        clock: Arc<dyn Clock>,
+        joining: Joining,
     ) -> anyhow::Result<Membership> {
+        let Joining {
+            node_id,
+            kafka: (host, port),
+            http,
+            rack,
+            data_dir_id,
+            lease,
+        } = joining;
         let me = AgentRecord {
             node_id,
             host,
@@ -69,7 +88,7 @@ impl Membership {
             http,
             rack,
             incarnation: uuid::Uuid::new_v4().simple().to_string(),
-            data_dir_id: data_dir_id.to_string(),
+            data_dir_id,
             lease_until_ms: 0,
         };
         let membership = Membership {
@@ -77,7 +96,8 @@ impl Membership {
             live: RwLock::new(vec![me.clone()]),
             me,
             lease,
-            held_until: Mutex::new(Instant::now()),
+            held_until: watch::Sender::new(clock.monotonic()),
+            clock,
             regained: watch::Sender::new(None),
             controller: AtomicI32::new(-1),
         };
@@ -95,9 +115,9 @@ impl Membership {
     /// Registers or renews the lease. `joining`: the first registration, before this
     /// agent serves anything (so there is nothing to re-read).
     async fn renew(&self, joining: bool) -> strata_metastore::Result<()> {
-        let sent = Instant::now();
+        let sent = self.clock.monotonic();
         let lapsed = !joining && !self.holds_lease();
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         let record = AgentRecord {
             lease_until_ms: now + self.lease.as_millis() as i64,
             ..self.me.clone()
@@ -110,7 +130,7 @@ impl Membership {
             );
             self.regained.send_replace(Some(until));
         } else {
-            *self.held_until.lock().unwrap_or_else(|p| p.into_inner()) = until;
+            self.held_until.send_replace(until);
         }
         self.refresh().await
     }
@@ -119,34 +139,46 @@ impl Membership {
     /// writes before anyone else may be elected in its place, and one that renewed after
     /// a lapse takes none until it has re-read what it leads.
     pub fn holds_lease(&self) -> bool {
-        Instant::now() < *self.held_until.lock().unwrap_or_else(|p| p.into_inner())
+        self.clock.monotonic() < *self.held_until.borrow()
     }
 
     /// Offers, after a renewal that came when the lease had lapsed, until when that
     /// renewal holds: the agent must re-read its partitions, then
     /// [`Membership::confirm_regained`] it.
-    pub fn regained(&self) -> watch::Receiver<Option<Instant>> {
+    pub fn regained(&self) -> watch::Receiver<Option<Duration>> {
         self.regained.subscribe()
     }
 
     /// The agent has re-read every partition it serves since the renewal that bought
     /// `until`: the lease counts again (until then, or a later renewal's end).
-    pub fn confirm_regained(&self, until: Instant) {
-        let mut held = self.held_until.lock().unwrap_or_else(|p| p.into_inner());
-        if until > *held {
-            *held = until;
-        }
-        self.regained.send_if_modified(|pending| match pending {
-            Some(p) if *p <= until => {
-                *pending = None;
-                true
+    pub fn confirm_regained(&self, until: Duration) {
+        self.held_until.send_modify(|held| {
+            if until > *held {
+                *held = until;
             }
-            _ => false,
+            self.regained.send_if_modified(|pending| match pending {
+                Some(p) if *p <= until => {
+                    *pending = None;
+                    true
+                }
+                _ => false,
+            });
         });
     }
 
     pub fn node_id(&self) -> i32 {
         self.me.node_id
+    }
+
+    /// The clock leases are measured on.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.clock
+    }
+
+    /// Until when, on [`Membership::clock`]'s monotonic reading, this agent may lead;
+    /// changes at every renewal.
+    pub fn held_until(&self) -> watch::Receiver<Duration> {
+        self.held_until.subscribe()
     }
 
     /// This process, as its agent record names it.
@@ -156,7 +188,7 @@ impl Membership {
 
     /// Reads the live agents from the metastore (placement calls this before it picks).
     pub async fn refresh(&self) -> strata_metastore::Result<()> {
-        let mut live = self.metastore.live_agents(now_ms()).await?;
+        let mut live = self.metastore.live_agents(self.clock.wall_ms()).await?;
         if !live.iter().any(|a| a.node_id == self.me.node_id) {
             live.push(self.me.clone());
             live.sort_by_key(|a| a.node_id);
@@ -167,8 +199,8 @@ impl Membership {
 
     /// Renews the lease, and follows agents joining and leaving, until `shutdown`; then
     /// deregisters.
-    pub async fn run(&self, shutdown: CancellationToken) {
-        let mut next_renewal = Instant::now() + self.renew_every();
+    pub async fn run(&self, shutdown: CancellationToken) -> Stopped {
+        let mut next_renewal = self.clock.monotonic() + self.renew_every();
         loop {
             let joined_or_left = async {
                 let watched = match self.metastore.watch_agents().await {
@@ -182,27 +214,42 @@ impl Membership {
                 }
             };
             let renew = tokio::select! {
-                _ = tokio::time::sleep_until(next_renewal) => true,
+                _ = self.clock.sleep_until(next_renewal) => true,
                 () = joined_or_left => false,
                 _ = shutdown.cancelled() => break,
             };
-            let outcome = if renew {
-                next_renewal = Instant::now() + self.renew_every();
-                self.renew(false).await
-            } else {
-                self.refresh().await
+            let work = async {
+                if renew {
+                    next_renewal = self.clock.monotonic() + self.renew_every();
+                    self.renew(false).await
+                } else {
+                    self.refresh().await
+                }
+            };
+            // A metastore that hangs must not hold shutdown up.
+            let outcome = tokio::select! {
+                o = work => o,
+                _ = shutdown.cancelled() => break,
             };
             if let Err(e) = outcome {
                 tracing::error!(error = %e, "cannot renew this agent's lease in the metastore");
             }
         }
-        if let Err(e) = self
+        let deregister = self
             .metastore
-            .deregister_agent(self.me.node_id, &self.me.incarnation)
-            .await
-        {
-            tracing::warn!(error = %e, "cannot deregister; others will see this agent leave when its lease runs out");
+            .deregister_agent(self.me.node_id, &self.me.incarnation);
+        match tokio::time::timeout(self.renew_every(), deregister).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot deregister; others will see this agent leave when its lease runs out")
+            }
+            Err(_) => {
+                tracing::warn!(
+                    "the metastore did not answer the deregistration in time; others will see this agent leave when its lease runs out"
+                )
+            }
         }
+        Stopped::Shutdown
     }
 
     /// The controller, as clients are told (Metadata, DescribeCluster): the holder of
@@ -227,7 +274,7 @@ impl Membership {
 
     /// `f` of each live agent, by node id.
     fn map_live<T>(&self, f: impl Fn(&AgentRecord) -> T) -> Vec<T> {
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         self.live
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -249,7 +296,7 @@ impl Membership {
 
     /// The Kafka address of live agent `node_id`.
     pub fn address_of(&self, node_id: i32) -> Option<String> {
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         self.live
             .read()
             .unwrap_or_else(|p| p.into_inner())
@@ -271,7 +318,7 @@ impl Membership {
     }
 
     fn with_coordinator<T>(&self, group: &str, f: impl FnOnce(&AgentRecord) -> T) -> T {
-        let now = now_ms();
+        let now = self.clock.wall_ms();
         let all = self.live.read().unwrap_or_else(|p| p.into_inner());
         // This agent is always among them, so the list is never empty.
         let live: Vec<&AgentRecord> = all.iter().filter(|a| self.is_live(a, now)).collect();
@@ -288,6 +335,7 @@ mod tests {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicBool, Ordering};
 
+    use strata_core::clock::ManualClock;
     use strata_metastore::kv::{KvStore, KvTransaction, Watch};
     use strata_metastore::{Error, SqliteStore};
 
@@ -317,10 +365,36 @@ mod tests {
         }
     }
 
+    /// Moves `clock` on by `d` once the membership task waits for its next renewal, so
+    /// that the task keeps up with the clock.
+    async fn step(clock: &ManualClock, d: Duration) {
+        let waiting = async {
+            while clock.sleepers() == 0 {
+                tokio::task::yield_now().await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(20), waiting)
+            .await
+            .expect("the membership task never waited for its next renewal");
+        clock.advance(d);
+    }
+
+    /// Waits until `m` renewed at the clock's current time.
+    async fn renewed_now(m: &Membership, lease: Duration) {
+        let now = m.clock().monotonic();
+        let wanted = now + lease - lease / 5;
+        let mut held = m.held_until();
+        tokio::time::timeout(Duration::from_secs(20), held.wait_for(|h| *h >= wanted))
+            .await
+            .unwrap_or_else(|_| panic!("no renewal at {now:?}"))
+            .expect("membership alive");
+    }
+
     /// A leader that cannot renew its lease stops leading before the lease the others
     /// go by runs out, so no two agents ever both take writes; once it renews it leads
     /// again only after confirming it re-read its partitions (a late renewal alone let a
-    /// resumed zombie leader acknowledge writes in its stale epoch).
+    /// resumed zombie leader acknowledge writes in its stale epoch). Time is a manual
+    /// clock: nothing sleeps.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn an_agent_that_cannot_renew_steps_down_before_its_lease_ends() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -329,16 +403,21 @@ mod tests {
             down: AtomicBool::new(false),
         });
         let metastore = Metastore::new(Arc::clone(&store) as Arc<dyn KvStore>, b"strata");
+        let clock = ManualClock::new(1_700_000_000_000);
         let lease = Duration::from_millis(1000);
+        let renew_every = lease / 5;
         let membership = Arc::new(
             Membership::join(
                 metastore.clone(),
-                1,
-                ("127.0.0.1".to_string(), 9092),
-                "127.0.0.1:9644".to_string(),
-                None,
-                "dir-1",
-                lease,
+                Arc::new(clock.clone()),
+                Joining {
+                    node_id: 1,
+                    kafka: ("127.0.0.1".to_string(), 9092),
+                    http: "127.0.0.1:9644".to_string(),
+                    rack: None,
+                    data_dir_id: "dir-1".to_string(),
+                    lease,
+                },
             )
             .await
             .expect("join"),
@@ -349,15 +428,15 @@ mod tests {
             let (m, s) = (Arc::clone(&membership), shutdown.clone());
             async move { m.run(s).await }
         });
-        // Renewals go on: still the holder well past one lease.
-        let start = tokio::time::Instant::now();
-        while start.elapsed() < lease * 2 {
+        // Renewals go on: still the holder three leases on.
+        for _ in 0..15 {
+            step(&clock, renew_every).await;
+            renewed_now(&membership, lease).await;
             assert!(membership.holds_lease(), "lost the lease while renewing");
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
 
-        let others_see = |m: Metastore| async move {
-            m.live_agents(now_ms())
+        let others_see = |m: Metastore, now: i64| async move {
+            m.live_agents(now)
                 .await
                 .expect("read")
                 .into_iter()
@@ -365,17 +444,17 @@ mod tests {
                 .map(|a| a.lease_until_ms)
                 .expect("registered")
         };
-        let lease_until = others_see(metastore.clone()).await;
+        let lease_until = others_see(metastore.clone(), clock.wall_ms()).await;
         store.down.store(true, Ordering::SeqCst);
-        let deadline = tokio::time::Instant::now() + lease * 2;
-        while membership.holds_lease() {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "still leading long after renewals stopped"
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut stepped_down = None;
+        for _ in 0..40 {
+            step(&clock, Duration::from_millis(50)).await;
+            if !membership.holds_lease() {
+                stepped_down = Some(clock.wall_ms());
+                break;
+            }
         }
-        let stepped_down = now_ms();
+        let stepped_down = stepped_down.expect("still leading long after renewals stopped");
         assert!(
             stepped_down < lease_until,
             "stepped down at {stepped_down}, after the lease others see ended at {lease_until}"
@@ -386,22 +465,35 @@ mod tests {
         // its partitions and confirms (the broker does, `follow_lease_regained`).
         let mut regained = membership.regained();
         store.down.store(false, Ordering::SeqCst);
-        let until = tokio::time::timeout(lease * 2, regained.wait_for(|pending| pending.is_some()))
-            .await
-            .expect("never renewed again")
-            .expect("membership alive")
-            .expect("a pending lease");
+        step(&clock, renew_every).await;
+        let until = tokio::time::timeout(
+            Duration::from_secs(20),
+            regained.wait_for(|pending| pending.is_some()),
+        )
+        .await
+        .expect("never renewed again")
+        .expect("membership alive")
+        .expect("a pending lease");
         assert!(
             !membership.holds_lease(),
             "a renewal after a lapse gave the right to write back before partitions were re-read"
         );
         // Later renewals do not give it back either.
-        let watched = tokio::time::Instant::now();
-        while watched.elapsed() < lease {
+        for _ in 0..10 {
+            step(&clock, renew_every).await;
             assert!(!membership.holds_lease(), "took writes again unconfirmed");
-            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let until = (*membership.regained().borrow()).unwrap_or(until);
+        // Confirm what the renewal at the current time bought.
+        let bought_now = clock.monotonic() + lease - renew_every;
+        let mut regained = membership.regained();
+        let until = tokio::time::timeout(
+            Duration::from_secs(20),
+            regained.wait_for(|pending| pending.is_some_and(|u| u >= bought_now)),
+        )
+        .await
+        .expect("no renewal at the current time")
+        .expect("membership alive")
+        .map_or(until, |u| u.max(until));
         membership.confirm_regained(until);
         assert!(membership.holds_lease(), "confirmed, yet not holding");
         assert_eq!(*membership.regained().borrow(), None);

@@ -25,6 +25,8 @@ use strata_replication::{IsrChange, LeaderState, PartitionRecord};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
+use crate::tasks::{Stopped, Tasks};
+
 /// What waiters on a partition watch: it changes on every append, watermark move and
 /// role change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -114,7 +116,7 @@ pub enum PartitionError {
 }
 
 impl Partition {
-    /// Opens (recovering) the log under `dir` and starts the flusher. The replica has
+    /// Opens (recovering) the log under `dir` and starts the flusher (tracked by `tasks`). The replica has
     /// no role until [`Partition::become_leader`] or [`Partition::become_follower`].
     pub fn open(
         topic: &str,
@@ -123,7 +125,7 @@ impl Partition {
         dir: &Path,
         config: LogConfig,
         now_ms: i64,
-        shutdown: &CancellationToken,
+        tasks: &Tasks,
     ) -> Result<Arc<Partition>, strata_log::Error> {
         let (log, recovery) = PartitionLog::open(dir, config, now_ms)?;
         if recovery.truncated_bytes > 0 {
@@ -163,10 +165,13 @@ impl Partition {
             flushed: AtomicI64::new(end),
             cuts: AtomicU64::new(0),
             flush_wanted: Notify::new(),
-            stop: shutdown.child_token(),
+            stop: tasks.shutdown().child_token(),
             fetcher: Mutex::new(None),
         });
-        tokio::spawn(Arc::clone(&partition).flusher());
+        tasks.spawn(
+            format!("flusher {topic}-{index}"),
+            Arc::clone(&partition).flusher(),
+        );
         Ok(partition)
     }
 
@@ -789,7 +794,7 @@ impl Partition {
     }
 
     /// The group-commit loop: one fsync covers every append since the previous one.
-    async fn flusher(self: Arc<Self>) {
+    async fn flusher(self: Arc<Self>) -> Stopped {
         loop {
             let stopping = tokio::select! {
                 _ = self.flush_wanted.notified() => false,
@@ -817,7 +822,7 @@ impl Partition {
                 if let Some(error) = error {
                     tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
                     self.offsets.send_modify(|o| o.failed = true);
-                    return;
+                    return Stopped::Failed(format!("fsync failed: {error}"));
                 }
                 let mut role = self.role();
                 if self.cuts.load(Ordering::Acquire) != cuts {
@@ -836,8 +841,7 @@ impl Partition {
                 }
             }
             if stopping {
-                tracing::debug!(partition = %self.name(), "flusher stopped");
-                return;
+                return Stopped::Done("the partition closed");
             }
         }
     }
@@ -917,8 +921,8 @@ mod tests {
                 ack_after_fsync,
                 ..LogConfig::default()
             };
-            let shutdown = CancellationToken::new();
-            let p = Partition::open("t", 0, 1, dir.path(), config, 0, &shutdown).expect("open");
+            let tasks = Tasks::new(CancellationToken::new());
+            let p = Partition::open("t", 0, 1, dir.path(), config, 0, &tasks).expect("open");
             p.become_leader(&sole_leader(), 0);
             let batch = example_batch(3, 10, 1_700_000_000_000, Compression::None);
             let (out, epoch) = p.append(&batch, 0, Some(1)).expect("append");

@@ -17,6 +17,7 @@
 //! neither memory nor address space, and wait (then time out) once the budget is taken.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -28,10 +29,11 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, mpsc};
-use tokio_util::task::TaskTracker;
 
 use crate::api::{self, Reply, versions};
 use crate::broker::Broker;
+use crate::context::{ConnectionInfo, Listener, RequestContext};
+use crate::tasks::{Stopped, Tasks};
 
 /// Requests one connection may have in flight before it stops reading.
 const MAX_IN_FLIGHT: usize = 64;
@@ -102,20 +104,48 @@ impl RequestMemory {
     }
 }
 
-/// Accepts connections until shutdown; each connection is tracked by `tracker`. A
-/// failed accept (out of file descriptors, most often) is retried after a pause that
-/// doubles while it keeps failing, and logged once per run of failures.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTracker) {
-    let memory = RequestMemory::new(broker.settings.queued_max_request_bytes);
+/// Accepts connections until shutdown; each connection is a task of `tasks`. A failed
+/// accept (out of file descriptors, most often) is retried after a pause that doubles
+/// while it keeps failing, and logged once per run of failures.
+pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> Stopped {
+    let settings = broker.settings();
+    let memory = RequestMemory::new(settings.queued_max_request_bytes);
+    let slots = Arc::new(Semaphore::new(settings.max_connections));
+    let kafka = Arc::new(Listener::plaintext());
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut failures = 0u64;
+    let mut full_since: Option<tokio::time::Instant> = None;
     loop {
+        // At `max_connections`, stop accepting (as Kafka's acceptor does) until one
+        // closes: new connections wait in the listen backlog.
+        let slot = match Arc::clone(&slots).try_acquire_owned() {
+            Ok(slot) => slot,
+            Err(_) => {
+                if full_since.is_none() {
+                    tracing::warn!(
+                        max_connections = settings.max_connections,
+                        "connection limit reached; new connections wait until one closes"
+                    );
+                    full_since = Some(crate::clock::instant());
+                }
+                tokio::select! {
+                    s = Arc::clone(&slots).acquire_owned() => match s {
+                        Ok(slot) => slot,
+                        Err(_) => return Stopped::Failed("connection slots closed".to_string()),
+                    },
+                    _ = broker.shutdown().cancelled() => return Stopped::Shutdown,
+                }
+            }
+        };
+        if let Some(since) = full_since.take() {
+            tracing::info!(
+                waited_ms = since.elapsed().as_millis() as u64,
+                "accepting connections again: below the connection limit"
+            );
+        }
         let accepted = tokio::select! {
             a = listener.accept() => a,
-            _ = broker.shutdown.cancelled() => {
-                tracing::debug!("kafka listener stopped: shutdown");
-                return;
-            }
+            _ = broker.shutdown().cancelled() => return Stopped::Shutdown,
         };
         match accepted {
             Ok((stream, peer)) => {
@@ -127,13 +157,16 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTrac
                 let _ = stream.set_nodelay(true);
                 let broker = Arc::clone(&broker);
                 let memory = memory.clone();
-                tracker.spawn(async move {
-                    match connection(stream, broker, memory).await {
+                let info = ConnectionInfo::new(Arc::clone(&kafka), peer);
+                tasks.spawn("kafka connection", async move {
+                    let _slot = slot;
+                    match connection(stream, broker, info, memory).await {
                         Ok(()) => {}
-                        Err(e @ ConnectionError::Io(_)) => tracing::debug!(%peer, error = %e, "connection closed"),
+                        Err(e @ (ConnectionError::Io(_) | ConnectionError::Idle { .. })) => tracing::debug!(%peer, error = %e, "connection closed"),
                         Err(e @ ConnectionError::Encode(_)) => tracing::error!(%peer, error = %e, "connection closed"),
                         Err(e) => tracing::warn!(%peer, error = %e, "closed connection after a bad request"),
                     }
+                    Stopped::Done("the connection closed")
                 });
             }
             Err(e) => {
@@ -142,8 +175,8 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tracker: TaskTrac
                 }
                 failures += 1;
                 tokio::select! {
-                    _ = tokio::time::sleep(backoff) => {}
-                    _ = broker.shutdown.cancelled() => return,
+                    _ = crate::clock::pause(backoff) => {}
+                    _ = broker.shutdown().cancelled() => return Stopped::Shutdown,
                 }
                 backoff = (backoff * 2).min(ACCEPT_BACKOFF_MAX);
             }
@@ -164,6 +197,8 @@ struct Pending {
 pub enum ConnectionError {
     #[error("frame of {0} bytes is outside the allowed size")]
     FrameSize(i64),
+    #[error("no request for {idle_ms} ms (connections_max_idle_ms)")]
+    Idle { idle_ms: u64 },
     #[error("a frame of {size} bytes did not arrive within {timeout_ms} ms")]
     FrameTimeout { size: usize, timeout_ms: u64 },
     #[error("unknown API key {0}")]
@@ -185,36 +220,80 @@ pub enum ConnectionError {
 async fn connection(
     stream: TcpStream,
     broker: Arc<Broker>,
+    mut info: ConnectionInfo,
     memory: RequestMemory,
 ) -> Result<(), ConnectionError> {
-    let peer = stream
-        .peer_addr()
-        .map(|a| a.ip().to_string())
-        .unwrap_or_default();
     let (mut reader, writer) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
-    let writing = tokio::spawn(write_replies(rx, writer));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let writing = tokio::spawn(write_replies(rx, writer, Arc::clone(&in_flight)));
+    let settings = broker.settings();
     let limits = FrameLimits {
-        max_bytes: broker.settings.max_request_bytes,
-        timeout: Duration::from_millis(broker.settings.request_read_timeout_ms),
+        max_bytes: settings.max_request_bytes,
+        timeout: Duration::from_millis(settings.request_read_timeout_ms),
     };
+    let idle = Duration::from_millis(settings.connections_max_idle_ms);
+    let request_timeout = Duration::from_millis(settings.request_timeout_ms);
+    let mut shared = Arc::new(info.clone());
     let read_outcome = loop {
+        // Idle: no byte of a new request for `idle`, and no reply still on its way.
+        // The size is read with a cancel-safe read, so giving up on it loses nothing.
+        let next = async {
+            let mut size = BytesMut::with_capacity(4);
+            while size.len() < 4 {
+                let want = 4 - size.len() as u64;
+                match tokio::time::timeout(idle, (&mut reader).take(want).read_buf(&mut size)).await
+                {
+                    Ok(Ok(0)) if size.is_empty() => return Ok(None),
+                    Ok(Ok(0)) => {
+                        return Err(ConnectionError::Io(
+                            std::io::ErrorKind::UnexpectedEof.into(),
+                        ));
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => return Err(e.into()),
+                    Err(_) if size.is_empty() && in_flight.load(Ordering::Acquire) == 0 => {
+                        return Err(ConnectionError::Idle {
+                            idle_ms: idle.as_millis() as u64,
+                        });
+                    }
+                    Err(_) => {}
+                }
+            }
+            let size = i32::from_be_bytes([size[0], size[1], size[2], size[3]]);
+            read_body(&mut reader, size, limits, &memory)
+                .await
+                .map(Some)
+        };
         let frame = tokio::select! {
-            f = read_frame(&mut reader, limits, &memory) => f,
-            _ = broker.shutdown.cancelled() => break Ok(()),
+            f = next => f,
+            _ = broker.shutdown().cancelled() => break Ok(()),
         };
         let (frame, reserved) = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
-        let pending = decode(&broker, &peer, frame);
+        let pending = match parse_request(frame) {
+            Ok(Parsed::Request { header, request }) => {
+                if matches!(*request, RequestKind::ApiVersions(_)) {
+                    info.learn(&request);
+                    shared = Arc::new(info.clone());
+                }
+                handle(&broker, &shared, header, *request, request_timeout)
+            }
+            Ok(Parsed::UnknownApiVersions { correlation_id }) => {
+                Ok(unknown_api_versions(correlation_id))
+            }
+            Err(e) => Err(e),
+        };
         // The handler has taken what it needs of the frame (produce appended it).
         drop(reserved);
         let pending = match pending {
             Ok(p) => p,
             Err(e) => break Err(e),
         };
+        in_flight.fetch_add(1, Ordering::AcqRel);
         if tx.send(pending).await.is_err() {
             break Ok(());
         }
@@ -251,7 +330,18 @@ pub async fn read_frame(
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
         Err(e) => return Err(e.into()),
     }
-    let size = i32::from_be_bytes(size);
+    read_body(reader, i32::from_be_bytes(size), limits, memory)
+        .await
+        .map(Some)
+}
+
+/// Reads the body of a frame whose size prefix declared `size`, as [`read_frame`].
+async fn read_body(
+    reader: &mut (impl AsyncReadExt + Unpin),
+    size: i32,
+    limits: FrameLimits,
+    memory: &RequestMemory,
+) -> Result<(Bytes, Reserved), ConnectionError> {
     // api key, api version and correlation id at the least.
     if size < 8 || size as usize > limits.max_bytes {
         return Err(ConnectionError::FrameSize(i64::from(size)));
@@ -261,7 +351,7 @@ pub async fn read_frame(
         size,
         timeout_ms: limits.timeout.as_millis() as u64,
     };
-    let deadline = tokio::time::Instant::now() + limits.timeout;
+    let deadline = crate::clock::instant() + limits.timeout;
     let reserved = tokio::time::timeout_at(deadline, memory.reserve(size))
         .await
         .map_err(|_| timed_out())?
@@ -283,7 +373,7 @@ pub async fn read_frame(
     tokio::time::timeout_at(deadline, body)
         .await
         .map_err(|_| timed_out())??;
-    Ok(Some((buf.freeze(), reserved)))
+    Ok((buf.freeze(), reserved))
 }
 
 /// A request frame, decoded.
@@ -338,40 +428,50 @@ pub fn parse_request(mut frame: Bytes) -> Result<Parsed, ConnectionError> {
     })
 }
 
-/// Decodes a frame and starts handling it.
-fn decode(broker: &Arc<Broker>, peer: &str, frame: Bytes) -> Result<Pending, ConnectionError> {
-    match parse_request(frame)? {
-        Parsed::UnknownApiVersions { correlation_id } => {
-            // KIP-511: answer in v0 with the versions we support, so the client can retry.
-            let response = versions::api_versions(ResponseError::UnsupportedVersion.code());
-            Ok(Pending {
-                correlation_id,
-                api_key: ApiKey::ApiVersions,
-                version: 0,
-                reply: Box::pin(async move { Some(response.into()) }),
-            })
-        }
-        Parsed::Request { header, request } => {
-            let api = ApiKey::try_from(header.request_api_key)
-                .map_err(|_| ConnectionError::UnknownApi(header.request_api_key))?;
-            let version = header.request_api_version;
-            let correlation_id = header.correlation_id;
-            let reply = api::dispatch(broker, &header, peer, *request)
-                .ok_or(ConnectionError::UnknownApi(api as i16))?;
-            Ok(Pending {
-                correlation_id,
-                api_key: api,
-                version,
-                reply,
-            })
-        }
+/// KIP-511: an ApiVersions request of a version we do not know is answered in v0 with
+/// the versions we support, so the client can retry.
+fn unknown_api_versions(correlation_id: i32) -> Pending {
+    let response = versions::api_versions(ResponseError::UnsupportedVersion.code());
+    Pending {
+        correlation_id,
+        api_key: ApiKey::ApiVersions,
+        version: 0,
+        reply: Box::pin(async move { Some(response.into()) }),
     }
+}
+
+/// Starts handling a decoded request, in its context.
+fn handle(
+    broker: &Arc<Broker>,
+    connection: &Arc<ConnectionInfo>,
+    header: RequestHeader,
+    request: RequestKind,
+    request_timeout: Duration,
+) -> Result<Pending, ConnectionError> {
+    let api = ApiKey::try_from(header.request_api_key)
+        .map_err(|_| ConnectionError::UnknownApi(header.request_api_key))?;
+    let ctx = RequestContext::new(
+        Arc::clone(connection),
+        &header,
+        api,
+        &request,
+        request_timeout,
+    );
+    let reply =
+        api::dispatch(broker, &ctx, request).ok_or(ConnectionError::UnknownApi(api as i16))?;
+    Ok(Pending {
+        correlation_id: header.correlation_id,
+        api_key: api,
+        version: header.request_api_version,
+        reply,
+    })
 }
 
 /// Awaits replies in request order and writes them.
 async fn write_replies(
     mut rx: mpsc::Receiver<Pending>,
     mut writer: tokio::net::tcp::OwnedWriteHalf,
+    unanswered: Arc<AtomicUsize>,
 ) -> Result<(), ConnectionError> {
     let mut in_flight = FuturesOrdered::new();
     let mut open = true;
@@ -384,6 +484,7 @@ async fn write_replies(
                     let frame = encode(p.0, p.1, p.2, &response)?;
                     writer.write_all(&frame).await?;
                 }
+                unanswered.fetch_sub(1, Ordering::AcqRel);
             }
             next = rx.recv(), if open => match next {
                 Some(pending) => {
@@ -523,7 +624,7 @@ mod tests {
             .write_all(&[0u8; 10])
             .await
             .expect("part of the body");
-        let started = tokio::time::Instant::now();
+        let started = crate::clock::instant();
         let outcome = read_frame(&mut server, limits(200), &memory).await;
         assert!(
             matches!(

@@ -14,7 +14,7 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kv::{KvTransaction, Watch, prefix_end, transact};
+use crate::kv::{KvTransaction, Watch, prefix_end};
 use crate::topics::{Metastore, decode, encode};
 
 /// A running agent, as the others see it.
@@ -59,7 +59,7 @@ impl Metastore {
     pub async fn register_agent(&self, record: AgentRecord, now_ms: i64) -> Result<()> {
         let key = self.agent_key(record.node_id);
         let version = self.agents_version_key();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (key, record, version) = (key.clone(), record.clone(), version.clone());
             async move {
                 let mut joining = true;
@@ -91,7 +91,7 @@ impl Metastore {
         let key = self.agent_key(node_id);
         let version = self.agents_version_key();
         let incarnation = incarnation.to_string();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (key, incarnation, version) = (key.clone(), incarnation.clone(), version.clone());
             async move {
                 if let Some(v) = txn.get(&key).await? {
@@ -111,7 +111,7 @@ impl Metastore {
     /// Every agent whose lease is live at `now_ms`, by node id.
     pub async fn live_agents(&self, now_ms: i64) -> Result<Vec<AgentRecord>> {
         let this = self.clone();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             async move { this.live_agents_in(txn, now_ms).await }.boxed()
         })

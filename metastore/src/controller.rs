@@ -18,7 +18,6 @@ use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::kv::transact;
 use crate::topics::{Metastore, PartitionRecord, decode, encode};
 
 /// Who runs elections, and until when.
@@ -45,7 +44,7 @@ impl Metastore {
     /// The controller lease as it stands, whether or not it ran out.
     pub async fn controller(&self) -> Result<Option<ControllerLease>> {
         let key = self.controller_key();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let key = key.clone();
             async move {
                 match txn.get(&key).await? {
@@ -70,7 +69,7 @@ impl Metastore {
     ) -> Result<ControllerLease> {
         let key = self.controller_key();
         let incarnation = incarnation.to_string();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (key, incarnation) = (key.clone(), incarnation.clone());
             async move {
                 if let Some(v) = txn.get(&key).await? {
@@ -97,7 +96,7 @@ impl Metastore {
     pub async fn release_controller(&self, node_id: i32, incarnation: &str) -> Result<()> {
         let key = self.controller_key();
         let incarnation = incarnation.to_string();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (key, incarnation) = (key.clone(), incarnation.clone());
             async move {
                 if let Some(v) = txn.get(&key).await? {
@@ -132,7 +131,7 @@ impl Metastore {
         let (topic, incarnation) = (topic.to_string(), incarnation.to_string());
         let this = self.clone();
         let change = Arc::new(change);
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (this, key, topic, incarnation) = (
                 this.clone(),
                 key.clone(),

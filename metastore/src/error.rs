@@ -17,6 +17,13 @@ pub enum Error {
     /// The transaction ran longer than the 5 s every backend allows.
     #[error("transaction too old: it ran for more than {limit_ms} ms")]
     TransactionTooOld { limit_ms: u64 },
+    /// A call (every attempt of its transaction together) did not finish within the
+    /// metastore's deadline: the backend is slow, unreachable or hung.
+    #[error("the metastore did not answer within {after_ms} ms")]
+    DeadlineExceeded { after_ms: u64 },
+    /// The agent is stopping and gave up on the call; it may have committed.
+    #[error("metastore call abandoned: shutting down")]
+    ShuttingDown,
     #[error("topic '{0}' already exists")]
     TopicExists(String),
     #[error("topic '{0}' does not exist")]

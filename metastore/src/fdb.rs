@@ -86,6 +86,7 @@ pub struct FdbStore {
     db: std::sync::Arc<Database>,
     prefix: Vec<u8>,
     limits: Limits,
+    clock: std::sync::Arc<dyn strata_core::clock::Clock>,
 }
 
 impl std::fmt::Debug for FdbStore {
@@ -97,6 +98,11 @@ impl std::fmt::Debug for FdbStore {
 }
 
 impl FdbStore {
+    /// This store, timing its transactions on `clock`.
+    pub fn with_clock(self, clock: std::sync::Arc<dyn strata_core::clock::Clock>) -> FdbStore {
+        FdbStore { clock, ..self }
+    }
+
     /// Connects to the cluster named by `cluster_file` (the client's default file when
     /// `None`) and keeps every key under the subspace `(prefix,)`.
     pub fn open(cluster_file: Option<&str>, prefix: &str) -> Result<FdbStore> {
@@ -113,6 +119,7 @@ impl FdbStore {
             db: std::sync::Arc::new(db),
             prefix,
             limits: FDB_LIMITS,
+            clock: strata_core::clock::SystemClock::shared(),
         })
     }
 
@@ -165,7 +172,7 @@ impl KvStore for FdbStore {
         Ok(Box::new(FdbTransaction {
             trx: self.new_transaction()?,
             prefix: self.prefix.clone(),
-            tracker: LimitTracker::new(self.limits),
+            tracker: LimitTracker::new(self.limits, &self.clock),
             failed: None,
         }))
     }
@@ -340,8 +347,8 @@ pub(crate) mod tests {
     async fn passes_the_conformance_suite() {
         let Some(file) = cluster_file() else { return };
         let stores = std::sync::Mutex::new(Vec::new());
-        let factory = || -> Arc<dyn KvStore> {
-            let store = fresh(&file);
+        let factory = |clock: Arc<dyn strata_core::clock::Clock>| -> Arc<dyn KvStore> {
+            let store = fresh(&file).with_clock(clock);
             stores.lock().expect("lock").push(store.clone());
             Arc::new(store)
         };

@@ -19,7 +19,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::keys::Key;
-use crate::kv::{prefix_end, transact};
+use crate::kv::prefix_end;
 use crate::topics::{Metastore, decode, encode};
 
 /// That a group exists (it has committed offsets at some point).
@@ -58,7 +58,7 @@ impl Metastore {
     ) -> Result<()> {
         let this = self.clone();
         let (group, protocol_type) = (group.to_string(), protocol_type.to_string());
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (this, group, protocol_type, offsets) = (
                 this.clone(),
                 group.clone(),
@@ -92,7 +92,7 @@ impl Metastore {
     ) -> Result<BTreeMap<TopicPartition, CommittedOffset>> {
         let this = self.clone();
         let group = group.to_string();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (this, group) = (this.clone(), group.clone());
             async move {
                 let begin = this.offset_prefix(&group).into_bytes();
@@ -116,7 +116,7 @@ impl Metastore {
     /// Groups that have a record (have committed offsets), with their protocol type.
     pub async fn groups(&self) -> Result<Vec<(String, GroupRecord)>> {
         let this = self.clone();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             async move {
                 let begin = this.key().str("group").into_bytes();
@@ -144,7 +144,7 @@ impl Metastore {
         let group = group.to_string();
         // Whether an earlier attempt saw the group, in case it committed unseen.
         let existed_before = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (this, group, existed_before) =
                 (this.clone(), group.clone(), Arc::clone(&existed_before));
             async move {
@@ -166,7 +166,7 @@ impl Metastore {
     pub async fn delete_offsets(&self, group: &str, partitions: Vec<TopicPartition>) -> Result<()> {
         let this = self.clone();
         let group = group.to_string();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (this, group, partitions) = (this.clone(), group.clone(), partitions.clone());
             async move {
                 for (topic, partition) in &partitions {
@@ -187,7 +187,7 @@ impl Metastore {
     /// Reserves `count` producer ids for this agent.
     pub async fn allocate_producer_ids(&self, count: i64) -> Result<Range<i64>> {
         let key = self.key().str("producer_ids").into_bytes();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let key = key.clone();
             async move {
                 let next = match txn.get(&key).await? {

@@ -7,7 +7,12 @@
 //! the embedded backend cannot fail on FoundationDB for size or duration.
 
 use std::fmt::Debug;
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
+
+use strata_core::clock::Clock;
+
+use tokio_util::sync::CancellationToken;
 
 use async_trait::async_trait;
 use futures::future::BoxFuture;
@@ -37,19 +42,21 @@ pub const FDB_LIMITS: Limits = Limits {
     transaction_duration: Duration::from_secs(5),
 };
 
-/// Tracks one transaction against [`Limits`].
+/// Tracks one transaction against [`Limits`], its age on `clock`.
 #[derive(Debug)]
 pub struct LimitTracker {
     limits: Limits,
-    started: Instant,
+    clock: Arc<dyn Clock>,
+    started: Duration,
     written_bytes: usize,
 }
 
 impl LimitTracker {
-    pub fn new(limits: Limits) -> Self {
+    pub fn new(limits: Limits, clock: &Arc<dyn Clock>) -> Self {
         LimitTracker {
             limits,
-            started: Instant::now(),
+            clock: Arc::clone(clock),
+            started: clock.monotonic(),
             written_bytes: 0,
         }
     }
@@ -84,7 +91,7 @@ impl LimitTracker {
     }
 
     pub fn alive(&self) -> Result<()> {
-        if self.started.elapsed() > self.limits.transaction_duration {
+        if self.clock.monotonic() - self.started > self.limits.transaction_duration {
             return Err(Error::TransactionTooOld {
                 limit_ms: self.limits.transaction_duration.as_millis() as u64,
             });
@@ -145,32 +152,160 @@ pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 const MAX_ATTEMPTS: u32 = 20;
 
-/// Runs `body` in a transaction and commits it, retrying the whole body on a retryable
-/// error with capped exponential backoff. `body` may run more than once, so it must
-/// derive everything it writes from what it reads in the transaction.
-pub async fn transact<T, F>(store: &dyn KvStore, mut body: F) -> Result<T>
+/// How long one call may take by default, every attempt of its transaction together.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_secs(15);
+
+/// When a call gives up: after its deadline on `clock`, or at once when `abandon` is
+/// cancelled.
+#[derive(Debug, Clone)]
+pub struct CallLimits {
+    pub deadline: Duration,
+    pub abandon: Option<CancellationToken>,
+    pub clock: Arc<dyn Clock>,
+}
+
+impl Default for CallLimits {
+    fn default() -> Self {
+        CallLimits {
+            deadline: DEFAULT_DEADLINE,
+            abandon: None,
+            clock: strata_core::clock::SystemClock::shared(),
+        }
+    }
+}
+
+/// [`transact_within`] with the default limits.
+pub async fn transact<T, F>(store: &dyn KvStore, body: F) -> Result<T>
 where
     T: Send,
     F: for<'t> FnMut(&'t mut dyn KvTransaction) -> BoxFuture<'t, Result<T>> + Send,
 {
+    transact_within(store, &CallLimits::default(), body).await
+}
+
+/// Runs `body` in a transaction and commits it, retrying the whole body on a retryable
+/// error with capped exponential backoff, all within `limits`: past the deadline the call
+/// fails with [`Error::DeadlineExceeded`], and once `limits.abandon` is cancelled with
+/// [`Error::ShuttingDown`] (an attempt cut short may have committed, as with any
+/// unknown result). `body` may run more than once, so it must derive everything it
+/// writes from what it reads in the transaction.
+pub async fn transact_within<T, F>(
+    store: &dyn KvStore,
+    limits: &CallLimits,
+    mut body: F,
+) -> Result<T>
+where
+    T: Send,
+    F: for<'t> FnMut(&'t mut dyn KvTransaction) -> BoxFuture<'t, Result<T>> + Send,
+{
+    let clock = &limits.clock;
+    let deadline = clock.monotonic() + limits.deadline;
+    let timed_out = || Error::DeadlineExceeded {
+        after_ms: limits.deadline.as_millis() as u64,
+    };
+    let abandoned = async {
+        match &limits.abandon {
+            Some(token) => token.cancelled().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(abandoned);
     let mut backoff = Duration::from_millis(2);
     let mut attempt = 0;
     loop {
         attempt += 1;
-        let outcome: Result<T> = async {
+        let once = async {
             let mut txn = store.begin().await?;
             let value = body(txn.as_mut()).await?;
             txn.commit().await?;
             Ok(value)
-        }
-        .await;
+        };
+        let outcome: Result<T> = tokio::select! {
+            o = once => o,
+            () = clock.sleep_until(deadline) => Err(timed_out()),
+            () = &mut abandoned => Err(Error::ShuttingDown),
+        };
         match outcome {
             Err(e) if e.is_retryable() && attempt < MAX_ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "retrying metastore transaction");
-                tokio::time::sleep(backoff).await;
+                if clock.monotonic() + backoff >= deadline {
+                    return Err(timed_out());
+                }
+                tokio::select! {
+                    () = clock.sleep(backoff) => {}
+                    () = &mut abandoned => return Err(Error::ShuttingDown),
+                }
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
             other => return other,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use strata_core::clock::ManualClock;
+
+    use super::*;
+
+    /// A backend that never answers (a hung FoundationDB client, a wedged disk).
+    #[derive(Debug)]
+    struct Hung;
+
+    #[async_trait]
+    impl KvStore for Hung {
+        async fn begin(&self) -> Result<Box<dyn KvTransaction>> {
+            std::future::pending().await
+        }
+
+        async fn watch(&self, _key: &[u8]) -> Result<Watch> {
+            std::future::pending().await
+        }
+    }
+
+    fn read_nothing(txn: &mut dyn KvTransaction) -> BoxFuture<'_, Result<()>> {
+        Box::pin(async move { txn.get(b"k").await.map(drop) })
+    }
+
+    /// A hung backend fails the call at its deadline instead of holding the caller
+    /// (on a manual clock: nothing sleeps through the 15 s).
+    #[tokio::test]
+    async fn a_hung_backend_fails_at_the_deadline() {
+        let clock = ManualClock::new(0);
+        let limits = CallLimits {
+            deadline: Duration::from_secs(15),
+            abandon: None,
+            clock: Arc::new(clock.clone()),
+        };
+        let call = tokio::spawn(async move { transact_within(&Hung, &limits, read_nothing).await });
+        // Once the call sleeps on its deadline, move time up to and past it.
+        while clock.sleepers() == 0 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(Duration::from_secs(14));
+        tokio::task::yield_now().await;
+        assert!(!call.is_finished(), "gave up before the deadline");
+        clock.advance(Duration::from_secs(1));
+        let outcome = call.await.expect("task");
+        assert!(
+            matches!(outcome, Err(Error::DeadlineExceeded { after_ms: 15_000 })),
+            "{outcome:?}"
+        );
+    }
+
+    /// Cancelling the abandon token ends a call in flight at once.
+    #[tokio::test]
+    async fn shutdown_abandons_a_call_in_flight() {
+        let token = CancellationToken::new();
+        let limits = CallLimits {
+            deadline: Duration::from_secs(600),
+            abandon: Some(token.clone()),
+            ..CallLimits::default()
+        };
+        let call = tokio::spawn(async move { transact_within(&Hung, &limits, read_nothing).await });
+        tokio::task::yield_now().await;
+        token.cancel();
+        let outcome = call.await.expect("task");
+        assert!(matches!(outcome, Err(Error::ShuttingDown)), "{outcome:?}");
     }
 }

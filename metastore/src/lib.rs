@@ -23,7 +23,7 @@ pub use agents::AgentRecord;
 pub use controller::ControllerLease;
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
-pub use kv::{KvStore, KvTransaction, transact};
+pub use kv::{CallLimits, KvStore, KvTransaction, transact, transact_within};
 pub use manifest::{ManifestEntry, Published};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};

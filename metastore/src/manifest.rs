@@ -10,7 +10,7 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kv::{prefix_end, transact};
+use crate::kv::prefix_end;
 use crate::topics::{Metastore, decode, encode};
 
 /// One archived object.
@@ -61,7 +61,7 @@ impl Metastore {
             .u32(partition as u32)
             .u64(entry.first_offset as u64)
             .into_bytes();
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let (prefix, key, entry) = (prefix.clone(), key.clone(), entry.clone());
             async move {
                 let last = txn.get_range(&prefix, &prefix_end(&prefix), 1, true).await?;
@@ -88,7 +88,7 @@ impl Metastore {
     /// A partition's manifest, in offset order.
     pub async fn manifest(&self, topic: &str, partition: i32) -> Result<Vec<ManifestEntry>> {
         let prefix = self.manifest_prefix(topic, partition);
-        transact(self.kv().as_ref(), move |txn| {
+        self.transact(move |txn| {
             let prefix = prefix.clone();
             async move {
                 let mut out = Vec::new();

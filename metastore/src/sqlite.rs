@@ -12,7 +12,9 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use strata_core::clock::{Clock, SystemClock};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
@@ -33,6 +35,7 @@ pub struct SqliteStore {
     conn: Arc<Mutex<Connection>>,
     path: PathBuf,
     limits: Limits,
+    clock: Arc<dyn Clock>,
 }
 
 impl SqliteStore {
@@ -56,11 +59,17 @@ impl SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
             limits: FDB_LIMITS,
+            clock: SystemClock::shared(),
         })
     }
 
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// This store, timing its transactions (and its waits) on `clock`.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> SqliteStore {
+        SqliteStore { clock, ..self }
     }
 }
 
@@ -81,13 +90,16 @@ fn sql_error(context: &'static str, e: rusqlite::Error) -> Error {
 impl KvStore for SqliteStore {
     async fn begin(&self) -> Result<Box<dyn KvTransaction>> {
         let conn = Arc::clone(&self.conn).lock_owned().await;
-        let started = Instant::now();
+        let started = self.clock.monotonic();
         let mut backoff = Duration::from_millis(1);
         loop {
             match conn.execute_batch("BEGIN IMMEDIATE") {
                 Ok(()) => break,
-                Err(e) if is_busy(&e) && started.elapsed() < self.limits.transaction_duration => {
-                    tokio::time::sleep(backoff).await;
+                Err(e)
+                    if is_busy(&e)
+                        && self.clock.monotonic() - started < self.limits.transaction_duration =>
+                {
+                    self.clock.sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(50));
                 }
                 Err(e) => return Err(sql_error("begin transaction", e)),
@@ -95,7 +107,7 @@ impl KvStore for SqliteStore {
         }
         Ok(Box::new(SqliteTransaction {
             conn,
-            tracker: LimitTracker::new(self.limits),
+            tracker: LimitTracker::new(self.limits, &self.clock),
             failed: None,
             finished: false,
         }))
@@ -107,7 +119,7 @@ impl KvStore for SqliteStore {
         let key = key.to_vec();
         Ok(Box::pin(async move {
             loop {
-                tokio::time::sleep(WATCH_POLL).await;
+                store.clock.sleep(WATCH_POLL).await;
                 match store.read_committed(&key).await {
                     Ok(now) if now != initial => return Ok(()),
                     Ok(_) | Err(Error::Conflict(_)) => {}
@@ -273,9 +285,11 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn passes_the_conformance_suite() {
         let dirs = std::sync::Mutex::new(Vec::new());
-        let factory = || -> Arc<dyn KvStore> {
+        let factory = |clock: Arc<dyn Clock>| -> Arc<dyn KvStore> {
             let dir = tempfile::tempdir().expect("tempdir");
-            let store = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
+            let store = SqliteStore::open(&dir.path().join("m.sqlite"))
+                .expect("open")
+                .with_clock(clock);
             dirs.lock().expect("lock").push(dir);
             Arc::new(store)
         };

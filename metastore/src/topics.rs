@@ -11,9 +11,12 @@ use std::sync::Arc;
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
+pub use strata_core::PartitionRecord;
+
 use crate::error::{Error, Result};
 use crate::keys::Key;
-use crate::kv::{KvStore, KvTransaction, Watch, prefix_end, transact};
+use crate::kv::{CallLimits, KvStore, KvTransaction, Watch, prefix_end, transact_within};
+use futures::future::BoxFuture;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ClusterRecord {
@@ -30,24 +33,6 @@ pub struct TopicRecord {
     /// Configs set explicitly on the topic (Kafka names); defaults are not stored.
     pub configs: BTreeMap<String, String>,
     pub partitions: Vec<PartitionRecord>,
-}
-
-/// One partition's placement and leadership.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartitionRecord {
-    pub index: u32,
-    /// Every replica, the preferred leader first. During a reassignment: the target
-    /// replicas, then those being removed.
-    pub replicas: Vec<i32>,
-    pub leader: i32,
-    pub leader_epoch: i32,
-    pub isr: Vec<i32>,
-    /// A reassignment in progress: replicas being added (copying, not yet in sync) and
-    /// replicas to remove once they are (Kafka's adding/removing replicas, KIP-455).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub adding: Vec<i32>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub removing: Vec<i32>,
 }
 
 /// The part of [`TopicRecord`] stored under the topic key.
@@ -73,6 +58,7 @@ pub struct NewTopic {
 pub struct Metastore {
     kv: Arc<dyn KvStore>,
     prefix: Vec<u8>,
+    limits: CallLimits,
 }
 
 pub(crate) fn decode<T: for<'de> Deserialize<'de>>(key: &[u8], value: &[u8]) -> Result<T> {
@@ -91,7 +77,26 @@ impl Metastore {
         Metastore {
             kv,
             prefix: prefix.to_vec(),
+            limits: CallLimits::default(),
         }
+    }
+
+    /// This metastore with every call bounded by `limits` (an overall deadline, and a
+    /// token that abandons calls in flight).
+    pub fn with_limits(&self, limits: CallLimits) -> Metastore {
+        Metastore {
+            limits,
+            ..self.clone()
+        }
+    }
+
+    /// Runs one call's transaction within this metastore's limits.
+    pub(crate) async fn transact<T, F>(&self, body: F) -> Result<T>
+    where
+        T: Send,
+        F: for<'t> FnMut(&'t mut dyn KvTransaction) -> BoxFuture<'t, Result<T>> + Send,
+    {
+        transact_within(self.kv.as_ref(), &self.limits, body).await
     }
 
     pub fn kv(&self) -> &Arc<dyn KvStore> {
@@ -105,7 +110,7 @@ impl Metastore {
     /// The cluster's id, created by whoever asks first.
     pub async fn cluster(&self) -> Result<ClusterRecord> {
         let key = self.key().str("cluster").into_bytes();
-        transact(self.kv.as_ref(), |txn| {
+        self.transact(|txn| {
             let key = key.clone();
             async move {
                 if let Some(v) = txn.get(&key).await? {
@@ -187,7 +192,7 @@ impl Metastore {
     pub async fn topic(&self, name: &str) -> Result<Option<TopicRecord>> {
         let name = name.to_string();
         let this = self.clone();
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             let name = name.clone();
             async move { this.read_topic(txn, &name).await }.boxed()
@@ -198,7 +203,7 @@ impl Metastore {
     /// Every topic, by name.
     pub async fn topics(&self) -> Result<Vec<TopicRecord>> {
         let this = self.clone();
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             async move {
                 let begin = this.key().str("topic").into_bytes();
@@ -233,7 +238,7 @@ impl Metastore {
         }
         let id = *uuid::Uuid::new_v4().as_bytes();
         let this = self.clone();
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             let new = new.clone();
             async move {
@@ -281,7 +286,7 @@ impl Metastore {
         let this = self.clone();
         // What an earlier attempt deleted, in case it committed but said it might not have.
         let deleted: Arc<std::sync::Mutex<Option<TopicRecord>>> = Arc::default();
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let deleted = Arc::clone(&deleted);
             let this = this.clone();
             let name = name.clone();
@@ -326,7 +331,7 @@ impl Metastore {
         let topic = topic.to_string();
         let this = self.clone();
         let change = Arc::new(change);
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             let topic = topic.clone();
             let change = Arc::clone(&change);
@@ -376,7 +381,7 @@ impl Metastore {
     ) -> Result<TopicRecord> {
         let name = name.to_string();
         let this = self.clone();
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             let (name, configs) = (name.clone(), configs.clone());
             async move {
@@ -401,7 +406,7 @@ impl Metastore {
     ) -> Result<TopicRecord> {
         let name = name.to_string();
         let this = self.clone();
-        transact(self.kv.as_ref(), move |txn| {
+        self.transact(move |txn| {
             let this = this.clone();
             let (name, new) = (name.clone(), new.clone());
             async move {
@@ -635,7 +640,7 @@ mod tests {
         for store in [a.clone(), b.clone(), a, b] {
             tasks.push(tokio::spawn(async move {
                 for _ in 0..50 {
-                    transact(store.as_ref(), |txn| {
+                    crate::transact(store.as_ref(), |txn| {
                         async move {
                             let n = txn
                                 .get(b"n")

@@ -24,8 +24,8 @@
 
 use std::collections::BTreeMap;
 
+pub use strata_core::PartitionRecord;
 pub use strata_log::epochs::{Cut, EpochHistory, divergence};
-pub use strata_metastore::PartitionRecord;
 
 /// What the leader knows of one follower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1820,6 +1820,8 @@ fn env_u64(name: &str) -> Option<u64> {
 }
 
 #[test]
+// The summary line reports how long the run took, in real time.
+#[allow(clippy::disallowed_methods)]
 fn seeded_schedules() {
     let started = Instant::now();
     let single = env_u64("STRATA_SIM_SEED");

@@ -1,6 +1,8 @@
 //! Test harness: an in-process agent on ephemeral ports with its own data directory, and
 //! a protocol-level client built on the `kafka-protocol` crate, for tests that need to
 //! send exactly the bytes (or the versions) a real client library would not.
+// These tests drive a real agent over real sockets, so they wait in real time.
+#![allow(clippy::disallowed_methods)]
 
 use std::net::SocketAddr;
 use std::time::Duration;

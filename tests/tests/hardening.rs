@@ -1,5 +1,7 @@
 //! Protocol-level tests of the hardening issue: limits checked before anything is
 //! allocated, keys on compacted topics, and topics looked up by id.
+// These tests drive a real agent over real sockets, so they wait in real time.
+#![allow(clippy::disallowed_methods)]
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
@@ -30,7 +32,7 @@ async fn huge_partition_counts_are_refused_before_allocating() {
             );
         }
     }
-    assert!(agent.broker().topic("huge").is_none());
+    assert!(agent.broker().replicas().topic("huge").is_none());
     assert_eq!(create(&mut client, "grows", 1, &[]).await, 0);
     let mut t = create_partitions_request::CreatePartitionsTopic::default();
     t.name = name("grows");
@@ -43,7 +45,7 @@ async fn huge_partition_counts_are_refused_before_allocating() {
         r.results[0].error_code,
         ResponseError::InvalidPartitions.code()
     );
-    let topic = agent.broker().topic("grows").expect("topic");
+    let topic = agent.broker().replicas().topic("grows").expect("topic");
     assert_eq!(topic.record.partitions.len(), 1);
     agent.stop().await;
 }

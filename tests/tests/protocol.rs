@@ -1,5 +1,7 @@
 //! Protocol-level tests against an in-process agent: every API at every version we
 //! advertise, and the bad inputs of DESIGN.md invariant 6.
+// These tests drive a real agent over real sockets, so they wait in real time.
+#![allow(clippy::disallowed_methods)]
 
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -1311,7 +1313,7 @@ async fn agents_on_one_metastore_follow_topic_changes_through_the_watch() {
     let mut client = a.client().await.expect("connect");
     assert_eq!(create(&mut client, "followed", 2, &[]).await, 0);
     let created = std::time::Instant::now();
-    while b.broker().topic("followed").is_none() {
+    while b.broker().replicas().topic("followed").is_none() {
         assert!(
             created.elapsed() < std::time::Duration::from_secs(4),
             "the second agent did not pick the topic up within 4 s"

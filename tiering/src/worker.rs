@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use strata_core::clock::Clock;
 
 use bytes::Bytes;
 use strata_metastore::{ManifestEntry, Metastore, Published};
@@ -88,6 +89,8 @@ pub struct TieringWorker {
     metastore: Metastore,
     status: Mutex<BTreeMap<(String, i32), PartitionStatus>>,
     failpoints: Failpoints,
+    /// What the pauses between passes are timed on.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for TieringWorker {
@@ -103,6 +106,7 @@ impl TieringWorker {
             metastore,
             status: Mutex::new(BTreeMap::new()),
             failpoints: Failpoints::from_env(),
+            clock: strata_core::clock::SystemClock::shared(),
         }
     }
 
@@ -252,7 +256,7 @@ impl TieringWorker {
         let mut wait = every;
         loop {
             tokio::select! {
-                _ = tokio::time::sleep(wait) => {}
+                _ = self.clock.sleep(wait) => {}
                 _ = shutdown.cancelled() => {
                     tracing::debug!("tiering stopped: shutdown");
                     return;

@@ -8,10 +8,10 @@ use crate::broker::Broker;
 
 pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
     let mut response = DescribeClusterResponse::default();
-    response.cluster_id = StrBytes::from_string(broker.cluster_id.clone());
-    response.controller_id = BrokerId(broker.membership.controller_id());
+    response.cluster_id = StrBytes::from_string(broker.identity().cluster_id.clone());
+    response.controller_id = BrokerId(broker.membership().controller_id());
     response.brokers = broker
-        .membership
+        .membership()
         .live()
         .into_iter()
         .map(|a| {

@@ -43,7 +43,7 @@ pub fn describe_configs(
             .map(|k| k.iter().map(|k| k.to_string()).collect());
         let wanted = |name: &str| keys.as_ref().is_none_or(|k| k.iter().any(|k| k == name));
         match resource.resource_type {
-            RESOURCE_TOPIC => match broker.topic(resource.resource_name.as_str()) {
+            RESOURCE_TOPIC => match broker.replicas().topic(resource.resource_name.as_str()) {
                 Some(topic) => {
                     for (name, value, source) in topic.config.entries().filter(|e| wanted(e.0)) {
                         let def = topic_config::lookup(name).expect("entries are known configs");
@@ -73,11 +73,11 @@ pub fn describe_configs(
             },
             RESOURCE_BROKER => {
                 let name = resource.resource_name.as_str();
-                if !name.is_empty() && name != broker.node_id.to_string() {
+                if !name.is_empty() && name != broker.node_id().to_string() {
                     result.error_code = ResponseError::InvalidRequest.code();
                     result.error_message = Some(s(format!(
                         "Unexpected broker id, expected {} but received {name}",
-                        broker.node_id
+                        broker.node_id()
                     )));
                 } else {
                     for (name, value, kind) in
@@ -122,7 +122,7 @@ fn synonyms(
     if let Some(v) = topic.get(name) {
         push(v, Source::Topic);
     }
-    if let Some(v) = broker.settings.topic_defaults.configs.get(name) {
+    if let Some(v) = broker.settings().topic_defaults.configs.get(name) {
         push(v, Source::StaticBroker);
     }
     push(default, Source::Default);
@@ -130,13 +130,14 @@ fn synonyms(
 }
 
 fn broker_configs(broker: &Broker) -> Vec<(String, String, Kind)> {
-    let s = &broker.settings;
+    let s = &broker.settings();
     vec![
         (
             "advertised.listeners".into(),
             format!(
                 "PLAINTEXT://{}:{}",
-                broker.advertised_host, broker.advertised_port
+                broker.identity().advertised_host,
+                broker.identity().advertised_port
             ),
             Kind::String,
         ),
@@ -145,7 +146,7 @@ fn broker_configs(broker: &Broker) -> Vec<(String, String, Kind)> {
             s.auto_create_topics.to_string(),
             Kind::Boolean,
         ),
-        ("broker.id".into(), broker.node_id.to_string(), Kind::Int),
+        ("broker.id".into(), broker.node_id().to_string(), Kind::Int),
         (
             "default.replication.factor".into(),
             s.topic_defaults.replication_factor.to_string(),
@@ -181,8 +182,8 @@ async fn store_topic_configs(
     if validate_only {
         return Ok(());
     }
-    broker.metastore.set_topic_configs(name, configs).await?;
-    broker.sync_topic(name).await?;
+    broker.metastore().set_topic_configs(name, configs).await?;
+    broker.replicas().sync_topic(name).await?;
     Ok(())
 }
 
@@ -205,7 +206,7 @@ pub async fn alter_configs(broker: &Broker, req: AlterConfigsRequest) -> AlterCo
     for resource in req.resources {
         let name = resource.resource_name.to_string();
         let outcome = match resource.resource_type {
-            RESOURCE_TOPIC if broker.topic(&name).is_none() => Err(unknown_topic(&name)),
+            RESOURCE_TOPIC if broker.replicas().topic(&name).is_none() => Err(unknown_topic(&name)),
             RESOURCE_TOPIC => {
                 // AlterConfigs replaces the whole set; a null value leaves the key out.
                 let configs = resource
@@ -250,7 +251,7 @@ pub async fn incremental_alter_configs(
     for resource in req.resources {
         let name = resource.resource_name.to_string();
         let outcome = match resource.resource_type {
-            RESOURCE_TOPIC => match broker.topic(&name) {
+            RESOURCE_TOPIC => match broker.replicas().topic(&name) {
                 None => Err(unknown_topic(&name)),
                 Some(topic) => {
                     let effective = topic.config.clone();

@@ -2,6 +2,7 @@
 
 use kafka_protocol::error::ResponseError;
 
+use crate::error::Error;
 use crate::partition::PartitionError;
 
 /// A Kafka error code with the message sent to the client where the API has a field.
@@ -78,15 +79,23 @@ impl From<&PartitionError> for ApiError {
 
 impl From<strata_metastore::Error> for ApiError {
     fn from(e: strata_metastore::Error) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&strata_metastore::Error> for ApiError {
+    fn from(e: &strata_metastore::Error) -> Self {
         use strata_metastore::Error as M;
-        let code = match &e {
+        let code = match e {
             M::TopicExists(_) => ResponseError::TopicAlreadyExists,
             M::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
             M::Invalid(_) => ResponseError::InvalidRequest,
             M::NotController { .. } => ResponseError::NotController,
-            M::Conflict(_) | M::TransactionTooOld { .. } | M::MaybeCommitted => {
-                ResponseError::RequestTimedOut
-            }
+            M::Conflict(_)
+            | M::TransactionTooOld { .. }
+            | M::MaybeCommitted
+            | M::DeadlineExceeded { .. }
+            | M::ShuttingDown => ResponseError::RequestTimedOut,
             M::LimitExceeded(_) => ResponseError::PolicyViolation,
             M::Corrupt { .. } | M::Backend { .. } | M::NodeIdInUse { .. } => {
                 tracing::error!(error = %e, "metastore error");
@@ -103,15 +112,63 @@ impl From<PartitionError> for ApiError {
     }
 }
 
-impl From<crate::broker::SyncError> for ApiError {
-    fn from(e: crate::broker::SyncError) -> Self {
+impl From<&Error> for ApiError {
+    fn from(e: &Error) -> Self {
         match e {
-            crate::broker::SyncError::Metastore(e) => ApiError::from(e),
-            crate::broker::SyncError::Partition(e) => ApiError::from(e),
-            e @ crate::broker::SyncError::FileBudget { .. } => {
+            Error::UnknownTopicOrPartition { .. } => ApiError::new(
+                ResponseError::UnknownTopicOrPartition,
+                "This server does not host this topic-partition.",
+            ),
+            Error::NotLeader { .. } => ApiError::new(
+                ResponseError::NotLeaderOrFollower,
+                "This server does not lead this topic-partition.",
+            ),
+            Error::LeaseLapsed => ApiError::new(
+                ResponseError::NotLeaderOrFollower,
+                "This agent could not renew its cluster lease and takes no writes until it does.",
+            ),
+            Error::InvalidAcks(_) => {
+                ApiError::new(ResponseError::InvalidRequiredAcks, e.to_string())
+            }
+            Error::TransactionsUnsupported => ApiError::new(
+                ResponseError::TransactionalIdAuthorizationFailed,
+                e.to_string(),
+            ),
+            Error::NoRecords => ApiError::new(
+                ResponseError::InvalidRecord,
+                "produce request holds no record batch",
+            ),
+            Error::NotReplicatedInTime => {
+                ApiError::new(ResponseError::RequestTimedOut, e.to_string())
+            }
+            Error::Partition(e) => ApiError::from(e),
+            Error::Metastore(e) => ApiError::from(e),
+            Error::Sync(e) => ApiError::from(e),
+        }
+    }
+}
+
+impl From<Error> for ApiError {
+    fn from(e: Error) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&crate::replicas::SyncError> for ApiError {
+    fn from(e: &crate::replicas::SyncError) -> Self {
+        match e {
+            crate::replicas::SyncError::Metastore(e) => ApiError::from(e),
+            crate::replicas::SyncError::Partition(e) => ApiError::from(e),
+            e @ crate::replicas::SyncError::FileBudget { .. } => {
                 ApiError::new(ResponseError::InvalidPartitions, e.to_string())
             }
         }
+    }
+}
+
+impl From<crate::replicas::SyncError> for ApiError {
+    fn from(e: crate::replicas::SyncError) -> Self {
+        ApiError::from(&e)
     }
 }
 

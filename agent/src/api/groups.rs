@@ -60,7 +60,7 @@ pub fn find_coordinator(
             .coordinator_keys
             .iter()
             .map(|key| {
-                let agent = broker.membership.coordinator_of(key.as_str());
+                let agent = broker.membership().coordinator_of(key.as_str());
                 let mut c = CoordinatorEntry::default();
                 c.key = key.clone();
                 c.node_id = BrokerId(agent.node_id);
@@ -70,7 +70,7 @@ pub fn find_coordinator(
             })
             .collect();
     } else {
-        let agent = broker.membership.coordinator_of(req.key.as_str());
+        let agent = broker.membership().coordinator_of(req.key.as_str());
         response.node_id = BrokerId(agent.node_id);
         response.host = s(agent.host);
         response.port = agent.port;
@@ -115,7 +115,7 @@ pub async fn join_group(
         require_known_member_id: version >= 4,
         fresh_member_id: fresh,
     };
-    let r = broker.groups.join(req.group_id.0.as_str(), join).await;
+    let r = broker.groups().join(req.group_id.0.as_str(), join).await;
     response.error_code = code(r.error);
     response.generation_id = r.generation_id;
     if version >= 7 {
@@ -152,7 +152,7 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) ->
         .map(|a| (a.member_id.to_string(), a.assignment.clone()))
         .collect();
     let r = broker
-        .groups
+        .groups()
         .sync(
             req.group_id.0.as_str(),
             req.member_id.as_str(),
@@ -177,7 +177,7 @@ pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut response = HeartbeatResponse::default();
     response.error_code = code(
         broker
-            .groups
+            .groups()
             .heartbeat(
                 req.group_id.0.as_str(),
                 req.member_id.as_str(),
@@ -204,7 +204,7 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
             group_instance_id: None,
         }]
     };
-    let results = broker.groups.leave(req.group_id.0.as_str(), &leaving);
+    let results = broker.groups().leave(req.group_id.0.as_str(), &leaving);
     let mut response = LeaveGroupResponse::default();
     if version >= 3 {
         response.members = leaving
@@ -234,7 +234,7 @@ pub async fn offset_commit(
     let mut errors: BTreeMap<TopicPartition, ResponseError> = BTreeMap::new();
     let mut offsets = Vec::new();
     for t in &req.topics {
-        let topic = broker.topic(t.name.0.as_str());
+        let topic = broker.replicas().topic(t.name.0.as_str());
         for p in &t.partitions {
             let tp = (t.name.0.to_string(), p.partition_index);
             // The partition may be led by another agent: offsets live in the metastore.
@@ -268,7 +268,7 @@ pub async fn offset_commit(
         None
     } else {
         broker
-            .groups
+            .groups()
             .commit(
                 req.group_id.0.as_str(),
                 req.member_id.as_str(),
@@ -305,7 +305,7 @@ async fn fetch_group(
     if group.is_empty() {
         return Err(ResponseError::InvalidGroupId);
     }
-    let stored = broker.groups.offsets(group).await?;
+    let stored = broker.groups().offsets(group).await?;
     Ok(match wanted {
         Some(topics) => topics
             .into_iter()
@@ -415,7 +415,7 @@ pub async fn list_groups(
     version: i16,
 ) -> ListGroupsResponse {
     let mut response = ListGroupsResponse::default();
-    match broker.groups.list().await {
+    match broker.groups().list().await {
         Ok(groups) => {
             for (id, protocol_type, state) in groups {
                 if !req.states_filter.is_empty()
@@ -463,7 +463,7 @@ pub async fn describe_groups(
         if version >= 3 {
             g.authorized_operations = i32::MIN;
         }
-        match broker.groups.describe(id.0.as_str()).await {
+        match broker.groups().describe(id.0.as_str()).await {
             Ok(Some(summary)) => {
                 g.group_state = StrBytes::from_static_str(summary.state);
                 g.protocol_type = s(summary.protocol_type);
@@ -498,7 +498,7 @@ pub async fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteG
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        r.error_code = code(broker.groups.delete(id.0.as_str()).await.err());
+        r.error_code = code(broker.groups().delete(id.0.as_str()).await.err());
         response.results.push(r);
     }
     response
@@ -516,7 +516,7 @@ pub async fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetD
         })
         .collect();
     match broker
-        .groups
+        .groups()
         .delete_offsets(req.group_id.0.as_str(), partitions)
         .await
     {

@@ -9,7 +9,8 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
 use super::errors::ApiError;
-use crate::broker::{Broker, TopicState};
+use crate::broker::Broker;
+use crate::replicas::TopicState;
 
 pub fn offset_for_leader_epoch(
     broker: &Broker,
@@ -17,7 +18,7 @@ pub fn offset_for_leader_epoch(
 ) -> OffsetForLeaderEpochResponse {
     let mut response = OffsetForLeaderEpochResponse::default();
     for t in req.topics {
-        let topic = broker.topic(t.topic.0.as_str());
+        let topic = broker.replicas().topic(t.topic.0.as_str());
         let mut out = OffsetForLeaderTopicResult::default();
         out.topic = t.topic;
         for p in t.partitions {
@@ -25,8 +26,8 @@ pub fn offset_for_leader_epoch(
             r.partition = p.partition;
             r.leader_epoch = -1;
             r.end_offset = -1;
-            let answer = TopicState::served_in(topic.as_ref(), p.partition)
-                .map_err(|code| ApiError::new(code, ""))
+            let answer = TopicState::served_in(topic.as_ref(), out.topic.0.as_str(), p.partition)
+                .map_err(|e| ApiError::from(&e))
                 .and_then(|partition| {
                     partition
                         .check_epoch(p.current_leader_epoch)

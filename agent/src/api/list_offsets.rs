@@ -9,8 +9,9 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use super::errors::ApiError;
-use crate::broker::{Broker, TopicState};
+use crate::broker::Broker;
 use crate::partition::Partition;
+use crate::replicas::TopicState;
 
 const LATEST: i64 = -1;
 const EARLIEST: i64 = -2;
@@ -23,7 +24,7 @@ pub async fn list_offsets(
 ) -> ListOffsetsResponse {
     let mut response = ListOffsetsResponse::default();
     for t in req.topics {
-        let topic = broker.topic(t.name.0.as_str());
+        let topic = broker.replicas().topic(t.name.0.as_str());
         let mut out = ListOffsetsTopicResponse::default();
         out.name = t.name.clone();
         for p in t.partitions {
@@ -41,8 +42,8 @@ pub async fn list_offsets(
             } else {
                 -1
             };
-            match TopicState::served_in(topic.as_ref(), p.partition_index) {
-                Err(code) => r.error_code = code.code(),
+            match TopicState::served_in(topic.as_ref(), t.name.0.as_str(), p.partition_index) {
+                Err(e) => r.error_code = ApiError::from(&e).code(),
                 Ok(partition) => match partition.check_epoch(epoch) {
                     Err(e) => r.error_code = ApiError::from(e).code(),
                     Ok(()) => match lookup(broker, partition, p.timestamp).await {
@@ -69,15 +70,16 @@ async fn lookup(
 ) -> Result<(i64, i64), ApiError> {
     Ok(match timestamp {
         LATEST => (partition.high_watermark(), -1),
-        EARLIEST => (broker.log_start_offset(partition).await, -1),
+        EARLIEST => (broker.replicas().log_start_offset(partition).await, -1),
         MAX_TIMESTAMP => partition.max_timestamp_record()?.unwrap_or((-1, -1)),
         t if t >= 0 => {
             // The archive holds the older offsets, so a match there comes first.
-            let archived = if broker.log_start_offset(partition).await
+            let archived = if broker.replicas().log_start_offset(partition).await
                 < partition.log_start_offset()
             {
                 broker
-                    .archive
+                    .replicas()
+                    .archive()
                     .offset_for_timestamp(&partition.topic, partition.index, t)
                     .await
                     .map_err(|e| ApiError::new(ResponseError::KafkaStorageError, e.to_string()))?

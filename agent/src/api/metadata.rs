@@ -10,14 +10,15 @@ use uuid::Uuid;
 
 use super::errors::ApiError;
 use super::topics::{NewTopicSpec, create_topic};
-use crate::broker::{Broker, TopicState};
+use crate::broker::Broker;
+use crate::replicas::TopicState;
 
 pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut response = MetadataResponse::default();
     if version >= 1 {
-        response.controller_id = BrokerId(broker.membership.controller_id());
+        response.controller_id = BrokerId(broker.membership().controller_id());
     }
-    let agents = broker.membership.live();
+    let agents = broker.membership().live();
     let live: Vec<i32> = agents.iter().map(|a| a.node_id).collect();
     response.brokers = agents
         .into_iter()
@@ -33,7 +34,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
         })
         .collect();
     if version >= 2 {
-        response.cluster_id = Some(StrBytes::from_string(broker.cluster_id.clone()));
+        response.cluster_id = Some(StrBytes::from_string(broker.identity().cluster_id.clone()));
     }
     response.cluster_authorized_operations = i32::MIN;
 
@@ -43,6 +44,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
     };
     if all {
         response.topics = broker
+            .replicas()
             .topics()
             .iter()
             .map(|t| describe(&live, t, version))
@@ -50,7 +52,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
         return response;
     }
     let auto_create =
-        broker.settings.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+        broker.settings().auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
     for wanted in req.topics.unwrap_or_default() {
         // As Kafka: a non-zero topic id is looked up by id, whatever the name says (the
         // Java client sends the empty string as the name of a topic it names by id).
@@ -58,6 +60,7 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
         let topic = match &wanted.name {
             Some(name) if !by_id => by_name(broker, name.0.as_str(), auto_create).await,
             _ => broker
+                .replicas()
                 .topic_by_id(wanted.topic_id.as_bytes())
                 .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, "")),
         };
@@ -83,7 +86,7 @@ async fn by_name(
     name: &str,
     auto_create: bool,
 ) -> Result<std::sync::Arc<TopicState>, ApiError> {
-    if let Some(t) = broker.topic(name) {
+    if let Some(t) = broker.replicas().topic(name) {
         return Ok(t);
     }
     if !auto_create {
@@ -100,8 +103,8 @@ async fn by_name(
         }
         // Someone else created it meanwhile.
         Err(e) if e.code == ResponseError::TopicAlreadyExists => {
-            broker.refresh().await.ok();
-            broker.topic(name).ok_or(e)
+            broker.replicas().refresh().await.ok();
+            broker.replicas().topic(name).ok_or(e)
         }
         Err(e) => Err(e),
         Ok(None) => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "")),

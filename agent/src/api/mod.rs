@@ -24,9 +24,10 @@ use std::sync::Arc;
 
 use futures::FutureExt;
 use futures::future::BoxFuture;
-use kafka_protocol::messages::{RequestHeader, RequestKind, ResponseKind};
+use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 use crate::broker::Broker;
+use crate::context::RequestContext;
 
 /// The response to one request, once it is ready; `None` for requests that get no
 /// response (produce with acks=0).
@@ -37,27 +38,20 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
     async move { Some(response) }.boxed()
 }
 
-/// Starts handling one request. The caller has checked that the version is supported;
-/// `None` means the API has no handler here, and the connection should be closed.
-pub fn dispatch(
-    broker: &Arc<Broker>,
-    header: &RequestHeader,
-    peer: &str,
-    request: RequestKind,
-) -> Option<Reply> {
-    let version = header.request_api_version;
+/// Starts handling one request in its context. The caller has checked that the version
+/// is supported; `None` means the API has no handler here, and the connection should be
+/// closed.
+pub fn dispatch(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind) -> Option<Reply> {
+    let version = ctx.api_version;
     let b = Arc::clone(broker);
-    let client_id = header
-        .client_id
-        .as_ref()
-        .map(|c| c.to_string())
-        .unwrap_or_default();
-    let client_host = format!("/{peer}");
+    let client_id = ctx.client_id.clone();
+    let client_host = ctx.client_host();
+    let deadline = ctx.deadline;
     Some(match request {
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
-        RequestKind::Produce(req) => produce::produce(broker, req, version),
+        RequestKind::Produce(req) => produce::produce(broker, req, version, deadline),
         RequestKind::Fetch(req) => {
-            async move { Some(fetch::fetch(&b, req, version).await.into()) }.boxed()
+            async move { Some(fetch::fetch(&b, req, version, deadline).await.into()) }.boxed()
         }
         RequestKind::ListOffsets(req) => {
             async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()

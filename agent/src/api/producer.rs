@@ -28,7 +28,7 @@ pub async fn init_producer_id(
         response.producer_epoch = req.producer_epoch + 1;
         return response;
     }
-    match broker.producer_ids.next().await {
+    match broker.producer_ids().next().await {
         Ok(id) => {
             response.producer_id = ProducerId(id);
             response.producer_epoch = 0;

@@ -42,7 +42,7 @@ async fn update(broker: &Broker, topic: &str, index: i32, change: Change) -> Res
     let refusal = std::sync::Arc::new(std::sync::Mutex::new(None));
     let seen = std::sync::Arc::clone(&refusal);
     let after = broker
-        .metastore
+        .metastore()
         .update_partition(topic, index, move |cur| match change(cur) {
             Ok(next) => {
                 *seen.lock().unwrap_or_else(|p| p.into_inner()) = None;
@@ -63,7 +63,7 @@ async fn update(broker: &Broker, topic: &str, index: i32, change: Change) -> Res
     if let Some(e) = refusal.lock().unwrap_or_else(|p| p.into_inner()).take() {
         return Err(e);
     }
-    broker.sync_topic(topic).await?;
+    broker.replicas().sync_topic(topic).await?;
     Ok(())
 }
 
@@ -71,7 +71,7 @@ pub async fn alter_partition_reassignments(
     broker: &Broker,
     req: AlterPartitionReassignmentsRequest,
 ) -> AlterPartitionReassignmentsResponse {
-    let live = broker.membership.live_ids();
+    let live = broker.membership().live_ids();
     let mut response = AlterPartitionReassignmentsResponse::default();
     for t in req.topics {
         let mut out = ReassignableTopicResponse::default();
@@ -153,7 +153,7 @@ pub async fn list_partition_reassignments(
     req: ListPartitionReassignmentsRequest,
 ) -> ListPartitionReassignmentsResponse {
     let mut response = ListPartitionReassignmentsResponse::default();
-    let records = match broker.metastore.topics().await {
+    let records = match broker.metastore().topics().await {
         Ok(records) => records,
         Err(e) => {
             let e = ApiError::from(e);
@@ -193,7 +193,7 @@ pub async fn list_partition_reassignments(
 /// ElectLeaders: type 0 hands leadership to the preferred replica, type 1 elects any
 /// live replica for a partition without a live in-sync one (unclean).
 pub async fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
-    let live = broker.membership.live_ids();
+    let live = broker.membership().live_ids();
     let unclean = req.election_type == 1;
     let targets: Vec<(String, Vec<i32>)> = match req.topic_partitions {
         Some(tps) => tps
@@ -201,6 +201,7 @@ pub async fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLe
             .map(|t| (t.topic.0.to_string(), t.partitions))
             .collect(),
         None => broker
+            .replicas()
             .topics()
             .iter()
             .map(|t| {

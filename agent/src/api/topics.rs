@@ -19,8 +19,9 @@ use strata_metastore::NewTopic;
 use uuid::Uuid;
 
 use super::errors::ApiError;
-use crate::broker::{Broker, TopicState};
+use crate::broker::Broker;
 use crate::config::MAX_PARTITIONS_PER_TOPIC;
+use crate::replicas::TopicState;
 use crate::topic_config::{self, TopicConfig};
 
 /// Kafka's longest topic name.
@@ -87,10 +88,10 @@ pub struct Created {
 /// group), as Kafka's rack-aware assignment does. Placement is rare; read the freshest
 /// view.
 async fn live_brokers(broker: &Broker) -> Vec<i32> {
-    if let Err(e) = broker.membership.refresh().await {
+    if let Err(e) = broker.membership().refresh().await {
         tracing::warn!(error = %e, "cannot read the live agents; placing on the last known");
     }
-    rack_alternated(&broker.membership.live())
+    rack_alternated(&broker.membership().live())
 }
 
 fn rack_alternated(live: &[strata_metastore::AgentRecord]) -> Vec<i32> {
@@ -177,7 +178,7 @@ async fn plan_and_create(
     validate_only: bool,
 ) -> Result<Created, ApiError> {
     validate_topic_name(&spec.name)?;
-    if broker.topic(&spec.name).is_some() {
+    if broker.replicas().topic(&spec.name).is_some() {
         return Err(ApiError::new(
             ResponseError::TopicAlreadyExists,
             format!("Topic '{}' already exists.", spec.name),
@@ -186,7 +187,7 @@ async fn plan_and_create(
     let live = live_brokers(broker).await;
     let assignments: Vec<Vec<i32>> = if spec.assignments.is_empty() {
         let partitions = match spec.num_partitions {
-            -1 => broker.settings.topic_defaults.num_partitions,
+            -1 => broker.settings().topic_defaults.num_partitions,
             n if n > 0 => n,
             n => {
                 return Err(ApiError::new(
@@ -197,7 +198,7 @@ async fn plan_and_create(
         };
         check_partition_count(partitions)?;
         let rf = match spec.replication_factor {
-            -1 => broker.settings.topic_defaults.replication_factor,
+            -1 => broker.settings().topic_defaults.replication_factor,
             n if n > 0 => n,
             n => {
                 return Err(ApiError::new(
@@ -247,8 +248,9 @@ async fn plan_and_create(
     };
     topic_config::validate_all(&spec.configs)
         .map_err(|m| ApiError::new(ResponseError::InvalidConfig, m))?;
-    let config = TopicConfig::resolve(&broker.settings.topic_defaults.configs, &spec.configs);
+    let config = TopicConfig::resolve(&broker.settings().topic_defaults.configs, &spec.configs);
     broker
+        .replicas()
         .check_file_budget(&assignments)
         .map_err(|why| ApiError::new(ResponseError::InvalidPartitions, why))?;
     let num_partitions = assignments.len() as i32;
@@ -262,7 +264,7 @@ async fn plan_and_create(
         });
     }
     broker
-        .metastore
+        .metastore()
         .create_topic(NewTopic {
             name: spec.name.clone(),
             replication_factor,
@@ -270,16 +272,16 @@ async fn plan_and_create(
             assignments,
         })
         .await?;
-    let state = match broker.sync_topic(&spec.name).await {
+    let state = match broker.replicas().sync_topic(&spec.name).await {
         Ok(Some(state)) => state,
         Ok(None) => return Err(super::errors::vanished(&spec.name)),
         Err(e) => {
             // The topic cannot be served here: take it back out of the metastore, so that
             // a failed creation leaves nothing behind (sync_topic closed what it opened).
             tracing::warn!(topic = %spec.name, error = %e, "created topic cannot be served; removing it");
-            if let Err(d) = broker.metastore.delete_topic(&spec.name).await {
+            if let Err(d) = broker.metastore().delete_topic(&spec.name).await {
                 tracing::error!(topic = %spec.name, error = %d, "cannot remove a topic that failed to open");
-            } else if let Err(d) = broker.sync_topic(&spec.name).await {
+            } else if let Err(d) = broker.replicas().sync_topic(&spec.name).await {
                 tracing::warn!(topic = %spec.name, error = %d, "cannot forget a topic that failed to open");
             }
             return Err(e.into());
@@ -400,9 +402,9 @@ pub async fn delete_topics(
         let found = match &name {
             // The metastore is the authority: a topic this agent could not serve can
             // still be deleted.
-            Some(n) => match broker.topic(n) {
+            Some(n) => match broker.replicas().topic(n) {
                 Some(t) => Ok((t.record.name.clone(), t.record.id)),
-                None => match broker.metastore.topic(n).await {
+                None => match broker.metastore().topic(n).await {
                     Ok(Some(r)) => Ok((r.name, r.id)),
                     Ok(None) => Err(ApiError::new(
                         ResponseError::UnknownTopicOrPartition,
@@ -412,6 +414,7 @@ pub async fn delete_topics(
                 },
             },
             None => broker
+                .replicas()
                 .topic_by_id(id.as_bytes())
                 .map(|t| (t.record.name.clone(), t.record.id))
                 .ok_or_else(|| {
@@ -427,8 +430,9 @@ pub async fn delete_topics(
                 if version >= 6 {
                     result.topic_id = Uuid::from_bytes(topic_id);
                 }
-                match broker.metastore.delete_topic(&name).await {
+                match broker.metastore().delete_topic(&name).await {
                     Ok(_) => broker
+                        .replicas()
                         .sync_topic(&name)
                         .await
                         .map(drop)
@@ -459,7 +463,7 @@ pub async fn create_partitions(
         let mut result = CreatePartitionsTopicResult::default();
         result.name = t.name.clone();
         let outcome: Result<(), ApiError> = async {
-            let topic = broker.topic(&name).ok_or_else(|| {
+            let topic = broker.replicas().topic(&name).ok_or_else(|| {
                 ApiError::new(ResponseError::UnknownTopicOrPartition, format!("The topic '{name}' does not exist."))
             })?;
             let current = topic.partitions.len() as i32;
@@ -502,13 +506,13 @@ pub async fn create_partitions(
                 None => place(&live, current as usize, added, rf),
             };
             broker
-                .check_file_budget(&assignments)
+                .replicas().check_file_budget(&assignments)
                 .map_err(|why| ApiError::new(ResponseError::InvalidPartitions, why))?;
             if req.validate_only {
                 return Ok(());
             }
-            broker.metastore.add_partitions(&name, current as usize, assignments).await?;
-            broker.sync_topic(&name).await?;
+            broker.metastore().add_partitions(&name, current as usize, assignments).await?;
+            broker.replicas().sync_topic(&name).await?;
             Ok(())
         }
         .await;

@@ -389,7 +389,7 @@ impl Coordinator {
     }
 
     /// Ticks every group until shutdown, then fails every parked request.
-    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> crate::tasks::Stopped {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut last_expiry = monotonic_ms();
@@ -421,7 +421,7 @@ impl Coordinator {
             let actions = slot.group.abandon();
             slot.deliver(actions);
         }
-        tracing::debug!("group coordinator stopped: shutdown");
+        crate::tasks::Stopped::Shutdown
     }
 
     /// Drops offsets of empty groups committed longer ago than `offsets.retention.minutes`.

@@ -1,4 +1,4 @@
-//! Moving batches from leaders to followers, and the leader's side of the ISR.
+//! The follower's side of replication: copying batches from the leader.
 //!
 //! Transport (`docs/decisions/0003-replication.md`): a follower pulls from its leader
 //! with ordinary Kafka requests on the leader's Kafka listener, as Kafka's own followers
@@ -31,10 +31,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
-use crate::broker::Broker;
 use crate::clock::now_ms;
 use crate::membership::Membership;
 use crate::partition::{Partition, PartitionError};
+use crate::tasks::Stopped;
 use strata_replication::Cut;
 
 /// How long a follower's fetch waits at the leader for new batches.
@@ -147,22 +147,22 @@ pub async fn follow(
     (leader, epoch): (i32, i32),
     max_record_bytes: usize,
     stop: CancellationToken,
-) {
+) -> Stopped {
     tracing::info!(partition = %partition.name(), leader, epoch, "following");
     loop {
         let outcome = tokio::select! {
             o = follow_once(&membership, &partition, (leader, epoch), max_record_bytes) => o,
-            _ = stop.cancelled() => return,
+            _ = stop.cancelled() => return Stopped::Done("no longer following this leader"),
         };
         match outcome {
-            Pause::Stopped => return,
+            Pause::Stopped => return Stopped::Done("no longer following this leader"),
             Pause::Retry(why) => {
                 tracing::debug!(partition = %partition.name(), leader, epoch, reason = %why, "fetcher retrying");
             }
         }
         tokio::select! {
-            _ = tokio::time::sleep(RETRY_AFTER) => {}
-            _ = stop.cancelled() => return,
+            _ = crate::clock::pause(RETRY_AFTER) => {}
+            _ = stop.cancelled() => return Stopped::Done("no longer following this leader"),
         }
     }
 }
@@ -323,87 +323,6 @@ async fn leader_epoch_end(
     }
     Ok((answer.leader_epoch >= 0 && answer.end_offset >= 0)
         .then_some((answer.leader_epoch, answer.end_offset)))
-}
-
-/// The leader's side of the ISR: every tick, each partition this agent leads says
-/// whether its ISR should shrink or expand, and the change goes to the metastore as a
-/// compare-and-set on the leader and epoch. A change stays pending (and the watermark
-/// keeps counting an added replica) until the metastore has answered it: after an error
-/// it is sent again, since it may have committed. A leader whose disk failed hands its
-/// leadership over. Stops on shutdown.
-pub async fn manage_isr(broker: Arc<Broker>) {
-    let lag_ms = broker.settings.replica_lag_time_max_ms.max(1);
-    // Often enough that an agent whose lease ran out leaves every ISR within a quarter
-    // of a second of it, and a lagging follower within a quarter of the lag limit.
-    let every = Duration::from_millis((lag_ms as u64 / 4).clamp(50, 250));
-    let mut tick = tokio::time::interval(every);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = broker.shutdown.cancelled() => return,
-        }
-        // Who is live is known only while this agent's own lease (and so its reads of
-        // the others') is current.
-        let live = broker
-            .membership
-            .holds_lease()
-            .then(|| broker.membership.live_ids());
-        for topic in broker.topics() {
-            for partition in topic.led_partitions() {
-                if partition.is_offline() {
-                    broker.resign(&topic, partition).await;
-                    continue;
-                }
-                if let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms, live.as_deref())
-                {
-                    change_isr(&broker, &topic.record.name, partition, epoch, change).await;
-                }
-            }
-        }
-    }
-}
-
-async fn change_isr(
-    broker: &Broker,
-    topic: &str,
-    partition: &Partition,
-    epoch: i32,
-    change: strata_replication::IsrChange,
-) {
-    let me = broker.node_id;
-    let wanted = change.isr.clone();
-    let result = broker
-        .metastore
-        .update_partition(topic, partition.index as u32, move |cur| {
-            (cur.leader == me && cur.leader_epoch == epoch).then(|| {
-                let mut next = cur.clone();
-                // Never list a replica that a reassignment removed meanwhile.
-                next.isr = wanted
-                    .iter()
-                    .copied()
-                    .filter(|r| cur.replicas.contains(r))
-                    .collect();
-                next
-            })
-        })
-        .await;
-    match result {
-        Ok(Some(r)) if r.leader == me && r.leader_epoch == epoch => {
-            if r.isr == change.isr {
-                tracing::info!(partition = %partition.name(), epoch, isr = ?r.isr, reason = change.reason, "ISR changed");
-            }
-            partition.isr_result(epoch, Some(r.isr));
-        }
-        Ok(_) => {
-            tracing::info!(partition = %partition.name(), epoch, "ISR change refused: leadership moved on");
-            partition.isr_result(epoch, None);
-        }
-        Err(e) => {
-            // It may have committed: keep it pending and send it again next tick.
-            tracing::warn!(partition = %partition.name(), error = %e, "cannot change the ISR in the metastore; will retry");
-        }
-    }
 }
 
 #[cfg(test)]

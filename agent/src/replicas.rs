@@ -1,0 +1,789 @@
+//! The replica manager: the partitions this agent serves, and the tasks that keep them
+//! in line with the metastore.
+//!
+//! The metastore is the authority on which topics exist, how they are configured and
+//! who leads each partition; [`ReplicaManager`] keeps an in-memory copy (so the produce
+//! path never waits on the metastore), opens and closes the local replicas to match it,
+//! and applies each replica's role: leading, or following with a fetcher task
+//! ([`crate::fetcher`]) that it owns. It reconciles after every admin change this agent
+//! makes ([`ReplicaManager::sync_topic`]), whenever the metastore's topics change
+//! ([`ReplicaManager::follow_topic_changes`]), and periodically as a backstop
+//! ([`ReplicaManager::maintenance`]).
+//!
+//! The ISR manager ([`crate::isr`]) and the controller ([`crate::controller`]) see this,
+//! never the broker; reads that reach below the local log go to the archive from here.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use strata_metastore::{Metastore, PartitionRecord, TopicRecord};
+use strata_tiering::{ArchiveReader, LocalPartition};
+use tokio_util::sync::CancellationToken;
+
+use crate::clock::now_ms;
+use crate::error::Error;
+use crate::membership::Membership;
+use crate::open_files::FileBudget;
+use crate::partition::{Partition, PartitionError, ReadOutcome};
+use crate::tasks::{Stopped, Tasks};
+use crate::topic_config::TopicConfig;
+
+/// A topic as this agent serves it.
+#[derive(Debug)]
+pub struct TopicState {
+    pub record: TopicRecord,
+    pub config: TopicConfig,
+    /// By index; `None` for a partition with no replica on this agent.
+    pub partitions: Vec<Option<Arc<Partition>>>,
+}
+
+impl TopicState {
+    /// This agent's replica of the partition, leader or follower.
+    pub fn replica(&self, index: i32) -> Option<&Arc<Partition>> {
+        usize::try_from(index)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+            .and_then(Option::as_ref)
+    }
+
+    /// The partition, if this agent leads it.
+    pub fn partition(&self, index: i32) -> Option<&Arc<Partition>> {
+        self.replica(index).filter(|p| p.leader_epoch().is_some())
+    }
+
+    /// Whether the topic has partition `index` (led here or elsewhere).
+    pub fn has_partition(&self, index: i32) -> bool {
+        usize::try_from(index).is_ok_and(|i| i < self.record.partitions.len())
+    }
+
+    /// The partition to produce to or fetch from, or why not: the partition does not
+    /// exist, or another agent leads it.
+    pub fn served(&self, index: i32) -> Result<&Arc<Partition>, Error> {
+        match self.partition(index) {
+            Some(p) => Ok(p),
+            None => Err(not_served(
+                &self.record.name,
+                index,
+                self.has_partition(index),
+            )),
+        }
+    }
+
+    /// [`TopicState::served`] for a topic that may not exist here.
+    pub fn served_in<'a>(
+        topic: Option<&'a Arc<TopicState>>,
+        name: &str,
+        index: i32,
+    ) -> Result<&'a Arc<Partition>, Error> {
+        topic
+            .ok_or_else(|| not_served(name, index, false))
+            .and_then(|t| t.served(index))
+    }
+
+    /// The replicas on this agent, leaders and followers.
+    pub fn local_partitions(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.partitions.iter().flatten()
+    }
+
+    /// The partitions this agent leads.
+    pub fn led_partitions(&self) -> impl Iterator<Item = &Arc<Partition>> {
+        self.local_partitions()
+            .filter(|p| p.leader_epoch().is_some())
+    }
+}
+
+fn not_served(topic: &str, partition: i32, exists: bool) -> Error {
+    let (topic, partition) = (topic.to_string(), partition);
+    if exists {
+        Error::NotLeader { topic, partition }
+    } else {
+        Error::UnknownTopicOrPartition { topic, partition }
+    }
+}
+
+/// Why a topic could not be brought in line with the metastore.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Metastore(#[from] strata_metastore::Error),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    /// Opening the topic's replicas here would exceed the open-file budget.
+    #[error("cannot open the replicas of topic {topic} here: {why}")]
+    FileBudget { topic: String, why: String },
+}
+
+/// What the replica manager needs of the agent's settings.
+#[derive(Debug, Clone)]
+pub struct ReplicaConfig {
+    pub node_id: i32,
+    /// Broker-wide topic config defaults (`--topic-config`), under each topic's own.
+    pub topic_defaults: BTreeMap<String, String>,
+    /// Acknowledge writes only once fsynced (`--ack-durability fsync`).
+    pub ack_after_fsync: bool,
+    /// The largest batch a fetcher may have to copy in one response.
+    pub max_request_bytes: usize,
+    /// Kafka's `producer.id.expiration.ms`.
+    pub producer_id_expiration_ms: i64,
+}
+
+/// The partition map of this agent, and the fetcher tasks of the replicas it follows.
+#[derive(Debug)]
+pub struct ReplicaManager {
+    config: ReplicaConfig,
+    metastore: Metastore,
+    membership: Arc<Membership>,
+    /// Reads of archived offsets.
+    archive: Arc<ArchiveReader>,
+    /// How many files partition replicas may hold open here.
+    files: FileBudget,
+    logs_dir: PathBuf,
+    topics: RwLock<BTreeMap<String, Arc<TopicState>>>,
+    /// Topics of the metastore this agent could not serve, with why (logged once per
+    /// new reason, retried at every refresh).
+    unserved: std::sync::Mutex<BTreeMap<String, String>>,
+    /// Serializes reconciliation so two admin requests never open one log twice.
+    reconcile: tokio::sync::Mutex<()>,
+    /// The fetchers and partition flushers: waited for by [`ReplicaManager::close`].
+    tasks: Tasks,
+    shutdown: CancellationToken,
+}
+
+const TOPIC_ID_FILE: &str = "topic.id";
+
+/// What one reconciliation opened and created, so that a failure can undo it.
+#[derive(Default)]
+struct Opened {
+    partitions: Vec<Arc<Partition>>,
+    /// Partition directories that did not hold this topic's log before.
+    dirs: Vec<PathBuf>,
+}
+
+impl Opened {
+    async fn undo(self) {
+        for p in self.partitions {
+            p.close().await;
+        }
+        for dir in self.dirs {
+            if let Err(e) = std::fs::remove_dir_all(&dir)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the directory of a replica that failed to open");
+            }
+        }
+    }
+}
+
+fn hex(id: &[u8; 16]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl ReplicaManager {
+    /// Serves the topics the metastore has now (one full reconciliation) and returns.
+    pub async fn start(
+        config: ReplicaConfig,
+        metastore: Metastore,
+        membership: Arc<Membership>,
+        archive: Arc<ArchiveReader>,
+        files: FileBudget,
+        logs_dir: PathBuf,
+        shutdown: CancellationToken,
+    ) -> anyhow::Result<Arc<ReplicaManager>> {
+        std::fs::create_dir_all(&logs_dir)?;
+        let replicas = Arc::new(ReplicaManager {
+            config,
+            metastore,
+            membership,
+            archive,
+            files,
+            logs_dir,
+            topics: RwLock::new(BTreeMap::new()),
+            unserved: std::sync::Mutex::new(BTreeMap::new()),
+            reconcile: tokio::sync::Mutex::new(()),
+            tasks: Tasks::new(shutdown.clone()),
+            shutdown,
+        });
+        replicas.refresh().await?;
+        Ok(replicas)
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.config.node_id
+    }
+
+    pub fn metastore(&self) -> &Metastore {
+        &self.metastore
+    }
+
+    pub fn membership(&self) -> &Arc<Membership> {
+        &self.membership
+    }
+
+    pub fn archive(&self) -> &Arc<ArchiveReader> {
+        &self.archive
+    }
+
+    pub fn files(&self) -> &FileBudget {
+        &self.files
+    }
+
+    /// Cancelled when the agent begins to stop.
+    pub fn shutdown(&self) -> &CancellationToken {
+        &self.shutdown
+    }
+
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(name)
+            .cloned()
+    }
+    pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<Arc<TopicState>> {
+        self.topics().into_iter().find(|t| &t.record.id == id)
+    }
+    pub fn topics(&self) -> Vec<Arc<TopicState>> {
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+    pub fn topic_config(&self, record: &TopicRecord) -> TopicConfig {
+        TopicConfig::resolve(&self.config.topic_defaults, &record.configs)
+    }
+    fn partition_dir(&self, topic: &str, index: u32) -> PathBuf {
+        self.logs_dir.join(format!("{topic}-{index}"))
+    }
+    /// Reads every topic from the metastore and brings the local logs in line. Reads
+    /// under the reconcile lock, so an older snapshot can never undo a newer change. A
+    /// topic that cannot be served here (its logs do not open, or do not fit the
+    /// open-file budget) is logged and left out; the others are served, and it is tried
+    /// again at the next refresh. Fails only if the metastore cannot be read.
+    pub async fn refresh(&self) -> anyhow::Result<()> {
+        let _guard = self.reconcile.lock().await;
+        let records = self.metastore.topics().await?;
+        let known: Vec<String> = self
+            .topics()
+            .iter()
+            .map(|t| t.record.name.clone())
+            .collect();
+        for name in known {
+            if !records.iter().any(|r| r.name == name) {
+                self.remove_locked(&name).await;
+            }
+        }
+        let mut unserved = BTreeMap::new();
+        for record in records {
+            let name = record.name.clone();
+            if let Err(e) = self.apply_locked(record).await {
+                unserved.insert(name, e.to_string());
+            }
+        }
+        let mut last = self.unserved.lock().unwrap_or_else(|p| p.into_inner());
+        for (topic, why) in &unserved {
+            if last.get(topic) != Some(why) {
+                tracing::error!(%topic, error = %why, "cannot serve topic; will retry");
+            }
+        }
+        *last = unserved;
+        Ok(())
+    }
+    /// Replica files the agents would hold for the topics this agent knows, by node id
+    /// (each replica counted as [`FileBudget::files_per_replica`] of its topic).
+    fn replica_files_by_node(&self) -> BTreeMap<i32, u64> {
+        let mut by_node = BTreeMap::new();
+        for t in self.topics() {
+            for p in &t.record.partitions {
+                let each = FileBudget::files_per_replica(p.replicas.len());
+                for r in &p.replicas {
+                    *by_node.entry(*r).or_insert(0) += each;
+                }
+            }
+        }
+        by_node
+    }
+    /// Refuses new replica lists (a topic's, or partitions added to one) that would take
+    /// any agent past its open-file budget. Nothing is written before this passes.
+    pub fn check_file_budget(&self, assignments: &[Vec<i32>]) -> Result<(), String> {
+        let in_use = self.replica_files_by_node();
+        let mut more: BTreeMap<i32, u64> = BTreeMap::new();
+        for replicas in assignments {
+            let each = FileBudget::files_per_replica(replicas.len());
+            for r in replicas {
+                *more.entry(*r).or_insert(0) += each;
+            }
+        }
+        for (node, more) in more {
+            let used = in_use.get(&node).copied().unwrap_or(0);
+            if let Some(why) = self.files.refuse(used, more) {
+                return Err(if node == self.config.node_id {
+                    why
+                } else {
+                    format!("on agent {node}: {why}")
+                });
+            }
+        }
+        Ok(())
+    }
+    /// Replica files the replicas open on this agent hold.
+    fn open_replica_files(&self, except_topic: &str) -> u64 {
+        self.topics()
+            .iter()
+            .filter(|t| t.record.name != except_topic)
+            .map(|t| {
+                t.local_partitions().count() as u64
+                    * FileBudget::files_per_replica(t.record.replication_factor.max(1) as usize)
+            })
+            .sum()
+    }
+    /// Brings one topic in line with the metastore (after this agent changed it): serves
+    /// it as the metastore has it now, or stops serving it if it is gone.
+    pub async fn sync_topic(&self, name: &str) -> Result<Option<Arc<TopicState>>, SyncError> {
+        let _guard = self.reconcile.lock().await;
+        match self.metastore.topic(name).await? {
+            Some(record) => Ok(Some(self.apply_locked(record).await?)),
+            None => {
+                self.remove_locked(name).await;
+                Ok(None)
+            }
+        }
+    }
+    async fn apply_locked(&self, mut record: TopicRecord) -> Result<Arc<TopicState>, SyncError> {
+        let existing = self.topic(&record.name);
+        if let Some(old) = &existing
+            && old.record == record
+        {
+            return Ok(Arc::clone(old));
+        }
+        let config = self.topic_config(&record);
+        let log_config = strata_log::LogConfig {
+            ack_after_fsync: self.config.ack_after_fsync,
+            ..config.log_config()
+        };
+        let mut open: Vec<Option<Arc<Partition>>> = Vec::new();
+        match &existing {
+            Some(old) if old.record.id == record.id => {
+                for p in old.local_partitions() {
+                    p.set_config(log_config);
+                }
+                open.extend(old.partitions.iter().cloned());
+            }
+            Some(_) => self.remove_locked(&record.name).await,
+            None => {}
+        }
+        let hosted = record
+            .partitions
+            .iter()
+            .filter(|p| p.replicas.contains(&self.config.node_id))
+            .count() as u64;
+        let needed =
+            hosted * FileBudget::files_per_replica(record.replication_factor.max(1) as usize);
+        if let Some(why) = self
+            .files
+            .refuse(self.open_replica_files(&record.name), needed)
+        {
+            return Err(SyncError::FileBudget {
+                topic: record.name.clone(),
+                why,
+            });
+        }
+        let mut opened = Opened::default();
+        match self
+            .open_replicas(&mut record, &open, log_config, &mut opened)
+            .await
+        {
+            Ok(partitions) => {
+                let state = Arc::new(TopicState {
+                    record: record.clone(),
+                    config,
+                    partitions,
+                });
+                self.topics
+                    .write()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert(record.name.clone(), Arc::clone(&state));
+                Ok(state)
+            }
+            Err(e) => {
+                // Leave nothing behind: close what this call opened, and remove the
+                // directories it created (never a log that was here before).
+                opened.undo().await;
+                Err(e)
+            }
+        }
+    }
+    /// Opens (or reuses, from `open`) this agent's replicas of `record`, and applies
+    /// their roles; records in `opened` what it opened and created, for undoing.
+    async fn open_replicas(
+        &self,
+        record: &mut TopicRecord,
+        open: &[Option<Arc<Partition>>],
+        log_config: strata_log::LogConfig,
+        opened: &mut Opened,
+    ) -> Result<Vec<Option<Arc<Partition>>>, SyncError> {
+        let mut partitions = Vec::with_capacity(record.partitions.len());
+        for i in 0..record.partitions.len() {
+            let p = record.partitions[i].clone();
+            let hosted = p.replicas.contains(&self.config.node_id);
+            let replica = match (open.get(i).cloned().flatten(), hosted) {
+                (Some(replica), true) => Some(replica),
+                (Some(replica), false) => {
+                    // Reassigned away from this agent.
+                    if let Err(e) = replica.delete().await {
+                        tracing::error!(partition = %replica.name(), error = %e, "cannot delete a replica moved elsewhere");
+                    }
+                    None
+                }
+                (None, false) => None,
+                (None, true) => {
+                    let dir = self.partition_dir(&record.name, p.index);
+                    let restarted = std::fs::read_to_string(dir.join(TOPIC_ID_FILE))
+                        .is_ok_and(|found| found.trim() == hex(&record.id));
+                    if !restarted {
+                        opened.dirs.push(dir.clone());
+                    }
+                    self.claim_dir(&dir, &record.id)?;
+                    let partition = Partition::open(
+                        &record.name,
+                        p.index as i32,
+                        self.config.node_id,
+                        &dir,
+                        log_config,
+                        now_ms(),
+                        &self.tasks,
+                    )
+                    .map_err(PartitionError::from)?;
+                    opened.partitions.push(Arc::clone(&partition));
+                    if restarted && p.leader == self.config.node_id {
+                        record.partitions[i] = self.reclaim_leadership(&record.name, &p).await?;
+                    }
+                    Some(partition)
+                }
+            };
+            partitions.push(replica);
+        }
+        for (replica, p) in partitions.iter().zip(&record.partitions) {
+            if let Some(replica) = replica {
+                self.apply_role(replica, p);
+            }
+        }
+        Ok(partitions)
+    }
+    /// A restarted agent that the metastore still names as a partition's leader leads it
+    /// again only in a new epoch: whatever it did before the restart stays fenced, and
+    /// followers compare their logs with it afresh.
+    async fn reclaim_leadership(
+        &self,
+        topic: &str,
+        p: &PartitionRecord,
+    ) -> Result<PartitionRecord, SyncError> {
+        let (me, epoch) = (self.config.node_id, p.leader_epoch);
+        let after = self
+            .metastore
+            .update_partition(topic, p.index, move |cur| {
+                (cur.leader == me && cur.leader_epoch == epoch).then(|| PartitionRecord {
+                    leader_epoch: epoch + 1,
+                    ..cur.clone()
+                })
+            })
+            .await?;
+        Ok(after.unwrap_or_else(|| p.clone()))
+    }
+    /// Leads or follows as the partition record says; a new follower starts copying.
+    fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) {
+        if p.leader == self.config.node_id {
+            replica.become_leader(p, now_ms());
+        } else if replica.become_follower(p) && p.leader >= 0 {
+            let stop = replica.start_fetcher();
+            self.tasks.spawn(
+                format!("fetcher {}", replica.name()),
+                crate::fetcher::follow(
+                    Arc::clone(&self.membership),
+                    Arc::clone(replica),
+                    (p.leader, p.leader_epoch),
+                    self.config.max_request_bytes,
+                    stop,
+                ),
+            );
+        }
+    }
+    /// Makes sure `dir` holds the log of topic `id`: a directory left by an earlier topic
+    /// of the same name (deleted while this agent was down) is removed first.
+    fn claim_dir(&self, dir: &Path, id: &[u8; 16]) -> Result<(), PartitionError> {
+        let id_file = dir.join(TOPIC_ID_FILE);
+        let io = |context, path: &Path, source| {
+            PartitionError::Log(strata_log::Error::Io {
+                context,
+                path: path.to_path_buf(),
+                source,
+            })
+        };
+        match std::fs::read_to_string(&id_file) {
+            Ok(found) if found.trim() == hex(id) => return Ok(()),
+            Ok(found) => {
+                tracing::warn!(dir = %dir.display(), old_topic_id = found.trim(), "removing the log of a deleted topic");
+                std::fs::remove_dir_all(dir).map_err(|e| io("remove stale log", dir, e))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("read topic id", &id_file, e)),
+        }
+        std::fs::create_dir_all(dir).map_err(|e| io("create log directory", dir, e))?;
+        std::fs::write(&id_file, hex(id)).map_err(|e| io("write topic id", &id_file, e))
+    }
+    async fn remove_locked(&self, name: &str) {
+        let removed = self
+            .topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(name);
+        if let Some(topic) = removed {
+            for p in topic.local_partitions() {
+                if let Err(e) = p.delete().await {
+                    tracing::error!(topic = name, partition = p.index, error = %e, "cannot delete partition log");
+                }
+            }
+            tracing::info!(topic = name, "topic deleted");
+        }
+    }
+    /// Brings the local logs in line as soon as topics change in the metastore (another
+    /// agent or an admin request there changed them), by watching one key. Stops on
+    /// shutdown. The periodic [`ReplicaManager::maintenance`] refresh stays as a backstop.
+    pub async fn follow_topic_changes(self: Arc<Self>) -> Stopped {
+        loop {
+            let watched = async {
+                let watch = self.metastore.watch_topics().await?;
+                watch.await
+            };
+            let watched = tokio::select! {
+                r = watched => r,
+                _ = self.shutdown.cancelled() => return Stopped::Shutdown,
+            };
+            if let Err(e) = watched {
+                tracing::warn!(error = %e, "cannot watch topics in the metastore; retrying in 1 s");
+                tokio::select! {
+                    _ = crate::clock::pause(Duration::from_secs(1)) => {}
+                    _ = self.shutdown.cancelled() => return Stopped::Shutdown,
+                }
+            }
+            if self.shutdown.is_cancelled() {
+                return Stopped::Shutdown;
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh topics from the metastore");
+            }
+        }
+    }
+    /// After this agent renewed its lease late (it was paused, or cut off from the
+    /// metastore), re-reads every topic, so that where another agent was elected
+    /// meanwhile this one steps down, and only then lets the lease count again: no
+    /// write is taken in an epoch that may have ended. Stops on shutdown.
+    pub async fn follow_lease_regained(self: Arc<Self>) -> Stopped {
+        let mut regained = self.membership.regained();
+        loop {
+            tokio::select! {
+                changed = regained.changed() => if changed.is_err() { return Stopped::Done("membership ended") },
+                _ = self.shutdown.cancelled() => return Stopped::Shutdown,
+            }
+            let Some(until) = *regained.borrow_and_update() else {
+                continue;
+            };
+            match self.refresh().await {
+                Ok(()) => {
+                    tracing::info!(
+                        "partitions re-read after the lease lapsed; taking writes again where this agent still leads"
+                    );
+                    self.membership.confirm_regained(until);
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot re-read partitions after the lease lapsed; will try at the next renewal")
+                }
+            }
+        }
+    }
+    /// Periodic upkeep: picks up metastore changes made elsewhere and rolls segments
+    /// whose `segment.ms` passed. Stops on shutdown.
+    pub async fn maintenance(self: Arc<Self>, every: Duration) -> Stopped {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = tick.tick() => {}
+                _ = self.shutdown.cancelled() => return Stopped::Shutdown,
+            }
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh topics from the metastore");
+            }
+            let now = now_ms();
+            self.apply_local_retention(now).await;
+            let producer_cutoff = now - self.config.producer_id_expiration_ms;
+            for topic in self.topics() {
+                for p in topic.local_partitions() {
+                    let expired = p.expire_producers(producer_cutoff);
+                    if expired > 0 {
+                        tracing::info!(topic = %topic.record.name, partition = p.index, expired, "expired idle producer ids");
+                    }
+                    if let Err(e) = p.roll_if_due(now) {
+                        tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot roll segment");
+                    }
+                    if let Err(e) = p.checkpoint_high_watermark() {
+                        tracing::warn!(partition = %p.name(), error = %e, "cannot save the high watermark");
+                    }
+                }
+            }
+        }
+    }
+    /// Partitions whose topics are tiered, for the tiering worker.
+    pub fn tiered_partitions(&self) -> Vec<Arc<dyn LocalPartition>> {
+        self.topics()
+            .iter()
+            .filter(|t| t.config.tiered())
+            .flat_map(|t| {
+                t.led_partitions()
+                    .map(|p| Arc::clone(p) as Arc<dyn LocalPartition>)
+            })
+            .collect()
+    }
+    /// The first offset a client can read: archived or local.
+    pub async fn log_start_offset(&self, partition: &Partition) -> i64 {
+        let local = partition.log_start_offset();
+        match self
+            .archive
+            .start_offset(&partition.topic, partition.index)
+            .await
+        {
+            Ok(Some(archived)) => archived.min(local),
+            Ok(None) => local,
+            Err(e) => {
+                tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "cannot read the archive manifest");
+                local
+            }
+        }
+    }
+    /// Reads from `offset` locally, or from the archive when it lies below the local log.
+    pub async fn read(
+        &self,
+        partition: &Partition,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<ReadOutcome, PartitionError> {
+        let local_start = partition.log_start_offset();
+        if offset >= local_start {
+            let mut out = partition.read(offset, max_bytes, true)?;
+            out.log_start_offset = self.log_start_offset(partition).await;
+            return Ok(out);
+        }
+        let archived = self
+            .archive
+            .read(&partition.topic, partition.index, offset, max_bytes)
+            .await;
+        match archived {
+            Ok(Some(records)) => Ok(ReadOutcome {
+                records,
+                high_watermark: partition.high_watermark(),
+                log_start_offset: self.log_start_offset(partition).await,
+            }),
+            Ok(None) => Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
+                offset,
+                log_start: self.log_start_offset(partition).await,
+                log_end: partition.high_watermark(),
+            })),
+            Err(e) => Err(PartitionError::Archive(e.to_string())),
+        }
+    }
+    /// Deletes local segments that are archived and past local retention.
+    async fn apply_local_retention(&self, now: i64) {
+        for topic in self.topics().iter().filter(|t| t.config.tiered()) {
+            let (ms, bytes) = topic.config.local_retention();
+            for p in topic.local_partitions() {
+                let archived_upto = match self
+                    .archive
+                    .manifest(&topic.record.name, p.index, true)
+                    .await
+                {
+                    Ok(m) => m.last().map_or(-1, |e| e.last_offset),
+                    Err(e) => {
+                        tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot read the archive manifest");
+                        continue;
+                    }
+                };
+                match p.apply_local_retention(archived_upto, now, ms, bytes) {
+                    Ok(0) => {}
+                    Ok(n) => tracing::info!(
+                        topic = %topic.record.name,
+                        partition = p.index,
+                        segments = n,
+                        local_log_start = p.log_start_offset(),
+                        "deleted archived segments past local retention"
+                    ),
+                    Err(e) => {
+                        tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "local retention failed")
+                    }
+                }
+            }
+        }
+    }
+    /// Hands the leadership of `replica` to another live in-sync replica, in a new epoch
+    /// (after a disk failure here, or before shutdown). Returns whether it did: with no
+    /// other in-sync replica live it stays.
+    pub async fn resign(&self, topic: &TopicState, replica: &Partition) -> bool {
+        let others: Vec<i32> = self
+            .membership
+            .live_ids()
+            .into_iter()
+            .filter(|n| *n != self.config.node_id)
+            .collect();
+        let Some(p) = topic.record.partitions.get(replica.index as usize) else {
+            return false;
+        };
+        if strata_replication::elect(p, &others, false).is_none_or(|n| n.leader < 0) {
+            return false;
+        }
+        let (me, epoch) = (self.config.node_id, p.leader_epoch);
+        let result = self
+            .metastore
+            .update_partition(&topic.record.name, p.index, move |cur| {
+                (cur.leader == me && cur.leader_epoch == epoch)
+                    .then(|| strata_replication::elect(cur, &others, false))
+                    .flatten()
+                    .filter(|n| n.leader >= 0)
+            })
+            .await;
+        match result {
+            Ok(Some(r)) if r.leader != me => {
+                tracing::info!(partition = %replica.name(), leader = r.leader, epoch = r.leader_epoch, "handed leadership over");
+                replica.become_follower(&r);
+                true
+            }
+            Ok(_) => false,
+            Err(e) => {
+                tracing::warn!(partition = %replica.name(), error = %e, "cannot hand leadership over");
+                false
+            }
+        }
+    }
+    /// Controlled shutdown (as Kafka's): hands the leadership of every partition that has
+    /// another live in-sync replica to that replica, in a new epoch, before this agent
+    /// stops, so that producers move on at once instead of waiting for writes that can
+    /// no longer be committed here. Partitions with no other in-sync replica stay led
+    /// here until the end, then wait for this agent's return.
+    pub async fn resign_leadership(&self) {
+        for topic in self.topics() {
+            for replica in topic.led_partitions() {
+                self.resign(&topic, replica).await;
+            }
+        }
+    }
+    /// Flushes every partition, then waits for the flushers and fetchers to stop.
+    pub async fn close(&self) {
+        for topic in self.topics() {
+            for p in topic.local_partitions() {
+                p.close().await;
+            }
+        }
+        self.tasks.wait().await;
+    }
+}

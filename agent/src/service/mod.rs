@@ -1,0 +1,7 @@
+//! The services behind the protocol edges, in domain terms: they take topics,
+//! partitions, offsets and record batches (not Kafka's request structs) and return
+//! [`crate::error::Error`], so that the Kafka handlers (`api/`) and the HTTP API can
+//! share them. The edges translate wire types to these and back.
+
+pub mod fetch;
+pub mod produce;

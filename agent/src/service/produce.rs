@@ -1,0 +1,126 @@
+//! Appending record batches as leader, and waiting until they are committed.
+//!
+//! [`Producing::append`] validates and appends at once (so pipelined requests append in
+//! the order they arrived); for acks=all it hands back a [`Commit`] to wait on, which
+//! completes once the high watermark covers the batch (every in-sync replica has it).
+//!
+//! acks=all needs `min.insync.replicas` in the ISR: with fewer, nothing is appended
+//! (NOT_ENOUGH_REPLICAS); if the ISR falls below it while the write waits, the write is
+//! kept but answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka. An agent that cannot
+//! renew its membership lease takes no writes: another may be about to be elected in its
+//! place.
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::partition::Partition;
+use crate::replicas::{ReplicaManager, TopicState};
+
+/// How many replicas must have a write before it is acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    /// acks=0: no answer at all.
+    None,
+    /// acks=1: the leader appended it.
+    Leader,
+    /// acks=all: every in-sync replica has it, and there are `min.insync.replicas`.
+    All,
+}
+
+impl Acks {
+    /// Kafka's `acks` field.
+    pub fn from_kafka(acks: i16) -> Result<Acks> {
+        match acks {
+            0 => Ok(Acks::None),
+            1 => Ok(Acks::Leader),
+            -1 => Ok(Acks::All),
+            n => Err(Error::InvalidAcks(n)),
+        }
+    }
+}
+
+/// A batch appended as leader.
+#[derive(Debug)]
+pub struct Appended {
+    pub base_offset: i64,
+    pub log_append_time_ms: i64,
+    pub log_start_offset: i64,
+    /// For acks=all: what to wait for before answering.
+    pub commit: Option<Commit>,
+}
+
+/// An acks=all write waiting to be committed.
+#[derive(Debug)]
+pub struct Commit {
+    partition: Arc<Partition>,
+    end_offset: i64,
+    epoch: i32,
+    min_insync: usize,
+}
+
+impl Commit {
+    /// Waits until the write is committed, or fails: the leadership moved on, the ISR
+    /// fell below `min.insync.replicas`, or `deadline` passed.
+    pub async fn wait(self, deadline: Instant) -> Result<()> {
+        let committed = self
+            .partition
+            .wait_committed(self.end_offset, self.epoch, self.min_insync);
+        match tokio::time::timeout_at(deadline, committed).await {
+            Ok(outcome) => outcome.map_err(Error::from),
+            Err(_) => Err(Error::NotReplicatedInTime),
+        }
+    }
+}
+
+/// The produce service.
+#[derive(Debug)]
+pub struct Producing {
+    replicas: Arc<ReplicaManager>,
+}
+
+impl Producing {
+    pub fn new(replicas: Arc<ReplicaManager>) -> Producing {
+        Producing { replicas }
+    }
+
+    /// Validates `records` (one or more batches) and appends them to `partition` of
+    /// `topic`, which this agent must lead.
+    pub fn append(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Option<&[u8]>,
+        acks: Acks,
+        transactional_id: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Appended> {
+        if transactional_id.is_some() {
+            return Err(Error::TransactionsUnsupported);
+        }
+        let state = self.replicas.topic(topic);
+        let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
+        if !self.replicas.membership().holds_lease() {
+            return Err(Error::LeaseLapsed);
+        }
+        let records = match records {
+            None | Some([]) => return Err(Error::NoRecords),
+            Some(r) => r,
+        };
+        let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
+        let (out, epoch) =
+            replica.append(records, now_ms, (acks == Acks::All).then_some(min_insync))?;
+        Ok(Appended {
+            base_offset: out.base_offset,
+            log_append_time_ms: out.log_append_time_ms,
+            log_start_offset: replica.log_start_offset(),
+            commit: (acks == Acks::All).then(|| Commit {
+                partition: Arc::clone(replica),
+                end_offset: out.last_offset + 1,
+                epoch,
+                min_insync,
+            }),
+        })
+    }
+}
