@@ -3,7 +3,6 @@
 //! below the edges knows either.
 
 use crate::partition::PartitionError;
-use crate::replicas::SyncError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -34,3 +33,15 @@ pub enum Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Why a topic could not be brought in line with the metastore.
+#[derive(Debug, thiserror::Error)]
+pub enum SyncError {
+    #[error(transparent)]
+    Metastore(#[from] strata_metastore::Error),
+    #[error(transparent)]
+    Partition(#[from] PartitionError),
+    /// Opening the topic's replicas here would exceed the open-file budget.
+    #[error("cannot open the replicas of topic {topic} here: {why}")]
+    FileBudget { topic: String, why: String },
+}

@@ -5,13 +5,13 @@
 //! who leads each partition; [`ReplicaManager`] keeps an in-memory copy (so the produce
 //! path never waits on the metastore), opens and closes the local replicas to match it,
 //! and applies each replica's role: leading, or following with a fetcher task
-//! ([`crate::fetcher`]) that it owns. It reconciles after every admin change this agent
+//! (`fetcher.rs`) that it owns. It reconciles after every admin change this agent
 //! makes ([`ReplicaManager::sync_topic`]), whenever the metastore's topics change
 //! ([`ReplicaManager::follow_topic_changes`]), and periodically as a backstop
 //! ([`ReplicaManager::maintenance`]).
 //!
-//! The ISR manager ([`crate::isr`]) and the controller ([`crate::controller`]) see this,
-//! never the broker; reads that reach below the local log go to the archive from here.
+//! The ISR manager (`isr.rs`) and the controller (`controller.rs`) see this, never the
+//! broker; reads that reach below the local log go to the archive from here.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::error::Error;
+pub use crate::error::SyncError;
 use crate::membership::Membership;
 use crate::open_files::FileBudget;
 use crate::partition::{Partition, PartitionError, ReadOutcome};
@@ -101,18 +102,6 @@ fn not_served(topic: &str, partition: i32, exists: bool) -> Error {
     } else {
         Error::UnknownTopicOrPartition { topic, partition }
     }
-}
-
-/// Why a topic could not be brought in line with the metastore.
-#[derive(Debug, thiserror::Error)]
-pub enum SyncError {
-    #[error(transparent)]
-    Metastore(#[from] strata_metastore::Error),
-    #[error(transparent)]
-    Partition(#[from] PartitionError),
-    /// Opening the topic's replicas here would exceed the open-file budget.
-    #[error("cannot open the replicas of topic {topic} here: {why}")]
-    FileBudget { topic: String, why: String },
 }
 
 /// What the replica manager needs of the agent's settings.
