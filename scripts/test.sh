@@ -47,9 +47,10 @@ step "cargo clippy, with the FoundationDB backend (type-checked, not linked)"
 # in it); a second pass without the feature would check every crate again.
 cargo clippy --workspace --all-targets --features strata-agent/fdb --locked -- -D warnings
 
-step "cargo build (the strata and strata-bench binaries the client tests run)"
-# --workspace: the same feature set as `cargo test --workspace`, so dependencies build once.
-cargo build --workspace --locked --bin strata --bin strata-bench
+step "cargo build (every target: the strata and strata-bench binaries the client tests run, and the tests)"
+# --all-targets: the feature set `cargo test` needs (dev-dependencies unify features), so
+# dependencies build once and `cargo test` only runs.
+cargo build --workspace --all-targets --locked
 
 step "cargo test"
 cargo test --workspace --locked

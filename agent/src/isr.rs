@@ -6,7 +6,6 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::clock::now_ms;
 use crate::partition::Partition;
 use crate::replicas::ReplicaManager;
 use crate::tasks::Stopped;
@@ -39,7 +38,8 @@ pub async fn manage_isr(replicas: Arc<ReplicaManager>, replica_lag_time_max_ms: 
                     replicas.resign(&topic, partition).await;
                     continue;
                 }
-                if let Some((epoch, change)) = partition.isr_tick(now_ms(), lag_ms, live.as_deref())
+                if let Some((epoch, change)) =
+                    partition.isr_tick(membership.clock().wall_ms(), lag_ms, live.as_deref())
                 {
                     change_isr(&replicas, &topic.record.name, partition, epoch, change).await;
                 }

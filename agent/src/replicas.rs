@@ -485,7 +485,7 @@ impl ReplicaManager {
     /// Leads or follows as the partition record says; a new follower starts copying.
     fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) {
         if p.leader == self.config.node_id {
-            replica.become_leader(p, now_ms());
+            replica.become_leader(p, self.membership.clock().wall_ms());
         } else if replica.become_follower(p) && p.leader >= 0 {
             let stop = replica.start_fetcher();
             self.tasks.spawn(

@@ -242,7 +242,14 @@ async fn connection(
             let mut size = BytesMut::with_capacity(4);
             while size.len() < 4 {
                 let want = 4 - size.len() as u64;
-                match tokio::time::timeout(idle, (&mut reader).take(want).read_buf(&mut size)).await
+                // Once a frame has begun, the rest of its size is due within the read
+                // timeout, as its body is.
+                let wait = if size.is_empty() {
+                    idle
+                } else {
+                    limits.timeout
+                };
+                match tokio::time::timeout(wait, (&mut reader).take(want).read_buf(&mut size)).await
                 {
                     Ok(Ok(0)) if size.is_empty() => return Ok(None),
                     Ok(Ok(0)) => {
@@ -252,11 +259,18 @@ async fn connection(
                     }
                     Ok(Ok(_)) => {}
                     Ok(Err(e)) => return Err(e.into()),
-                    Err(_) if size.is_empty() && in_flight.load(Ordering::Acquire) == 0 => {
+                    Err(_) if !size.is_empty() => {
+                        return Err(ConnectionError::FrameTimeout {
+                            size: 4,
+                            timeout_ms: wait.as_millis() as u64,
+                        });
+                    }
+                    Err(_) if in_flight.load(Ordering::Acquire) == 0 => {
                         return Err(ConnectionError::Idle {
                             idle_ms: idle.as_millis() as u64,
                         });
                     }
+                    // Replies are still on their way: not idle.
                     Err(_) => {}
                 }
             }

@@ -41,26 +41,41 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Opens (creating if needed) the store at `path`.
     pub fn open(path: &Path) -> Result<SqliteStore> {
-        let conn =
-            Connection::open(path).map_err(|e| Error::backend("open sqlite metastore", e))?;
-        // Another process may be setting the file up at this moment: wait for it here
-        // (transactions themselves wait with async backoff, in `begin`).
-        conn.busy_timeout(SETUP_WAIT)
-            .and_then(|_| conn.pragma_update(None, "journal_mode", "WAL"))
-            .and_then(|_| conn.pragma_update(None, "synchronous", "FULL"))
-            .and_then(|_| {
-                conn.execute_batch(
-                    "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID",
-                )
-            })
-            .and_then(|_| conn.busy_timeout(Duration::ZERO))
-            .map_err(|e| Error::backend("prepare sqlite metastore", e))?;
+        // Another process may be setting the file up at this moment. The busy timeout
+        // covers most of that wait, but SQLite answers some lock conflicts at once
+        // without calling its busy handler (switching a new file to WAL while another
+        // connection does): those are retried here, within the same bound.
+        let pause = Duration::from_millis(10);
+        let mut attempts = SETUP_WAIT.as_millis() / pause.as_millis();
+        let conn = loop {
+            match Self::set_up(path) {
+                Err(e) if is_busy(&e) && attempts > 0 => {
+                    attempts -= 1;
+                    std::thread::sleep(pause);
+                }
+                other => break other.map_err(|e| Error::backend("prepare sqlite metastore", e))?,
+            }
+        };
         Ok(SqliteStore {
             conn: Arc::new(Mutex::new(conn)),
             path: path.to_path_buf(),
             limits: FDB_LIMITS,
             clock: SystemClock::shared(),
         })
+    }
+
+    /// Opens a connection and sets the file up: WAL, full sync, the table.
+    /// Transactions themselves wait with async backoff, in `begin`.
+    fn set_up(path: &Path) -> rusqlite::Result<Connection> {
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(SETUP_WAIT)?;
+        conn.pragma_update(None, "journal_mode", "WAL")?;
+        conn.pragma_update(None, "synchronous", "FULL")?;
+        conn.execute_batch(
+            "CREATE TABLE IF NOT EXISTS kv (key BLOB PRIMARY KEY NOT NULL, value BLOB NOT NULL) WITHOUT ROWID",
+        )?;
+        conn.busy_timeout(Duration::ZERO)?;
+        Ok(conn)
     }
 
     pub fn path(&self) -> &Path {

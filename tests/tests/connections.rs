@@ -63,3 +63,24 @@ async fn connections_beyond_the_limit_wait_for_a_slot() {
     let (_third, answered) = waiting.await.expect("task");
     assert_eq!(answered.expect("served once a slot is free"), 0);
 }
+
+/// A frame whose 4-byte size prefix arrives only in part is dropped after the request
+/// read timeout, like a frame whose body stalls (not after the much longer idle limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_size_prefix_is_dropped_in_time() {
+    let agent = TestAgent::start_with(|s| s.request_read_timeout_ms = 300)
+        .await
+        .expect("start");
+    let mut client = agent.client().await.expect("connect");
+    client.send_raw(&[0, 0]).await.expect("half a size prefix");
+    let started = tokio::time::Instant::now();
+    assert!(
+        client.closed_by_broker().await,
+        "the stalled connection is closed"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "closed after {:?}, not at the read timeout",
+        started.elapsed()
+    );
+}

@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::clock::now_ms;
 use crate::error::{Error, Result};
 use crate::partition::{Offsets, Partition, ReadOutcome};
 use crate::replicas::{ReplicaManager, TopicState};
@@ -68,9 +67,12 @@ impl Fetching {
         max_bytes: usize,
     ) -> Result<ReadOutcome, Failed> {
         let checked = match reader {
-            Reader::Follower(id) => {
-                replica.on_replica_fetch(id, current_leader_epoch, offset, now_ms())
-            }
+            Reader::Follower(id) => replica.on_replica_fetch(
+                id,
+                current_leader_epoch,
+                offset,
+                self.replicas.membership().clock().wall_ms(),
+            ),
             Reader::Consumer => replica.check_epoch(current_leader_epoch),
         };
         let read = match checked {
