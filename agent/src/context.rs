@@ -20,14 +20,6 @@ pub enum SecurityProtocol {
     Plaintext,
 }
 
-impl SecurityProtocol {
-    pub fn name(self) -> &'static str {
-        match self {
-            SecurityProtocol::Plaintext => "PLAINTEXT",
-        }
-    }
-}
-
 /// One of the agent's Kafka listeners.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listener {

@@ -214,10 +214,6 @@ impl ReplicaManager {
         &self.archive
     }
 
-    pub fn files(&self) -> &FileBudget {
-        &self.files
-    }
-
     /// Cancelled when the agent begins to stop.
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
