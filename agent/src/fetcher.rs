@@ -35,7 +35,7 @@ use crate::clock::now_ms;
 use crate::membership::Membership;
 use crate::partition::{Partition, PartitionError};
 use crate::tasks::Stopped;
-use strata_replication::Cut;
+use strata_replication::{FetchAnswer, Follower, Request as CycleRequest, Step};
 
 /// How long a follower's fetch waits at the leader for new batches.
 const FETCH_MAX_WAIT_MS: i32 = 500;
@@ -141,6 +141,8 @@ enum Pause {
 
 /// Copies `partition` from `leader` in `epoch` until `stop` (a new epoch, shutdown).
 /// `max_record_bytes` bounds what one response may carry (the largest batch allowed).
+/// The cycle (truncate, fetch, start over) is [`Follower`]'s; this task carries its
+/// requests to the leader and its decisions to the log.
 pub async fn follow(
     membership: Arc<Membership>,
     partition: Arc<Partition>,
@@ -149,14 +151,16 @@ pub async fn follow(
     stop: CancellationToken,
 ) -> Stopped {
     tracing::info!(partition = %partition.name(), leader, epoch, "following");
+    let mut cycle = Follower::new(leader, epoch);
     loop {
         let outcome = tokio::select! {
-            o = follow_once(&membership, &partition, (leader, epoch), max_record_bytes) => o,
+            o = follow_once(&membership, &partition, &mut cycle, max_record_bytes) => o,
             _ = stop.cancelled() => return Stopped::Done("no longer following this leader"),
         };
         match outcome {
             Pause::Stopped => return Stopped::Done("no longer following this leader"),
             Pause::Retry(why) => {
+                cycle.restart();
                 tracing::debug!(partition = %partition.name(), leader, epoch, reason = %why, "fetcher retrying");
             }
         }
@@ -167,60 +171,86 @@ pub async fn follow(
     }
 }
 
+/// One connection's worth of the cycle: returns when the connection or the leader
+/// fails, or the role changed.
 async fn follow_once(
     membership: &Membership,
     partition: &Partition,
-    (leader, epoch): (i32, i32),
+    cycle: &mut Follower,
     max_record_bytes: usize,
 ) -> Pause {
+    let (leader, epoch) = (cycle.leader, cycle.epoch);
+    let node_id = membership.node_id();
     let Some(address) = membership.address_of(leader) else {
         return Pause::Retry(format!("leader {leader} is not live"));
     };
-    let mut peer = match Peer::connect(&address, membership.node_id(), max_record_bytes).await {
+    let mut peer = match Peer::connect(&address, node_id, max_record_bytes).await {
         Ok(p) => p,
         Err(e) => return Pause::Retry(format!("cannot connect to {address}: {e:#}")),
     };
-    if let Err(pause) = truncate(&mut peer, membership.node_id(), partition, epoch).await {
-        return pause;
-    }
     loop {
         if partition.is_offline() {
             return Pause::Retry("the local log is offline after a failed fsync".to_string());
         }
-        let log_end = partition.log_end_offset();
-        let request = fetch_request(membership.node_id(), partition, epoch, log_end);
-        let response = match peer.send(12, &request).await {
-            Ok(r) => r,
-            Err(e) => return Pause::Retry(format!("fetch failed: {e:#}")),
-        };
-        if response.error_code != 0 {
-            return Pause::Retry(format!("fetch refused: error {}", response.error_code));
-        }
-        let Some(data) = response
-            .responses
-            .into_iter()
-            .flat_map(|t| t.partitions)
-            .find(|p| p.partition_index == partition.index)
-        else {
-            return Pause::Retry("fetch response without our partition".to_string());
-        };
-        match ResponseError::try_from_code(data.error_code) {
-            None => {}
-            Some(ResponseError::OffsetOutOfRange) if log_end < data.log_start_offset => {
-                // The leader no longer has what we would copy next (retention): start
-                // afresh where its log starts (Kafka's truncateFullyAndStartAt).
-                tracing::warn!(partition = %partition.name(), log_end, leader_log_start = data.log_start_offset, "behind the leader's log start; starting over there");
-                if let Err(e) = partition.reset_to(epoch, data.log_start_offset, now_ms()) {
+        let (history, start, end) = partition.epoch_history();
+        match cycle.next_request(history.latest(), end) {
+            CycleRequest::EpochQuery { latest } => {
+                let answer =
+                    match leader_epoch_end(&mut peer, node_id, partition, epoch, latest).await {
+                        Ok(answer) => answer,
+                        Err(pause) => return pause,
+                    };
+                let cut = cycle.on_epoch_answer(&history, start, end, answer);
+                if cut.to < end {
+                    tracing::warn!(partition = %partition.name(), epoch, from = cut.to, to = end, "cutting off a suffix the leader does not have");
+                    if let Err(e) = partition.truncate(epoch, cut.to, now_ms()) {
+                        return stopped_or_retry(e);
+                    }
+                }
+            }
+            CycleRequest::Fetch { offset } => {
+                let request = fetch_request(node_id, partition, epoch, offset);
+                let response = match peer.send(12, &request).await {
+                    Ok(r) => r,
+                    Err(e) => return Pause::Retry(format!("fetch failed: {e:#}")),
+                };
+                if response.error_code != 0 {
+                    return Pause::Retry(format!("fetch refused: error {}", response.error_code));
+                }
+                let Some(data) = response
+                    .responses
+                    .into_iter()
+                    .flat_map(|t| t.partitions)
+                    .find(|p| p.partition_index == partition.index)
+                else {
+                    return Pause::Retry("fetch response without our partition".to_string());
+                };
+                let answer = match ResponseError::try_from_code(data.error_code) {
+                    None => FetchAnswer::Batches {
+                        high_watermark: data.high_watermark,
+                    },
+                    Some(ResponseError::OffsetOutOfRange) => FetchAnswer::OutOfRange {
+                        log_start: data.log_start_offset,
+                    },
+                    Some(e) => return Pause::Retry(format!("fetch refused: {e:?}")),
+                };
+                let done = match cycle.on_fetch_answer(answer, offset) {
+                    Step::Append { high_watermark } => {
+                        let records = data.records.unwrap_or_default();
+                        partition.append_replicated(epoch, &records, high_watermark, now_ms())
+                    }
+                    Step::ResetTo(log_start) => {
+                        tracing::warn!(partition = %partition.name(), log_end = offset, leader_log_start = log_start, "behind the leader's log start; starting over there");
+                        partition.reset_to(epoch, log_start, now_ms())
+                    }
+                    Step::Retry => {
+                        return Pause::Retry("fetch refused: offset out of range".to_string());
+                    }
+                };
+                if let Err(e) = done {
                     return stopped_or_retry(e);
                 }
-                continue;
             }
-            Some(e) => return Pause::Retry(format!("fetch refused: {e:?}")),
-        }
-        let records = data.records.unwrap_or_default();
-        if let Err(e) = partition.append_replicated(epoch, &records, data.high_watermark, now_ms())
-        {
-            return stopped_or_retry(e);
         }
     }
 }
@@ -253,37 +283,6 @@ fn fetch_request(node_id: i32, partition: &Partition, epoch: i32, offset: i64) -
     request.session_epoch = -1;
     request.topics = vec![t];
     request
-}
-
-/// Cuts off whatever suffix the leader of `epoch` does not have (KIP-279): asks where
-/// the leader's copy of our newest epoch ends, cuts, and asks again while the leader
-/// answers with an epoch we lack (each round cuts at least one epoch off).
-async fn truncate(
-    peer: &mut Peer,
-    node_id: i32,
-    partition: &Partition,
-    epoch: i32,
-) -> Result<(), Pause> {
-    loop {
-        let (history, start, end) = partition.epoch_history();
-        let Some(latest) = history.latest() else {
-            return Ok(());
-        };
-        let answer = leader_epoch_end(peer, node_id, partition, epoch, latest).await?;
-        let (cut, done) = match strata_replication::divergence(&history, start, end, answer) {
-            Cut::Done(at) => (at, true),
-            Cut::Again(at) => (at, false),
-        };
-        if cut < end {
-            tracing::warn!(partition = %partition.name(), epoch, from = cut, to = end, "cutting off a suffix the leader does not have");
-            partition
-                .truncate(epoch, cut, now_ms())
-                .map_err(stopped_or_retry)?;
-        }
-        if done {
-            return Ok(());
-        }
-    }
 }
 
 /// OffsetForLeaderEpoch at the leader: the largest epoch it has at or below

@@ -59,6 +59,25 @@ pub struct Agent {
 /// Starts an agent; returns once both listeners accept connections.
 pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     settings.validate()?;
+    // The embedded metastore lives in the data directory by default.
+    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            settings.data_dir.display()
+        )
+    })?;
+    let store = metastore::open_store(&settings)?;
+    start_on(settings, store).await
+}
+
+/// Starts an agent on a metastore backend the caller opened (`settings.metastore` is
+/// not consulted): the in-process cluster harness of `strata-tests` wraps each agent's
+/// backend so that it can cut the agent off from the metastore.
+pub async fn start_on(
+    settings: Settings,
+    store: Arc<dyn strata_metastore::KvStore>,
+) -> anyhow::Result<Agent> {
+    settings.validate()?;
     let files = open_files::FileBudget::raise();
     let data_dir = DataDir::open(&settings.data_dir)?;
     let shutdown = CancellationToken::new();
@@ -66,11 +85,13 @@ pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     // failed to) are abandoned, so a hung metastore cannot hold shutdown up.
     let abandon_metastore = CancellationToken::new();
     let clock = clock::SystemClock::shared();
-    let metastore = metastore::open(&settings)?.with_limits(strata_metastore::CallLimits {
-        deadline: strata_metastore::kv::DEFAULT_DEADLINE,
-        abandon: Some(abandon_metastore.clone()),
-        clock: Arc::clone(&clock),
-    });
+    let metastore = strata_metastore::Metastore::new(store, metastore::PREFIX).with_limits(
+        strata_metastore::CallLimits {
+            deadline: strata_metastore::kv::DEFAULT_DEADLINE,
+            abandon: Some(abandon_metastore.clone()),
+            clock: Arc::clone(&clock),
+        },
+    );
     let kafka_listener = TcpListener::bind(settings.kafka_listen)
         .await
         .with_context(|| format!("cannot listen for Kafka on {}", settings.kafka_listen))?;

@@ -12,6 +12,11 @@ use crate::config::{MetastoreKind, Settings};
 pub(crate) const PREFIX: &[u8] = b"strata";
 
 pub fn open(settings: &Settings) -> anyhow::Result<Metastore> {
+    Ok(Metastore::new(open_store(settings)?, PREFIX))
+}
+
+/// The backend the settings name, without the typed layer.
+pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
     let kv: Arc<dyn KvStore> = match settings.metastore {
         MetastoreKind::Embedded => {
             let path = settings.metastore_path();
@@ -22,7 +27,7 @@ pub fn open(settings: &Settings) -> anyhow::Result<Metastore> {
         }
         MetastoreKind::Fdb => open_fdb(settings)?,
     };
-    Ok(Metastore::new(kv, PREFIX))
+    Ok(kv)
 }
 
 #[cfg(feature = "fdb")]

@@ -17,11 +17,12 @@
 //! `docs/decisions/0003-replication.md`.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use strata_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog};
-use strata_replication::{IsrChange, LeaderState, PartitionRecord};
+use strata_replication::{
+    Ack, Flushed, IsrChange, PartitionRecord, Refusal, Replica, Role, Transition,
+};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
@@ -42,27 +43,15 @@ pub struct Offsets {
     pub failed: bool,
 }
 
-/// This replica's part in the current leader epoch.
-#[derive(Debug)]
-enum Role {
-    Leader(LeaderState),
-    Follower { leader: i32, epoch: i32 },
-}
-
 #[derive(Debug)]
 pub struct Partition {
     pub topic: String,
     pub index: i32,
-    node_id: i32,
     log: Mutex<PartitionLog>,
-    /// Lock order: `role` before `log`.
-    role: Mutex<Role>,
+    /// The replication rules' state: role, watermark, what is durable. Lock order:
+    /// `replica` before `log`.
+    replica: Mutex<Replica>,
     offsets: watch::Sender<Offsets>,
-    /// The log end the last fsync covered.
-    flushed: AtomicI64,
-    /// Bumped (under the role lock) whenever the log is cut back, so that an fsync that
-    /// started before a cut does not claim what was appended after it.
-    cuts: AtomicU64,
     flush_wanted: Notify,
     stop: CancellationToken,
     /// Stops the task copying from the leader, while this replica follows.
@@ -147,12 +136,8 @@ impl Partition {
         let partition = Arc::new(Partition {
             topic: topic.to_string(),
             index,
-            node_id,
             log: Mutex::new(log),
-            role: Mutex::new(Role::Follower {
-                leader: -1,
-                epoch: -1,
-            }),
+            replica: Mutex::new(Replica::new(node_id, end, saved)),
             // What survived on disk is durable; what is committed is not known until a
             // leader says (or, leading alone, this replica's own fsynced end).
             offsets: watch::Sender::new(Offsets {
@@ -162,8 +147,6 @@ impl Partition {
                 leader: false,
                 failed: false,
             }),
-            flushed: AtomicI64::new(end),
-            cuts: AtomicU64::new(0),
             flush_wanted: Notify::new(),
             stop: tasks.shutdown().child_token(),
             fetcher: Mutex::new(None),
@@ -181,8 +164,8 @@ impl Partition {
         self.log.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn role(&self) -> MutexGuard<'_, Role> {
-        self.role.lock().unwrap_or_else(|p| p.into_inner())
+    fn replica(&self) -> MutexGuard<'_, Replica> {
+        self.replica.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn name(&self) -> String {
@@ -193,70 +176,75 @@ impl Partition {
         PartitionError::NotLeader(self.name())
     }
 
-    /// Leads `record`'s epoch from now on (no-op if it already does). Followers count as
-    /// caught up now; the watermark waits until each in-sync follower fetched.
-    pub fn become_leader(&self, record: &PartitionRecord, now_ms: i64) {
-        let mut role = self.role();
-        if record.leader_epoch < self.offsets.borrow().leader_epoch {
-            // A record read before a newer one was applied (resign() applies its own).
-            return;
-        }
-        if let Role::Leader(l) = &mut *role
-            && l.epoch == record.leader_epoch
-        {
-            // Within an epoch only this leader changes the ISR; a reassignment may add
-            // replicas (one that drops any starts a new epoch).
-            if l.replicas != record.replicas {
-                l.set_replicas(&record.replicas, now_ms);
+    /// Takes the role `record` names for this agent (see [`Replica::apply`]). On
+    /// [`Transition::Follows`] with a leader, the caller starts a fetcher with
+    /// [`Partition::start_fetcher`].
+    pub fn apply(&self, record: &PartitionRecord, now_ms: i64) -> Transition {
+        let mut replica = self.replica();
+        let log_end = self.log().log_end_offset();
+        let transition = replica.apply(record, log_end, now_ms);
+        let hw = replica.high_watermark();
+        match transition {
+            Transition::None => {}
+            Transition::Leads { epoch, .. } => {
+                self.stop_fetcher();
+                self.log().set_leader_epoch(epoch);
+                self.offsets.send_modify(|o| {
+                    o.leader = true;
+                    o.leader_epoch = epoch;
+                    o.high_watermark = hw;
+                    o.log_end_offset = log_end;
+                });
+                tracing::info!(partition = %self.name(), epoch, isr = ?record.isr, log_end, high_watermark = hw, "leading");
             }
-            return;
+            Transition::Follows {
+                leader,
+                epoch,
+                deposed,
+            } => {
+                if deposed.is_some() {
+                    tracing::info!(partition = %self.name(), epoch, leader, "no longer leading");
+                }
+                self.stop_fetcher();
+                self.offsets.send_modify(|o| {
+                    o.leader = false;
+                    o.leader_epoch = epoch;
+                    o.high_watermark = hw;
+                });
+            }
         }
-        self.stop_fetcher();
-        let log_end = {
-            let mut log = self.log();
-            log.set_leader_epoch(record.leader_epoch);
-            log.log_end_offset()
-        };
-        let known = self.offsets.borrow().high_watermark;
-        let mut leader = LeaderState::new(self.node_id, record, log_end, known, now_ms);
-        leader.on_durable(self.flushed.load(Ordering::Acquire));
-        let hw = leader.high_watermark;
-        *role = Role::Leader(leader);
-        self.offsets.send_modify(|o| {
-            o.leader = true;
-            o.leader_epoch = record.leader_epoch;
-            o.high_watermark = hw;
-            o.log_end_offset = log_end;
-        });
-        tracing::info!(partition = %self.name(), epoch = record.leader_epoch, isr = ?record.isr, log_end, high_watermark = hw, "leading");
+        transition
     }
 
-    /// Follows `record`'s leader in its epoch. Returns whether that is a change (the
-    /// caller then starts a fetcher with [`Partition::start_fetcher`]).
-    pub fn become_follower(&self, record: &PartitionRecord) -> bool {
-        let mut role = self.role();
-        if record.leader_epoch < self.offsets.borrow().leader_epoch {
-            return false;
+    /// The domain error for a refusal of the replication rules, for a request that
+    /// gave leader epoch `got`.
+    fn refused(&self, refusal: Refusal, got: i32) -> PartitionError {
+        let partition = self.name();
+        match refusal {
+            Refusal::NotLeader => PartitionError::NotLeader(partition),
+            Refusal::FencedEpoch { current } => PartitionError::FencedLeaderEpoch {
+                partition,
+                current,
+                got,
+            },
+            Refusal::UnknownEpoch { current } => PartitionError::UnknownLeaderEpoch {
+                partition,
+                current,
+                got,
+            },
+            Refusal::NotEnoughReplicas { isr, min } => PartitionError::NotEnoughReplicas {
+                partition,
+                isr,
+                min,
+            },
+            Refusal::BeyondLogEnd { offset, log_end } => {
+                PartitionError::Log(strata_log::Error::OffsetOutOfRange {
+                    offset,
+                    log_start: self.log().log_start_offset(),
+                    log_end,
+                })
+            }
         }
-        if let Role::Follower { leader, epoch } = &*role
-            && *leader == record.leader
-            && *epoch == record.leader_epoch
-        {
-            return false;
-        }
-        if matches!(&*role, Role::Leader(_)) {
-            tracing::info!(partition = %self.name(), epoch = record.leader_epoch, leader = record.leader, "no longer leading");
-        }
-        self.stop_fetcher();
-        *role = Role::Follower {
-            leader: record.leader,
-            epoch: record.leader_epoch,
-        };
-        self.offsets.send_modify(|o| {
-            o.leader = false;
-            o.leader_epoch = record.leader_epoch;
-        });
-        true
     }
 
     /// The token the new fetcher stops on (replacing, and stopping, any earlier one).
@@ -322,28 +310,16 @@ impl Partition {
         if self.offsets.borrow().failed {
             return Err(PartitionError::Offline(self.name()));
         }
-        let mut role = self.role();
-        let Role::Leader(leader) = &mut *role else {
-            return Err(self.not_leader());
-        };
-        if let Some(min) = min_insync
-            && !leader.enough_replicas(min)
-        {
-            return Err(PartitionError::NotEnoughReplicas {
-                partition: self.name(),
-                isr: leader.isr.len(),
-                min,
-            });
-        }
-        let epoch = leader.epoch;
+        let mut replica = self.replica();
+        let epoch = replica.admit(min_insync).map_err(|r| self.refused(r, -1))?;
         let (outcome, end, ack_after_fsync) = {
             let mut log = self.log();
             let outcome = log.append(records, now_ms)?;
             (outcome, log.log_end_offset(), log.config().ack_after_fsync)
         };
         // Page-cache durability (`ack_durability = page-cache`): written counts as durable.
-        let hw = (!ack_after_fsync && leader.on_durable(end)).then_some(leader.high_watermark);
-        drop(role);
+        let hw = (!ack_after_fsync && replica.on_durable(end)).then(|| replica.high_watermark());
+        drop(replica);
         if !outcome.duplicate {
             self.offsets.send_if_modified(|o| {
                 let moved = o.log_end_offset < end || hw.is_some_and(|hw| hw > o.high_watermark);
@@ -368,97 +344,77 @@ impl Partition {
         min_insync: usize,
     ) -> Result<(), PartitionError> {
         let mut rx = self.offsets.subscribe();
-        let state = rx
-            .wait_for(|o| {
-                o.failed || o.leader_epoch != epoch || !o.leader || o.high_watermark >= end_offset
-            })
-            .await
-            .map(|o| *o);
-        match state {
-            Ok(o) if o.failed => Err(PartitionError::Offline(self.name())),
-            Ok(o) if o.leader_epoch == epoch && o.high_watermark >= end_offset => {
-                match &*self.role() {
-                    Role::Leader(l) if l.epoch == epoch && !l.enough_replicas(min_insync) => {
-                        Err(PartitionError::NotEnoughReplicasAfterAppend {
-                            partition: self.name(),
-                            isr: l.isr.len(),
-                            min: min_insync,
-                        })
+        loop {
+            let offsets = rx
+                .wait_for(|o| {
+                    o.failed
+                        || o.leader_epoch != epoch
+                        || !o.leader
+                        || o.high_watermark >= end_offset
+                })
+                .await
+                .map(|o| *o)
+                .map_err(|_| PartitionError::Offline(self.name()))?;
+            if offsets.failed {
+                return Err(PartitionError::Offline(self.name()));
+            }
+            let ack = self.replica().ack(epoch, end_offset, min_insync);
+            match ack {
+                Ack::Committed => return Ok(()),
+                Ack::NotEnoughReplicas { isr } => {
+                    return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                        partition: self.name(),
+                        isr,
+                        min: min_insync,
+                    });
+                }
+                Ack::Deposed => return Err(self.not_leader()),
+                Ack::Pending => {
+                    if rx.changed().await.is_err() {
+                        return Err(PartitionError::Offline(self.name()));
                     }
-                    _ => Ok(()),
                 }
             }
-            Ok(_) => Err(self.not_leader()),
-            Err(_) => Err(PartitionError::Offline(self.name())),
         }
     }
 
-    /// Follower `replica` fetches from `offset` in `epoch`: the leader learns how far its
+    /// Follower `follower` fetches from `offset` in `epoch`: the leader learns how far its
     /// log reaches (which may move the watermark).
     pub fn on_replica_fetch(
         &self,
-        replica: i32,
+        follower: i32,
         epoch: i32,
         offset: i64,
         now_ms: i64,
     ) -> Result<(), PartitionError> {
-        self.check_epoch(epoch)?;
-        let mut role = self.role();
-        let Role::Leader(leader) = &mut *role else {
-            return Err(self.not_leader());
-        };
+        let mut replica = self.replica();
         let log_end = self.log().log_end_offset();
-        if offset > log_end {
-            // A follower ahead of its leader has a suffix to cut first; it is not caught
-            // up with anything.
-            return Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
-                offset,
-                log_start: self.log().log_start_offset(),
-                log_end,
-            }));
-        }
-        if leader.on_fetch(replica, offset, log_end, now_ms) {
-            let hw = leader.high_watermark;
+        let rose = replica
+            .on_replica_fetch(follower, epoch, offset, log_end, now_ms)
+            .map_err(|r| self.refused(r, epoch))?;
+        if rose {
+            let hw = replica.high_watermark();
             self.offsets.send_modify(|o| o.high_watermark = hw);
         }
         Ok(())
     }
 
-    /// The ISR change to send to the metastore now, with its epoch: the pending one
-    /// until the metastore has answered it, else a new one if due (then marked pending):
-    /// followers whose agents are not `live` leave first (when the live set is known),
-    /// then the lag rules apply.
+    /// The ISR change to send to the metastore now, with its epoch (see
+    /// [`Replica::isr_tick`]).
     pub fn isr_tick(
         &self,
         now_ms: i64,
         lag_ms: i64,
         live: Option<&[i32]>,
     ) -> Option<(i32, IsrChange)> {
-        let mut role = self.role();
-        let Role::Leader(leader) = &mut *role else {
-            return None;
-        };
-        if let Some(pending) = &leader.pending {
-            return Some((leader.epoch, pending.clone()));
-        }
-        let change = live
-            .and_then(|live| leader.isr_departures(live))
-            .or_else(|| leader.isr_change(now_ms, lag_ms))?;
-        leader.propose(change.clone());
-        Some((leader.epoch, change))
+        self.replica().isr_tick(now_ms, lag_ms, live)
     }
 
     /// The metastore's answer to the ISR change of `epoch`: `Some(isr)` if committed.
     pub fn isr_result(&self, epoch: i32, committed: Option<Vec<i32>>) {
-        let mut role = self.role();
-        let Role::Leader(leader) = &mut *role else {
-            return;
-        };
-        if leader.epoch != epoch {
-            return;
-        }
-        if leader.on_isr_result(committed) {
-            let hw = leader.high_watermark;
+        let mut replica = self.replica();
+        if replica.on_isr_result(epoch, committed) {
+            let hw = replica.high_watermark();
             self.offsets.send_modify(|o| o.high_watermark = hw);
         }
     }
@@ -479,7 +435,7 @@ impl Partition {
             "high_watermark": offsets.high_watermark,
             "offline": offsets.failed,
         });
-        match &*self.role() {
+        match self.replica().role() {
             Role::Leader(l) => {
                 let followers: Vec<_> = l
                     .followers
@@ -498,7 +454,7 @@ impl Partition {
                     serde_json::json!(l.pending.as_ref().map(|p| &p.isr));
                 status["followers"] = followers.into();
             }
-            Role::Follower { leader, .. } => {
+            Role::Follower { leader } => {
                 status["role"] = "follower".into();
                 status["leader"] = (*leader).into();
             }
@@ -515,30 +471,26 @@ impl Partition {
         leader_hw: Option<i64>,
         f: impl FnOnce(&mut PartitionLog) -> Result<T, strata_log::Error>,
     ) -> Result<T, PartitionError> {
-        let role = self.role();
-        if !matches!(&*role, Role::Follower { epoch: e, .. } if *e == epoch) {
-            return Err(self.not_leader());
-        }
+        let mut replica = self.replica();
+        replica
+            .may_copy(epoch)
+            .map_err(|r| self.refused(r, epoch))?;
         if self.offsets.borrow().failed {
             return Err(PartitionError::Offline(self.name()));
         }
-        let (out, end) = {
+        let (out, before, start, end) = {
             let mut log = self.log();
             let before = log.log_end_offset();
             let out = f(&mut log)?;
-            let end = log.log_end_offset();
-            if end < before || log.log_start_offset() > before {
-                self.cuts.fetch_add(1, Ordering::AcqRel);
-            }
-            (out, end)
+            (out, before, log.log_start_offset(), log.log_end_offset())
         };
-        self.flushed.fetch_min(end, Ordering::AcqRel);
+        replica.copied(before, start, end, leader_hw);
+        let hw = replica.high_watermark();
         self.offsets.send_modify(|o| {
             o.log_end_offset = end;
-            let hw = leader_hw.unwrap_or(o.high_watermark);
-            o.high_watermark = hw.min(end);
+            o.high_watermark = hw;
         });
-        drop(role);
+        drop(replica);
         self.flush_wanted.notify_one();
         Ok(out)
     }
@@ -800,45 +752,47 @@ impl Partition {
                 _ = self.flush_wanted.notified() => false,
                 _ = self.stop.cancelled() => true,
             };
-            let cuts = self.cuts.load(Ordering::Acquire);
-            let (file, target) = match self.log().flush_target() {
-                Ok(t) => (Some(t.0), t.1),
-                Err(e) => {
-                    tracing::error!(partition = %self.name(), error = %e, "cannot open the active segment to fsync it; partition goes offline");
-                    (None, i64::MAX)
-                }
+            // The target and the ticket under one lock, which cuts also take: a cut
+            // after this voids the ticket.
+            let flush = {
+                let replica = self.replica();
+                self.log()
+                    .flush_target()
+                    .map(|(file, target)| (file, replica.begin_flush(target)))
             };
-            if target > self.flushed.load(Ordering::Acquire) {
-                let error = match file {
-                    None => Some("the active segment cannot be opened".to_string()),
-                    Some(file) => {
-                        match tokio::task::spawn_blocking(move || file.sync_data()).await {
-                            Ok(Ok(())) => None,
-                            Ok(Err(e)) => Some(e.to_string()),
-                            Err(e) => Some(e.to_string()),
+            let error = match flush {
+                Ok((_, None)) => None,
+                Ok((file, Some(ticket))) => {
+                    match tokio::task::spawn_blocking(move || file.sync_data()).await {
+                        Ok(Ok(())) => {
+                            let mut replica = self.replica();
+                            match replica.complete_flush(ticket) {
+                                Flushed::Again => {
+                                    // The log was cut back while this fsync ran: the
+                                    // next pass covers what it did.
+                                    drop(replica);
+                                    self.flush_wanted.notify_one();
+                                    continue;
+                                }
+                                Flushed::Durable { watermark_rose } => {
+                                    if watermark_rose {
+                                        let hw = replica.high_watermark();
+                                        self.offsets.send_modify(|o| o.high_watermark = hw);
+                                    }
+                                }
+                            }
+                            None
                         }
+                        Ok(Err(e)) => Some(e.to_string()),
+                        Err(e) => Some(e.to_string()),
                     }
-                };
-                if let Some(error) = error {
-                    tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
-                    self.offsets.send_modify(|o| o.failed = true);
-                    return Stopped::Failed(format!("fsync failed: {error}"));
                 }
-                let mut role = self.role();
-                if self.cuts.load(Ordering::Acquire) != cuts {
-                    // The log was cut back while this fsync ran: what it covered is not
-                    // known; the next pass covers it.
-                    drop(role);
-                    self.flush_wanted.notify_one();
-                    continue;
-                }
-                self.flushed.fetch_max(target, Ordering::AcqRel);
-                if let Role::Leader(leader) = &mut *role
-                    && leader.on_durable(target)
-                {
-                    let hw = leader.high_watermark;
-                    self.offsets.send_modify(|o| o.high_watermark = hw);
-                }
+                Err(e) => Some(format!("the active segment cannot be opened: {e}")),
+            };
+            if let Some(error) = error {
+                tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
+                self.offsets.send_modify(|o| o.failed = true);
+                return Stopped::Failed(format!("fsync failed: {error}"));
             }
             if stopping {
                 return Stopped::Done("the partition closed");
@@ -923,7 +877,7 @@ mod tests {
             };
             let tasks = Tasks::new(CancellationToken::new());
             let p = Partition::open("t", 0, 1, dir.path(), config, 0, &tasks).expect("open");
-            p.become_leader(&sole_leader(), 0);
+            p.apply(&sole_leader(), 0);
             let batch = example_batch(3, 10, 1_700_000_000_000, Compression::None);
             let (out, epoch) = p.append(&batch, 0, Some(1)).expect("append");
             // Nothing has awaited yet: the flusher task has not run.

@@ -19,6 +19,7 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use strata_metastore::{Metastore, PartitionRecord, TopicRecord};
+use strata_replication::Transition;
 use strata_tiering::{ArchiveReader, LocalPartition};
 use tokio_util::sync::CancellationToken;
 
@@ -480,16 +481,17 @@ impl ReplicaManager {
     }
     /// Leads or follows as the partition record says; a new follower starts copying.
     fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) {
-        if p.leader == self.config.node_id {
-            replica.become_leader(p, self.membership.clock().wall_ms());
-        } else if replica.become_follower(p) && p.leader >= 0 {
+        let now_ms = self.membership.clock().wall_ms();
+        if let Transition::Follows { leader, epoch, .. } = replica.apply(p, now_ms)
+            && leader >= 0
+        {
             let stop = replica.start_fetcher();
             self.tasks.spawn(
                 format!("fetcher {}", replica.name()),
                 crate::fetcher::follow(
                     Arc::clone(&self.membership),
                     Arc::clone(replica),
-                    (p.leader, p.leader_epoch),
+                    (leader, epoch),
                     self.config.max_request_bytes,
                     stop,
                 ),
@@ -740,7 +742,7 @@ impl ReplicaManager {
         match result {
             Ok(Some(r)) if r.leader != me => {
                 tracing::info!(partition = %replica.name(), leader = r.leader, epoch = r.leader_epoch, "handed leadership over");
-                replica.become_follower(&r);
+                replica.apply(&r, self.membership.clock().wall_ms());
                 true
             }
             Ok(_) => false,

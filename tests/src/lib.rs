@@ -4,6 +4,8 @@
 // These tests drive a real agent over real sockets, so they wait in real time.
 #![allow(clippy::disallowed_methods)]
 
+pub mod cluster;
+
 use std::net::SocketAddr;
 use std::time::Duration;
 
