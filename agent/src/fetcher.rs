@@ -175,7 +175,7 @@ pub async fn follow(
 /// fails, or the role changed.
 async fn follow_once(
     membership: &Membership,
-    partition: &Partition,
+    partition: &Arc<Partition>,
     cycle: &mut Follower,
     max_record_bytes: usize,
 ) -> Pause {
@@ -192,9 +192,16 @@ async fn follow_once(
         if partition.is_offline() {
             return Pause::Retry("the local log is offline after a failed fsync".to_string());
         }
-        let (history, start, end) = partition.epoch_history();
-        match cycle.next_request(history.latest(), end) {
+        // The epoch history is only needed until the log is cut to the leader's.
+        let (latest, end) = if cycle.truncated() {
+            (None, partition.log_end_offset())
+        } else {
+            let (history, _, end) = partition.epoch_history();
+            (history.latest(), end)
+        };
+        match cycle.next_request(latest, end) {
             CycleRequest::EpochQuery { latest } => {
+                let (history, start, end) = partition.epoch_history();
                 let answer =
                     match leader_epoch_end(&mut peer, node_id, partition, epoch, latest).await {
                         Ok(answer) => answer,
@@ -203,7 +210,7 @@ async fn follow_once(
                 let cut = cycle.on_epoch_answer(&history, start, end, answer);
                 if cut.to < end {
                     tracing::warn!(partition = %partition.name(), epoch, from = cut.to, to = end, "cutting off a suffix the leader does not have");
-                    if let Err(e) = partition.truncate(epoch, cut.to, now_ms()) {
+                    if let Err(e) = partition.truncate(epoch, cut.to, now_ms()).await {
                         return stopped_or_retry(e);
                     }
                 }
@@ -241,7 +248,7 @@ async fn follow_once(
                     }
                     Step::ResetTo(log_start) => {
                         tracing::warn!(partition = %partition.name(), log_end = offset, leader_log_start = log_start, "behind the leader's log start; starting over there");
-                        partition.reset_to(epoch, log_start, now_ms())
+                        partition.reset_to(epoch, log_start, now_ms()).await
                     }
                     Step::Retry => {
                         return Pause::Retry("fetch refused: offset out of range".to_string());

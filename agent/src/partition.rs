@@ -74,6 +74,10 @@ pub enum PartitionError {
     Offline(String),
     #[error("archive read failed: {0}")]
     Archive(String),
+    /// Disk work handed to the blocking pool did not come back (it panicked, or the
+    /// runtime is shutting down).
+    #[error("partition {0}: disk work was interrupted")]
+    Interrupted(String),
     #[error("this agent does not lead partition {0}")]
     NotLeader(String),
     #[error("partition {partition}: leader epoch {got} is older than the current {current}")]
@@ -105,8 +109,8 @@ pub enum PartitionError {
 }
 
 impl Partition {
-    /// Opens (recovering) the log under `dir` and starts the flusher (tracked by `tasks`). The replica has
-    /// no role until [`Partition::become_leader`] or [`Partition::become_follower`].
+    /// Opens (recovering) the log under `dir` and starts the flusher (tracked by
+    /// `tasks`). The replica has no role until [`Partition::apply`].
     pub fn open(
         topic: &str,
         index: i32,
@@ -300,7 +304,9 @@ impl Partition {
 
     /// Validates and appends a produced record set as leader; returns at once (not
     /// committed yet) with the epoch it was appended in. With fewer in-sync replicas
-    /// than `min_insync` (acks=all only) nothing is appended.
+    /// than `min_insync` (acks=all only) nothing is appended. It writes to the page
+    /// cache and never waits for the disk: a segment it fills is sealed later by the
+    /// flusher.
     pub fn append(
         &self,
         records: &[u8],
@@ -332,6 +338,19 @@ impl Partition {
             self.flush_wanted.notify_one();
         }
         Ok((outcome, epoch))
+    }
+
+    /// Runs `f` on the blocking pool: for disk work that holds the log's lock (a
+    /// follower's truncation, timestamp lookups, snapshots), so that no runtime thread
+    /// holds it across an fsync or a read.
+    async fn blocking<T: Send + 'static>(
+        self: &Arc<Self>,
+        f: impl FnOnce(&Partition) -> Result<T, PartitionError> + Send + 'static,
+    ) -> Result<T, PartitionError> {
+        let this = Arc::clone(self);
+        tokio::task::spawn_blocking(move || f(&this))
+            .await
+            .map_err(|_| PartitionError::Interrupted(self.name()))?
     }
 
     /// Waits until the watermark covers every offset below `end_offset`, appended in
@@ -513,15 +532,30 @@ impl Partition {
         })
     }
 
-    /// Cuts a divergent suffix off, as a follower of `epoch`. Returns the new log end.
-    pub fn truncate(&self, epoch: i32, offset: i64, now_ms: i64) -> Result<i64, PartitionError> {
-        self.as_follower(epoch, None, |log| log.truncate_to(offset, now_ms))
+    /// Cuts a divergent suffix off, as a follower of `epoch` (on the blocking pool: it
+    /// fsyncs). Returns the new log end.
+    pub async fn truncate(
+        self: &Arc<Self>,
+        epoch: i32,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<i64, PartitionError> {
+        self.blocking(move |p| p.as_follower(epoch, None, |log| log.truncate_to(offset, now_ms)))
+            .await
     }
 
     /// Empties the log to start again at `offset` (the leader's log start), as a
-    /// follower of `epoch` that fell behind it.
-    pub fn reset_to(&self, epoch: i32, offset: i64, now_ms: i64) -> Result<i64, PartitionError> {
-        self.as_follower(epoch, Some(offset), |log| log.reset_to(offset, now_ms))
+    /// follower of `epoch` that fell behind it (on the blocking pool).
+    pub async fn reset_to(
+        self: &Arc<Self>,
+        epoch: i32,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<i64, PartitionError> {
+        self.blocking(move |p| {
+            p.as_follower(epoch, Some(offset), |log| log.reset_to(offset, now_ms))
+        })
+        .await
     }
 
     /// Whether an fsync failed (the partition takes no writes and copies nothing).
@@ -596,29 +630,43 @@ impl Partition {
         committed_only: bool,
     ) -> Result<ReadOutcome, PartitionError> {
         let high_watermark = self.high_watermark();
-        let log = self.log();
-        let log_start_offset = log.log_start_offset();
-        let log_end_offset = log.log_end_offset();
-        if offset < log_start_offset || offset > log_end_offset {
-            return Err(strata_log::Error::OffsetOutOfRange {
-                offset,
-                log_start: log_start_offset,
-                log_end: log_end_offset,
+        // The lock is held only to plan the read; the file is read after it is
+        // released, and the read is planned again if the log was cut back meanwhile.
+        let (mut records, log_start_offset, limit) = loop {
+            let (plan, log_start_offset, limit) = {
+                let log = self.log();
+                let log_start_offset = log.log_start_offset();
+                let log_end_offset = log.log_end_offset();
+                if offset < log_start_offset || offset > log_end_offset {
+                    return Err(strata_log::Error::OffsetOutOfRange {
+                        offset,
+                        log_start: log_start_offset,
+                        log_end: log_end_offset,
+                    }
+                    .into());
+                }
+                let limit = if committed_only {
+                    high_watermark
+                } else {
+                    log_end_offset
+                };
+                // Between the limit and the log end there is nothing to read yet.
+                let plan = if offset >= limit {
+                    None
+                } else {
+                    log.read_plan(offset, max_bytes)?
+                };
+                (plan, log_start_offset, limit)
+            };
+            let Some(plan) = plan else {
+                break (Vec::new(), log_start_offset, limit);
+            };
+            let generation = plan.generation();
+            let read = plan.read();
+            if self.log().generation() == generation {
+                break (read?, log_start_offset, limit);
             }
-            .into());
-        }
-        let limit = if committed_only {
-            high_watermark
-        } else {
-            log_end_offset
         };
-        // Between the limit and the log end there is nothing to read yet.
-        let mut records = if offset >= limit {
-            Vec::new()
-        } else {
-            log.read(offset, max_bytes)?
-        };
-        drop(log);
         // Batches at or above the limit are not committed yet: hold them back.
         let mut cut = 0;
         for (header, _) in strata_log::batch::BatchIter::new(&records) {
@@ -635,20 +683,30 @@ impl Partition {
         })
     }
 
-    pub fn offset_for_timestamp(
-        &self,
+    /// The first committed record at or after `target_ms`, as `(offset, timestamp)`
+    /// (on the blocking pool: it reads batch headers under the log's lock).
+    pub async fn offset_for_timestamp(
+        self: &Arc<Self>,
         target_ms: i64,
     ) -> Result<Option<(i64, i64)>, PartitionError> {
-        let hw = self.high_watermark();
-        Ok(self
-            .log()
-            .offset_for_timestamp(target_ms)?
-            .filter(|(o, _)| *o < hw))
+        self.blocking(move |p| {
+            let hw = p.high_watermark();
+            Ok(p.log()
+                .offset_for_timestamp(target_ms)?
+                .filter(|(o, _)| *o < hw))
+        })
+        .await
     }
 
-    pub fn max_timestamp_record(&self) -> Result<Option<(i64, i64)>, PartitionError> {
-        let hw = self.high_watermark();
-        Ok(self.log().max_timestamp_record()?.filter(|(o, _)| *o < hw))
+    /// The committed record with the largest timestamp (on the blocking pool).
+    pub async fn max_timestamp_record(
+        self: &Arc<Self>,
+    ) -> Result<Option<(i64, i64)>, PartitionError> {
+        self.blocking(|p| {
+            let hw = p.high_watermark();
+            Ok(p.log().max_timestamp_record()?.filter(|(o, _)| *o < hw))
+        })
+        .await
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -690,13 +748,31 @@ impl Partition {
         self.log().set_config(config);
     }
 
+    /// Rolls the active segment if `segment.ms` has passed (the flusher seals it).
     pub fn roll_if_due(&self, now_ms: i64) -> Result<(), PartitionError> {
-        Ok(self.log().roll_if_due(now_ms)?)
+        self.log().roll_if_due(now_ms)?;
+        self.flush_wanted.notify_one();
+        Ok(())
+    }
+
+    /// Saves the high watermark (on the blocking pool: it fsyncs).
+    pub async fn save_high_watermark(self: &Arc<Self>) -> Result<(), PartitionError> {
+        let name = self.name();
+        self.blocking(move |p| {
+            p.checkpoint_high_watermark().map_err(|source| {
+                PartitionError::Log(strata_log::Error::Io {
+                    context: "save the high watermark of",
+                    path: name.into(),
+                    source,
+                })
+            })
+        })
+        .await
     }
 
     /// Stops the flusher after a last fsync, and snapshots producer state so the next
-    /// start replays nothing.
-    pub async fn close(&self) {
+    /// start replays nothing (all on the blocking pool).
+    pub async fn close(self: &Arc<Self>) {
         self.stop_fetcher();
         self.stop.cancel();
         if self.is_offline() {
@@ -704,25 +780,29 @@ impl Partition {
         }
         // Fsync here rather than rely on the flusher's last pass: a fetcher stopping at
         // the same moment may have appended after it.
-        let file = match self.log().flush_target() {
-            Ok((file, _)) => file,
-            Err(e) => {
-                tracing::error!(partition = %self.name(), error = %e, "last fsync failed");
-                return;
+        let last = self.blocking(|p| {
+            let io = |source| {
+                PartitionError::Log(strata_log::Error::Io {
+                    context: "fsync the log of",
+                    path: p.name().into(),
+                    source,
+                })
+            };
+            let mut log = p.log();
+            let target = log.flush_target()?;
+            target.sync().map_err(io)?;
+            log.seal(&target)?.sync().map_err(io)?;
+            drop(log);
+            if let Err(e) = p.log().snapshot_producers() {
+                tracing::warn!(partition = %p.name(), error = %e, "cannot snapshot producer state");
             }
-        };
-        match tokio::task::spawn_blocking(move || file.sync_data()).await {
-            Ok(Ok(())) => {}
-            outcome => {
-                tracing::error!(partition = %self.name(), ?outcome, "last fsync failed");
-                return;
+            if let Err(e) = p.checkpoint_high_watermark() {
+                tracing::warn!(partition = %p.name(), error = %e, "cannot save the high watermark");
             }
-        }
-        if let Err(e) = self.log().snapshot_producers() {
-            tracing::warn!(partition = %self.name(), error = %e, "cannot snapshot producer state");
-        }
-        if let Err(e) = self.checkpoint_high_watermark() {
-            tracing::warn!(partition = %self.name(), error = %e, "cannot save the high watermark");
+            Ok(())
+        });
+        if let Err(e) = last.await {
+            tracing::error!(partition = %self.name(), error = %e, "last fsync failed");
         }
     }
 
@@ -752,53 +832,79 @@ impl Partition {
                 _ = self.flush_wanted.notified() => false,
                 _ = self.stop.cancelled() => true,
             };
-            // The target and the ticket under one lock, which cuts also take: a cut
-            // after this voids the ticket.
-            let flush = {
-                let replica = self.replica();
-                self.log()
-                    .flush_target()
-                    .map(|(file, target)| (file, replica.begin_flush(target)))
-            };
-            let error = match flush {
-                Ok((_, None)) => None,
-                Ok((file, Some(ticket))) => {
-                    match tokio::task::spawn_blocking(move || file.sync_data()).await {
-                        Ok(Ok(())) => {
-                            let mut replica = self.replica();
-                            match replica.complete_flush(ticket) {
-                                Flushed::Again => {
-                                    // The log was cut back while this fsync ran: the
-                                    // next pass covers what it did.
-                                    drop(replica);
-                                    self.flush_wanted.notify_one();
-                                    continue;
-                                }
-                                Flushed::Durable { watermark_rose } => {
-                                    if watermark_rose {
-                                        let hw = replica.high_watermark();
-                                        self.offsets.send_modify(|o| o.high_watermark = hw);
-                                    }
-                                }
-                            }
-                            None
-                        }
-                        Ok(Err(e)) => Some(e.to_string()),
-                        Err(e) => Some(e.to_string()),
-                    }
+            match self.flush_pass().await {
+                Ok(Pass::Done) => {}
+                Ok(Pass::Again) => {
+                    // The log was cut back while the fsync ran: what it covered is not
+                    // known; the next pass covers it.
+                    self.flush_wanted.notify_one();
+                    continue;
                 }
-                Err(e) => Some(format!("the active segment cannot be opened: {e}")),
-            };
-            if let Some(error) = error {
-                tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
-                self.offsets.send_modify(|o| o.failed = true);
-                return Stopped::Failed(format!("fsync failed: {error}"));
+                Err(error) => {
+                    tracing::error!(partition = %self.name(), %error, "fsync failed; partition goes offline");
+                    self.offsets.send_modify(|o| o.failed = true);
+                    return Stopped::Failed(format!("fsync failed: {error}"));
+                }
             }
             if stopping {
                 return Stopped::Done("the partition closed");
             }
         }
     }
+
+    /// One pass of the flusher: fsyncs (on the blocking pool, without the locks) the
+    /// segments closed since the last pass, the directory and the active segment;
+    /// counts what that made durable; then seals the closed segments (their index
+    /// files and producer snapshots, fsynced on the blocking pool too).
+    async fn flush_pass(&self) -> Result<Pass, String> {
+        // The target and the ticket under one lock, which cuts also take: a cut after
+        // this voids the ticket.
+        let (target, ticket) = {
+            let replica = self.replica();
+            let target = self
+                .log()
+                .flush_target()
+                .map_err(|e| format!("the active segment cannot be opened: {e}"))?;
+            let ticket = replica.begin_flush(target.end);
+            (target, ticket)
+        };
+        if ticket.is_none() && !target.has_closed_segments() {
+            return Ok(Pass::Done);
+        }
+        let target = tokio::task::spawn_blocking(move || target.sync().map(|()| target))
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        let sealed = {
+            let mut replica = self.replica();
+            if let Some(ticket) = ticket {
+                match replica.complete_flush(ticket) {
+                    Flushed::Again => return Ok(Pass::Again),
+                    Flushed::Durable { watermark_rose } => {
+                        if watermark_rose {
+                            let hw = replica.high_watermark();
+                            self.offsets.send_modify(|o| o.high_watermark = hw);
+                        }
+                    }
+                }
+            }
+            self.log()
+                .seal(&target)
+                .map_err(|e| format!("sealing a segment: {e}"))?
+        };
+        tokio::task::spawn_blocking(move || sealed.sync())
+            .await
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("fsync of index files: {e}"))?;
+        Ok(Pass::Done)
+    }
+}
+
+/// How a flusher pass ended.
+enum Pass {
+    Done,
+    /// A cut overtook the fsync: go again.
+    Again,
 }
 
 const CHECKPOINT_FILE: &str = "high-watermark";

@@ -433,16 +433,20 @@ impl ReplicaManager {
                         opened.dirs.push(dir.clone());
                     }
                     self.claim_dir(&dir, &record.id)?;
-                    let partition = Partition::open(
-                        &record.name,
-                        p.index as i32,
-                        self.config.node_id,
-                        &dir,
-                        log_config,
-                        now_ms(),
-                        &self.tasks,
-                    )
-                    .map_err(PartitionError::from)?;
+                    // Recovery reads (and may cut) the log: on the blocking pool.
+                    let partition = {
+                        let (name, index) = (record.name.clone(), p.index as i32);
+                        let (node_id, tasks) = (self.config.node_id, self.tasks.clone());
+                        let (dir, config, now) = (dir.clone(), log_config, now_ms());
+                        tokio::task::spawn_blocking(move || {
+                            Partition::open(&name, index, node_id, &dir, config, now, &tasks)
+                        })
+                        .await
+                        .map_err(|_| {
+                            PartitionError::Interrupted(format!("{}-{}", record.name, p.index))
+                        })?
+                        .map_err(PartitionError::from)?
+                    };
                     opened.partitions.push(Arc::clone(&partition));
                     if restarted && p.leader == self.config.node_id {
                         record.partitions[i] = self.reclaim_leadership(&record.name, &p).await?;
@@ -616,7 +620,7 @@ impl ReplicaManager {
                     if let Err(e) = p.roll_if_due(now) {
                         tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "cannot roll segment");
                     }
-                    if let Err(e) = p.checkpoint_high_watermark() {
+                    if let Err(e) = p.save_high_watermark().await {
                         tracing::warn!(partition = %p.name(), error = %e, "cannot save the high watermark");
                     }
                 }

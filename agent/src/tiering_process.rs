@@ -208,6 +208,7 @@ mod tests {
             )
             .expect("append");
         }
+        log.flush().expect("flush");
         let sealed = log.closed_segments();
         assert!(sealed.len() >= 3, "{sealed:?}");
         // Committed up to the middle of the second sealed segment.

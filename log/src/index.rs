@@ -2,14 +2,17 @@
 //!
 //! An entry is taken at the first batch of a segment and then at the first batch after
 //! every `index.interval.bytes`. In memory both indexes are one vector; on disk they are
-//! two files written whole, and fsynced, when the segment closes:
+//! two files written whole when the segment is sealed (after its data was fsynced):
 //!
 //! - `{base}.index`: `(relative_offset: u32, position: u32)` per entry, big-endian;
 //! - `{base}.timeindex`: `(max_timestamp_before: i64, relative_offset: u32)` per entry,
-//!   then one trailer `(segment_max_timestamp, next_offset - base)`.
+//!   then one trailer `(segment_max_timestamp: i64, next_offset - base: u32,
+//!   segment_bytes: u64, crc32c: u32)`, the CRC over both files' bytes before it.
 //!
 //! The active segment has no index files: it is scanned on start anyway. Indexes are
-//! derived data; a missing or inconsistent file is rebuilt from the segment.
+//! derived data; a missing, torn (CRC) or inconsistent file, or one that describes a
+//! segment of another size, is rebuilt from the segment. (Files of the format before
+//! the CRC fail that check, and are rebuilt once.)
 
 use std::fs;
 use std::io::Write;
@@ -34,18 +37,23 @@ pub struct IndexEntry {
 pub struct SegmentTrailer {
     pub max_timestamp: i64,
     pub next_relative_offset: u32,
+    /// The segment file's size: an index describes only the file it was written for.
+    pub segment_bytes: u64,
 }
 
 const OFFSET_ENTRY: usize = 8;
 const TIME_ENTRY: usize = 12;
+/// max timestamp, next relative offset, segment bytes, CRC.
+const TRAILER: usize = 8 + 4 + 8 + 4;
 
-/// Writes both index files of a closed segment and fsyncs them.
+/// Writes both index files of a closed segment, without fsyncing them; returns them
+/// for the caller to fsync.
 pub fn write(
     offset_path: &Path,
     time_path: &Path,
     entries: &[IndexEntry],
     trailer: SegmentTrailer,
-) -> Result<()> {
+) -> Result<[fs::File; 2]> {
     let mut offsets = Vec::with_capacity(entries.len() * OFFSET_ENTRY);
     let mut times = Vec::with_capacity((entries.len() + 1) * TIME_ENTRY);
     for e in entries {
@@ -56,12 +64,17 @@ pub fn write(
     }
     times.extend_from_slice(&trailer.max_timestamp.to_be_bytes());
     times.extend_from_slice(&trailer.next_relative_offset.to_be_bytes());
+    times.extend_from_slice(&trailer.segment_bytes.to_be_bytes());
+    let crc = crc32c::crc32c_append(crc32c::crc32c(&offsets), &times);
+    times.extend_from_slice(&crc.to_be_bytes());
+    let mut files = Vec::with_capacity(2);
     for (path, bytes) in [(offset_path, offsets), (time_path, times)] {
         let mut f = fs::File::create(path).context("create index", path)?;
         f.write_all(&bytes).context("write index", path)?;
-        f.sync_data().context("fsync index", path)?;
+        files.push(f);
     }
-    Ok(())
+    let [offsets, times] = <[fs::File; 2]>::try_from(files).expect("two files");
+    Ok([offsets, times])
 }
 
 /// Reads both index files; `None` when either is missing or the two disagree, in which
@@ -69,11 +82,15 @@ pub fn write(
 pub fn read(offset_path: &Path, time_path: &Path) -> Option<(Vec<IndexEntry>, SegmentTrailer)> {
     let offsets = fs::read(offset_path).ok()?;
     let times = fs::read(time_path).ok()?;
-    if offsets.len() % OFFSET_ENTRY != 0 || times.len() % TIME_ENTRY != 0 {
+    if offsets.len() % OFFSET_ENTRY != 0 || times.len() < TRAILER {
         return None;
     }
     let n = offsets.len() / OFFSET_ENTRY;
-    if times.len() / TIME_ENTRY != n + 1 || n == 0 {
+    if times.len() != n * TIME_ENTRY + TRAILER || n == 0 {
+        return None;
+    }
+    let (body, crc) = times.split_at(times.len() - 4);
+    if crc32c::crc32c_append(crc32c::crc32c(&offsets), body).to_be_bytes() != crc {
         return None;
     }
     let u32_at = |b: &[u8], at: usize| u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
@@ -100,6 +117,7 @@ pub fn read(offset_path: &Path, time_path: &Path) -> Option<(Vec<IndexEntry>, Se
     let trailer = SegmentTrailer {
         max_timestamp: i64_at(&times, t),
         next_relative_offset: u32_at(&times, t + 8),
+        segment_bytes: i64_at(&times, t + 12) as u64,
     };
     Some((entries, trailer))
 }
@@ -148,9 +166,15 @@ mod tests {
         let trailer = SegmentTrailer {
             max_timestamp: 300,
             next_relative_offset: 30,
+            segment_bytes: 9000,
         };
         write(&o, &t, &entries(), trailer).expect("write");
         assert_eq!(read(&o, &t), Some((entries(), trailer)));
+        // A torn write (one byte of an entry flipped) fails the CRC.
+        let mut times = fs::read(&t).expect("read");
+        times[3] ^= 0x10;
+        fs::write(&t, &times).expect("damage");
+        assert_eq!(read(&o, &t), None);
         fs::write(&t, b"short").expect("damage");
         assert_eq!(read(&o, &t), None);
     }

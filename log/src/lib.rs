@@ -16,4 +16,7 @@ pub mod segment;
 pub use batch::{BatchHeader, TimestampType};
 pub use epochs::{Cut, EpochHistory};
 pub use error::{Error, Result};
-pub use partition_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog, Recovery};
+pub use partition_log::{
+    AppendOutcome, ClosedSegmentInfo, FlushTarget, LogConfig, PartitionLog, ReadPlan, Recovery,
+    Sealed,
+};

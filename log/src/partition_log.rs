@@ -18,7 +18,7 @@ use crate::batch::{self, BatchIter, BatchSummary, TimestampType};
 use crate::epochs::EpochHistory;
 use crate::error::{Error, IoContext, Result};
 use crate::producer_state::{self, Check, ProducerState};
-use crate::segment::{ScanOutcome, Segment};
+use crate::segment::{ScanOutcome, Segment, SegmentReader};
 
 /// The topic settings the log obeys; changeable while the log is open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,10 +97,119 @@ pub struct PartitionLog {
     leader_epoch: i32,
     producers: ProducerState,
     epochs: EpochHistory,
+    /// Segments closed for appends whose data no fsync has covered yet, oldest first:
+    /// the flusher syncs them, then [`PartitionLog::seal`] writes their index files.
+    unsealed: Vec<Unsealed>,
+    /// Bumped whenever the log is cut back or loses segments, so that work begun
+    /// without the lock (a read, a roll) can tell the log it planned on changed.
+    generation: u64,
+    /// A segment was created since the directory was last fsynced.
+    dir_unsynced: bool,
+}
+
+/// A segment closed for appends and not sealed yet (see `docs/log-format.md`, "Rolls").
+#[derive(Debug)]
+struct Unsealed {
+    base: i64,
+    next: i64,
+    /// The producer state as of `next`, for the snapshot sealing writes (unknown for a
+    /// segment found unsealed at recovery).
+    producers: Option<ProducerState>,
+}
+
+/// A read planned under the log's lock ([`PartitionLog::read_plan`]) and done without
+/// it ([`ReadPlan::read`]).
+#[derive(Debug)]
+pub struct ReadPlan {
+    reader: SegmentReader,
+    start: u64,
+    offset: i64,
+    max_bytes: usize,
+    generation: u64,
+}
+
+impl ReadPlan {
+    /// The log's generation when the read was planned: if it differs afterwards, the
+    /// log was cut back meanwhile and what was read may be stale.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// Reads whole batches starting with the one that holds the planned offset, up to
+    /// the planned bytes (always at least one batch).
+    pub fn read(mut self) -> Result<Vec<u8>> {
+        let offset = self.offset;
+        match self
+            .reader
+            .find_batch(self.start, |h| h.last_offset() >= offset)?
+        {
+            Some((position, _)) => self.reader.read_from(position, self.max_bytes),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+/// What one fsync pass makes durable, from [`PartitionLog::flush_target`]: the
+/// segments closed since the last pass, the directory (if they created files), and the
+/// active segment.
+#[derive(Debug)]
+pub struct FlushTarget {
+    file: Arc<File>,
+    /// Everything below this offset is durable once [`FlushTarget::sync`] returns.
+    pub end: i64,
+    dir: Option<PathBuf>,
+    closed: Vec<(i64, Arc<File>)>,
+    generation: u64,
+}
+
+impl FlushTarget {
+    /// Whether the pass has more to do than the active segment: segments to seal, or
+    /// the directory.
+    pub fn has_closed_segments(&self) -> bool {
+        !self.closed.is_empty() || self.dir.is_some()
+    }
+
+    /// Fsyncs the closed segments, then the directory, then the active segment. Runs
+    /// without the log's lock.
+    pub fn sync(&self) -> std::io::Result<()> {
+        for (_, file) in &self.closed {
+            file.sync_data()?;
+        }
+        if let Some(dir) = &self.dir {
+            File::open(dir)?.sync_all()?;
+        }
+        self.file.sync_data()
+    }
+}
+
+/// Files [`PartitionLog::seal`] wrote and that still want an fsync (outside the lock):
+/// index files and producer snapshots, which recovery verifies before trusting.
+#[derive(Debug, Default)]
+pub struct Sealed {
+    files: Vec<File>,
+}
+
+impl Sealed {
+    pub fn sync(&self) -> std::io::Result<()> {
+        self.files.iter().try_for_each(File::sync_data)
+    }
+}
+
+/// Whether the segment at `base` in `dir` has index files that describe it (it was
+/// sealed).
+fn sealed(dir: &Path, base: i64) -> bool {
+    let path = dir.join(crate::segment::file_name(base, "log"));
+    let size = fs::metadata(&path).map(|m| m.len()).ok();
+    crate::index::read(
+        &path.with_extension("index"),
+        &path.with_extension("timeindex"),
+    )
+    .is_some_and(|(_, trailer)| Some(trailer.segment_bytes) == size)
 }
 
 impl PartitionLog {
-    /// Opens (or creates) the log in `dir`, recovering the active segment.
+    /// Opens (or creates) the log in `dir`, recovering the active segment (and any
+    /// closed segment a crash left unsealed).
     pub fn open(dir: &Path, config: LogConfig, now_ms: i64) -> Result<(PartitionLog, Recovery)> {
         fs::create_dir_all(dir).context("create log directory", dir)?;
         let mut bases = Vec::new();
@@ -120,13 +229,32 @@ impl PartitionLog {
             valid_bytes: 0,
             invalid_bytes: 0,
             reason: None,
+            from_index: false,
         };
+        let mut unsealed = Vec::new();
         let mut expected_next: Option<i64> = None;
         for (i, &base) in bases.iter().enumerate() {
             let path = dir.join(crate::segment::file_name(base, "log"));
             let active = i + 1 == bases.len();
-            let (segment, scanned) =
-                Segment::open(&path, base, config.index_interval_bytes, active, now_ms)?;
+            let opened = Segment::open(&path, base, config.index_interval_bytes, active, now_ms);
+            let (segment, scanned, last) = match opened {
+                Ok((segment, scanned)) => (segment, scanned, active),
+                // A closed segment that is torn, with no sealed segment after it: the
+                // agent stopped (a machine crash) before the flusher sealed it, so
+                // nothing from its tear on was ever counted durable. The log ends at
+                // the tear, as it would in the active segment; later segments go.
+                Err(Error::CorruptSegment { .. })
+                    if !active && bases[i + 1..].iter().all(|&b| !sealed(dir, b)) =>
+                {
+                    let (segment, scanned) =
+                        Segment::open(&path, base, config.index_interval_bytes, true, now_ms)?;
+                    for &later in &bases[i + 1..] {
+                        Segment::remove_files(dir, later)?;
+                    }
+                    (segment, scanned, true)
+                }
+                Err(e) => return Err(e),
+            };
             if let Some(next) = expected_next
                 && next != base
             {
@@ -136,10 +264,21 @@ impl PartitionLog {
                 });
             }
             expected_next = Some(segment.next_offset());
-            if active {
+            if last {
                 outcome = scanned;
+            } else if !scanned.from_index {
+                // Closed but not sealed (no valid index): the flusher's first pass
+                // fsyncs it and writes its index.
+                unsealed.push(Unsealed {
+                    base,
+                    next: segment.next_offset(),
+                    producers: None,
+                });
             }
             segments.insert(base, segment);
+            if last {
+                break;
+            }
         }
         if segments.is_empty() {
             segments.insert(
@@ -154,6 +293,9 @@ impl PartitionLog {
             leader_epoch: 0,
             producers: ProducerState::default(),
             epochs: EpochHistory::default(),
+            unsealed,
+            generation: 0,
+            dir_unsynced: false,
         };
         log.rebuild_producer_state()?;
         log.rebuild_epochs()?;
@@ -187,13 +329,6 @@ impl PartitionLog {
     fn active(&self) -> &Segment {
         self.segments
             .values()
-            .next_back()
-            .expect("a log always has an active segment")
-    }
-
-    fn active_mut(&mut self) -> &mut Segment {
-        self.segments
-            .values_mut()
             .next_back()
             .expect("a log always has an active segment")
     }
@@ -336,6 +471,7 @@ impl PartitionLog {
         if offset >= self.log_end_offset() {
             return Ok(self.log_end_offset());
         }
+        self.generation += 1;
         let doomed: Vec<i64> = self
             .segments
             .range(offset..)
@@ -373,6 +509,8 @@ impl PartitionLog {
             .and_then(|d| d.sync_all())
             .context("fsync log directory", &self.dir)?;
         let end = self.log_end_offset();
+        let active = self.active().base_offset();
+        self.unsealed.retain(|u| u.base < active && u.next <= end);
         self.epochs.truncate_to(end);
         self.rebuild_producer_state()?;
         Ok(end)
@@ -382,6 +520,7 @@ impl PartitionLog {
     /// `truncateFullyAndStartAt`): a follower that fell behind the leader's log start
     /// copies on from there. Producer state and the epoch history start empty too.
     pub fn reset_to(&mut self, offset: i64, now_ms: i64) -> Result<i64> {
+        self.generation += 1;
         let bases: Vec<i64> = self.segments.keys().copied().collect();
         for base in bases.into_iter().rev() {
             if let Some(segment) = self.segments.remove(&base) {
@@ -399,6 +538,7 @@ impl PartitionLog {
             .context("fsync log directory", &self.dir)?;
         self.epochs = EpochHistory::default();
         self.producers = ProducerState::default();
+        self.unsealed.clear();
         Ok(start)
     }
 
@@ -457,25 +597,40 @@ impl PartitionLog {
             .write_snapshot(&self.dir, self.log_end_offset())
     }
 
-    /// Seals the active segment and starts a new one when the incoming batch would
-    /// overfill it, or it is older than `segment.ms`. An empty segment is never rolled.
+    /// Whether the active segment must be sealed and a new one started before
+    /// `incoming_bytes` are appended: they would overfill it, or it is older than
+    /// `segment.ms`, or its relative offsets could run out. An empty segment never rolls.
+    fn needs_roll(&self, incoming_bytes: u64, now_ms: i64) -> bool {
+        let active = self.active();
+        if active.is_empty() {
+            return false;
+        }
+        let full = active.size_bytes() + incoming_bytes > self.config.segment_bytes;
+        let old = now_ms - active.created_ms() >= self.config.segment_ms;
+        // Every record takes at least one byte, so this bounds the offsets to come.
+        let span = active.next_offset() - active.base_offset();
+        let offsets_exhausted = span.saturating_add(incoming_bytes as i64) > i64::from(i32::MAX);
+        full || old || offsets_exhausted
+    }
+
+    /// Closes the active segment for appends and starts a new one, when
+    /// `incoming_bytes` need it. Nothing here waits for the disk: the closed segment is
+    /// sealed later, by the flusher's next pass (fsync outside the lock, then
+    /// [`PartitionLog::seal`]), which also makes the new file's directory entry durable.
     fn maybe_roll(&mut self, incoming_bytes: u64, now_ms: i64) -> Result<()> {
-        let (segment_bytes, segment_ms) = (self.config.segment_bytes, self.config.segment_ms);
-        let active = self.active_mut();
-        let full = active.size_bytes() + incoming_bytes > segment_bytes;
-        let old = now_ms - active.created_ms() >= segment_ms;
-        let offsets_exhausted = active.next_offset() - active.base_offset() > i64::from(i32::MAX);
-        if active.is_empty() || !(full || old || offsets_exhausted) {
+        if !self.needs_roll(incoming_bytes, now_ms) {
             return Ok(());
         }
-        active.seal()?;
-        let base = active.next_offset();
-        self.producers.write_snapshot(&self.dir, base)?;
-        let segment = Segment::create(&self.dir, base, self.config.index_interval_bytes, now_ms)?;
-        File::open(&self.dir)
-            .and_then(|d| d.sync_all())
-            .context("fsync log directory", &self.dir)?;
-        self.segments.insert(base, segment);
+        let active = self.active();
+        let (base, next) = (active.base_offset(), active.next_offset());
+        let segment = Segment::create(&self.dir, next, self.config.index_interval_bytes, now_ms)?;
+        self.segments.insert(next, segment);
+        self.unsealed.push(Unsealed {
+            base,
+            next,
+            producers: Some(self.producers.clone()),
+        });
+        self.dir_unsynced = true;
         Ok(())
     }
 
@@ -484,9 +639,61 @@ impl PartitionLog {
         self.maybe_roll(0, now_ms)
     }
 
-    /// The active file and the offset an fsync of it now makes durable.
-    pub fn flush_target(&self) -> Result<(Arc<File>, i64)> {
-        Ok((self.active().file()?, self.log_end_offset()))
+    /// Seals what `synced` (a [`FlushTarget`] whose [`FlushTarget::sync`] succeeded)
+    /// made durable: each closed segment's index files and a producer-state snapshot
+    /// are written, and the segment closes its file. Their fsync is left to the
+    /// caller, outside the lock ([`Sealed::sync`]); recovery checks both before
+    /// trusting them, and a segment's data is durable before any index describes it.
+    /// If the log was cut back since `synced` was taken, nothing is sealed: the next
+    /// pass takes what is left.
+    pub fn seal(&mut self, synced: &FlushTarget) -> Result<Sealed> {
+        let mut sealed = Sealed::default();
+        if synced.generation != self.generation {
+            return Ok(sealed);
+        }
+        let mut left = Vec::new();
+        for u in std::mem::take(&mut self.unsealed) {
+            if !synced.closed.iter().any(|(base, _)| *base == u.base) {
+                left.push(u);
+                continue;
+            }
+            let Some(segment) = self.segments.get_mut(&u.base) else {
+                continue;
+            };
+            sealed.files.extend(segment.write_index()?);
+            segment.mark_sealed();
+            if let Some(producers) = u.producers {
+                sealed
+                    .files
+                    .push(producers.write_snapshot_unsynced(&self.dir, u.next)?);
+            }
+        }
+        self.unsealed = left;
+        Ok(sealed)
+    }
+
+    /// The log's generation: it changes whenever the log is cut back or loses
+    /// segments.
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// What an fsync pass now makes durable (see [`FlushTarget`]).
+    pub fn flush_target(&mut self) -> Result<FlushTarget> {
+        let mut closed = Vec::with_capacity(self.unsealed.len());
+        for u in &self.unsealed {
+            if let Some(segment) = self.segments.get(&u.base) {
+                closed.push((u.base, segment.file()?));
+            }
+        }
+        let dir = std::mem::take(&mut self.dir_unsynced).then(|| self.dir.clone());
+        Ok(FlushTarget {
+            file: self.active().file()?,
+            end: self.log_end_offset(),
+            dir,
+            closed,
+            generation: self.generation,
+        })
     }
 
     /// How many segment files the log holds open: one, its active segment's.
@@ -497,9 +704,19 @@ impl PartitionLog {
     /// Reads whole batches starting with the one that holds `offset`, up to `max_bytes`
     /// (always at least one batch). Reading at the log end returns nothing.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Result<Vec<u8>> {
+        match self.read_plan(offset, max_bytes)? {
+            Some(plan) => plan.read(),
+            None => Ok(Vec::new()),
+        }
+    }
+
+    /// Plans [`PartitionLog::read`] without reading: which segment, from which index
+    /// entry, up to which size. The read itself ([`ReadPlan::read`]) needs no lock.
+    /// `None`: `offset` is the log end, there is nothing to read.
+    pub fn read_plan(&self, offset: i64, max_bytes: usize) -> Result<Option<ReadPlan>> {
         let (start, end) = (self.log_start_offset(), self.log_end_offset());
         if offset == end {
-            return Ok(Vec::new());
+            return Ok(None);
         }
         if offset < start || offset > end {
             return Err(Error::OffsetOutOfRange {
@@ -514,10 +731,13 @@ impl PartitionLog {
             .next_back()
             .map(|(_, s)| s)
             .expect("offset within the log lies in a segment");
-        match segment.position_of(offset)? {
-            Some(position) => segment.read_from(position, max_bytes),
-            None => Ok(Vec::new()),
-        }
+        Ok(segment.read_start(offset).map(|(start, reader)| ReadPlan {
+            reader,
+            start,
+            offset,
+            max_bytes,
+            generation: self.generation,
+        }))
     }
 
     /// The first record with a timestamp at or after `target_ms`: `(offset, timestamp)`.
@@ -550,9 +770,13 @@ impl PartitionLog {
     /// `(base offset, next offset, max timestamp, size, path)`.
     pub fn closed_segments(&self) -> Vec<ClosedSegmentInfo> {
         let n = self.segments.len();
+        // A closed segment not sealed yet (its data not known durable) is left alone
+        // by tiering and retention until it is.
+        let unsealed = self.unsealed.first().map_or(i64::MAX, |u| u.base);
         self.segments
             .values()
             .take(n.saturating_sub(1))
+            .filter(|s| s.base_offset() < unsealed)
             .map(|s| ClosedSegmentInfo {
                 base_offset: s.base_offset(),
                 next_offset: s.next_offset(),
@@ -576,6 +800,7 @@ impl PartitionLog {
                 break;
             }
             if let Some(segment) = self.segments.remove(&oldest.base_offset) {
+                self.generation += 1;
                 segment.delete()?;
                 deleted += 1;
             }
@@ -585,13 +810,20 @@ impl PartitionLog {
         Ok(deleted)
     }
 
-    /// Fsyncs the active segment (on shutdown; the hot path uses [`Self::flush_target`]).
-    pub fn flush(&self) -> Result<()> {
-        let active = self.active();
-        active
-            .file()?
-            .sync_data()
-            .context("fsync segment", active.path())
+    /// Makes everything appended durable and seals the closed segments, in place (with
+    /// the lock held): for tools and tests. The agent's flusher does the same in steps,
+    /// fsyncing without the lock ([`Self::flush_target`], [`Self::seal`]).
+    pub fn flush(&mut self) -> Result<()> {
+        let target = self.flush_target()?;
+        let dir = self.dir.clone();
+        let io = |source| Error::Io {
+            context: "fsync log",
+            path: dir.clone(),
+            source,
+        };
+        target.sync().map_err(io)?;
+        let sealed = self.seal(&target)?;
+        sealed.sync().map_err(io)
     }
 
     /// Deletes the whole log from disk.
@@ -615,6 +847,116 @@ mod tests {
         }
     }
 
+    /// A roll waits for no disk: the closed segment is sealed (fsynced, indexed) by the
+    /// next flush, and until then tiering and retention do not see it.
+    #[test]
+    fn a_roll_is_sealed_by_the_next_flush() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        for i in 0..40 {
+            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
+                .expect("append");
+        }
+        assert!(log.segment_count() >= 3, "rolled");
+        assert!(log.closed_segments().is_empty(), "nothing sealed yet");
+        let index = dir.path().join(crate::segment::file_name(0, "index"));
+        assert!(!index.exists());
+        let target = log.flush_target().expect("target");
+        assert!(target.has_closed_segments());
+        target.sync().expect("sync");
+        log.seal(&target).expect("seal").sync().expect("sync index");
+        assert_eq!(log.closed_segments().len(), log.segment_count() - 1);
+        assert!(index.exists());
+        assert_eq!(log.open_files(), 1);
+        assert!(!log.flush_target().expect("target").has_closed_segments());
+    }
+
+    /// A crash (of the machine) after a roll and before the flusher sealed the closed
+    /// segment may leave it torn: recovery cuts the log at the tear and removes the
+    /// later segments, whose data was never counted durable. Once a later segment is
+    /// sealed, a tear in an earlier one is corruption, and the log refuses to open.
+    #[test]
+    fn a_torn_unsealed_segment_ends_the_log() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        for i in 0..40 {
+            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
+                .expect("append");
+        }
+        let bases: Vec<i64> = log.segments.keys().copied().collect();
+        assert!(bases.len() >= 3);
+        drop(log);
+        let first = dir.path().join(crate::segment::file_name(bases[0], "log"));
+        let len = fs::metadata(&first).expect("stat").len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .expect("open")
+            .set_len(len - 7)
+            .expect("tear");
+        let (log, rec) = PartitionLog::open(dir.path(), small(), 0).expect("reopen");
+        assert_eq!(log.segment_count(), 1, "later segments removed");
+        assert!(rec.truncated_bytes > 0);
+        assert!(log.log_end_offset() < bases[1]);
+        for later in &bases[1..] {
+            assert!(
+                !dir.path()
+                    .join(crate::segment::file_name(*later, "log"))
+                    .exists()
+            );
+        }
+        drop(log);
+
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        for i in 0..40 {
+            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
+                .expect("append");
+        }
+        log.flush().expect("seal everything");
+        let bases: Vec<i64> = log.segments.keys().copied().collect();
+        drop(log);
+        let first = dir.path().join(crate::segment::file_name(bases[0], "log"));
+        fs::remove_file(first.with_extension("index")).expect("drop its index");
+        let len = fs::metadata(&first).expect("stat").len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(&first)
+            .expect("open")
+            .set_len(len - 7)
+            .expect("tear");
+        assert!(matches!(
+            PartitionLog::open(dir.path(), small(), 0),
+            Err(Error::CorruptSegment { .. })
+        ));
+    }
+
+    /// A read planned before a cut reads outside the lock; the generation tells the
+    /// caller to plan again.
+    #[test]
+    fn a_cut_changes_the_generation_reads_were_planned_in() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        for i in 0..6 {
+            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
+                .expect("append");
+        }
+        let plan = log
+            .read_plan(3, 1 << 20)
+            .expect("plan")
+            .expect("something to read");
+        let planned = plan.generation();
+        assert_eq!(planned, log.generation());
+        assert!(!plan.read().expect("read").is_empty());
+        assert!(
+            log.read_plan(18, 1 << 20)
+                .expect("plan at the end")
+                .is_none()
+        );
+        log.truncate_to(9, 0).expect("cut");
+        assert_ne!(log.generation(), planned);
+    }
+
     /// Sealed segments close their files (an agent's open files grow with partitions,
     /// not segments) and are still read, after a roll and after a restart.
     #[test]
@@ -625,6 +967,7 @@ mod tests {
             log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
                 .expect("append");
         }
+        log.flush().expect("flush");
         assert!(
             log.closed_segments().len() >= 3,
             "{:?}",

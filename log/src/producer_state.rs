@@ -207,6 +207,16 @@ impl ProducerState {
     /// Writes the state as of log offset `offset` (every batch below it is included),
     /// atomically (temp file, fsync, rename), and removes older snapshots.
     pub fn write_snapshot(&self, dir: &Path, offset: i64) -> Result<()> {
+        self.write_snapshot_file(dir, offset, true).map(|_| ())
+    }
+
+    /// [`ProducerState::write_snapshot`] without the fsync, which is left to the caller
+    /// (a torn snapshot fails its CRC and is ignored at recovery); returns the file.
+    pub fn write_snapshot_unsynced(&self, dir: &Path, offset: i64) -> Result<fs::File> {
+        self.write_snapshot_file(dir, offset, false)
+    }
+
+    fn write_snapshot_file(&self, dir: &Path, offset: i64, sync: bool) -> Result<fs::File> {
         let mut body = Vec::with_capacity(16 + self.producers.len() * 64);
         body.extend_from_slice(SNAPSHOT_MAGIC);
         body.extend_from_slice(&(self.producers.len() as u32).to_be_bytes());
@@ -229,14 +239,16 @@ impl ProducerState {
         let mut f = fs::File::create(&tmp).context("create producer snapshot", &tmp)?;
         f.write_all(&body)
             .context("write producer snapshot", &tmp)?;
-        f.sync_data().context("fsync producer snapshot", &tmp)?;
+        if sync {
+            f.sync_data().context("fsync producer snapshot", &tmp)?;
+        }
         fs::rename(&tmp, &path).context("publish producer snapshot", &path)?;
         for (old, p) in list_snapshots(dir)? {
             if old < offset {
                 let _ = fs::remove_file(p);
             }
         }
-        Ok(())
+        Ok(f)
     }
 
     /// Reads a snapshot; `None` if it is damaged (the caller then replays from further back).

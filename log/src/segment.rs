@@ -44,6 +44,8 @@ pub struct ScanOutcome {
     pub invalid_bytes: u64,
     /// Why the scan stopped early, when it did.
     pub reason: Option<&'static str>,
+    /// Whether the segment was opened from its index files (sealed) rather than scanned.
+    pub from_index: bool,
 }
 
 #[derive(Debug)]
@@ -138,6 +140,7 @@ impl Segment {
             && entries
                 .last()
                 .is_some_and(|e| u64::from(e.position) < file_size)
+            && trailer.segment_bytes == file_size
         {
             segment.index = entries;
             segment.size = file_size;
@@ -150,6 +153,7 @@ impl Segment {
                     valid_bytes: file_size,
                     invalid_bytes: 0,
                     reason: None,
+                    from_index: true,
                 },
             ));
         }
@@ -232,6 +236,7 @@ impl Segment {
             valid_bytes: position,
             invalid_bytes: file_size - position,
             reason,
+            from_index: false,
         })
     }
 
@@ -270,12 +275,9 @@ impl Segment {
         Ok(())
     }
 
-    /// Closes the segment for appends: fsyncs it, writes its index files, and closes
-    /// its file (reads open it again).
-    pub fn seal(&mut self) -> Result<()> {
-        self.handle()?
-            .sync_data()
-            .context("fsync segment", &self.path)?;
+    /// Writes the index files of this closed segment (not fsynced: the caller does
+    /// that, outside the log's lock) and returns them.
+    pub fn write_index(&self) -> Result<[File; 2]> {
         index::write(
             &self.index_path("index"),
             &self.index_path("timeindex"),
@@ -283,10 +285,23 @@ impl Segment {
             SegmentTrailer {
                 max_timestamp: self.max_timestamp,
                 next_relative_offset: (self.next_offset - self.base_offset) as u32,
+                segment_bytes: self.size,
             },
-        )?;
+        )
+    }
+
+    /// The segment takes no more appends: it closes its file (reads open it anew).
+    pub fn mark_sealed(&mut self) {
         self.file = None;
-        Ok(())
+    }
+
+    /// A handle and the size as of now, for reads without the log's lock.
+    pub(crate) fn reader(&self) -> SegmentReader {
+        SegmentReader {
+            path: self.path.clone(),
+            file: self.file.clone(),
+            size: self.size,
+        }
     }
 
     /// Whether the segment holds its file open (only the active one does).
@@ -323,6 +338,20 @@ impl Segment {
 
     fn index_path(&self, extension: &str) -> PathBuf {
         self.path.with_extension(extension)
+    }
+
+    /// Deletes the files of the segment at `base` in `dir` (recovery, for segments past
+    /// a tear).
+    pub fn remove_files(dir: &Path, base: i64) -> Result<()> {
+        let path = dir.join(file_name(base, "log"));
+        for p in [
+            path.with_extension("index"),
+            path.with_extension("timeindex"),
+            path,
+        ] {
+            remove_if_present(p, "delete segment past a tear")?;
+        }
+        Ok(())
     }
 
     /// Deletes the segment's files.
@@ -368,24 +397,10 @@ impl Segment {
     fn find_batch(
         &self,
         start: Option<&IndexEntry>,
-        mut wanted: impl FnMut(&BatchHeader) -> bool,
+        wanted: impl FnMut(&BatchHeader) -> bool,
     ) -> Result<Option<(u64, BatchHeader)>> {
-        let mut position = start.map_or(0, |e| u64::from(e.position));
-        let mut header_buf = [0u8; HEADER_BYTES];
-        let file = self.handle()?;
-        while position + HEADER_BYTES as u64 <= self.size {
-            file.read_exact_at(&mut header_buf, position)
-                .context("read segment", &self.path)?;
-            let header = BatchHeader::parse(&header_buf).ok_or_else(|| Error::CorruptSegment {
-                path: self.path.clone(),
-                reason: format!("short header at {position}"),
-            })?;
-            if wanted(&header) {
-                return Ok(Some((position, header)));
-            }
-            position += header.total_bytes() as u64;
-        }
-        Ok(None)
+        self.reader()
+            .find_batch(start.map_or(0, |e| u64::from(e.position)), wanted)
     }
 
     /// Calls `f` with the header of every batch whose base offset is at least `from`.
@@ -421,32 +436,21 @@ impl Segment {
             .map(|(p, _)| p))
     }
 
+    /// Where a read of `offset` starts looking, and with what: the index entry at or
+    /// before it, and a reader. `None` if this segment does not hold `offset`.
+    pub(crate) fn read_start(&self, offset: i64) -> Option<(u64, SegmentReader)> {
+        if offset < self.base_offset || offset >= self.next_offset {
+            return None;
+        }
+        let rel = (offset - self.base_offset) as u32;
+        let start = index::lookup_offset(&self.index, rel).map_or(0, |e| u64::from(e.position));
+        Some((start, self.reader()))
+    }
+
     /// Reads whole batches from `position`: at most `max_bytes`, but always the first
     /// batch in full, however large (KIP-74), so a consumer can always make progress.
     pub fn read_from(&self, position: u64, max_bytes: usize) -> Result<Vec<u8>> {
-        if position >= self.size {
-            return Ok(Vec::new());
-        }
-        let available = (self.size - position) as usize;
-        let mut header_buf = [0u8; HEADER_BYTES];
-        let file = self.handle()?;
-        file.read_exact_at(&mut header_buf, position)
-            .context("read segment", &self.path)?;
-        let first = BatchHeader::parse(&header_buf)
-            .map(|h| h.total_bytes())
-            .ok_or_else(|| Error::CorruptSegment {
-                path: self.path.clone(),
-                reason: format!("short header at {position}"),
-            })?;
-        let want = available.min(max_bytes.max(first));
-        let mut buf = vec![0u8; want];
-        file.read_exact_at(&mut buf, position)
-            .context("read segment", &self.path)?;
-        let mut iter = crate::batch::BatchIter::new(&buf);
-        let _ = iter.by_ref().count();
-        let whole = iter.position();
-        buf.truncate(whole);
-        Ok(buf)
+        self.reader().read_from(position, max_bytes)
     }
 
     /// Reads the single batch at `position`.
@@ -493,5 +497,78 @@ impl Segment {
             }
             None => Ok(None),
         }
+    }
+}
+
+/// Reads one segment's batches without the log's lock: a handle (the active segment's
+/// own, or one opened on first use) and the size the segment had when the reader was
+/// taken, which no read goes past.
+#[derive(Debug, Clone)]
+pub(crate) struct SegmentReader {
+    path: PathBuf,
+    file: Option<Arc<File>>,
+    size: u64,
+}
+
+impl SegmentReader {
+    fn file(&mut self) -> Result<Arc<File>> {
+        if let Some(f) = &self.file {
+            return Ok(Arc::clone(f));
+        }
+        let f = Arc::new(File::open(&self.path).context("open segment", &self.path)?);
+        self.file = Some(Arc::clone(&f));
+        Ok(f)
+    }
+
+    /// Walks batch headers from `position` and returns the first batch matching
+    /// `wanted`, as `(position, header)`.
+    pub(crate) fn find_batch(
+        &mut self,
+        mut position: u64,
+        mut wanted: impl FnMut(&BatchHeader) -> bool,
+    ) -> Result<Option<(u64, BatchHeader)>> {
+        let mut header_buf = [0u8; HEADER_BYTES];
+        let file = self.file()?;
+        while position + HEADER_BYTES as u64 <= self.size {
+            file.read_exact_at(&mut header_buf, position)
+                .context("read segment", &self.path)?;
+            let header = BatchHeader::parse(&header_buf).ok_or_else(|| Error::CorruptSegment {
+                path: self.path.clone(),
+                reason: format!("short header at {position}"),
+            })?;
+            if wanted(&header) {
+                return Ok(Some((position, header)));
+            }
+            position += header.total_bytes() as u64;
+        }
+        Ok(None)
+    }
+
+    /// Reads whole batches from `position`: at most `max_bytes`, but always the first
+    /// batch in full, however large (KIP-74).
+    pub(crate) fn read_from(&mut self, position: u64, max_bytes: usize) -> Result<Vec<u8>> {
+        if position >= self.size {
+            return Ok(Vec::new());
+        }
+        let available = (self.size - position) as usize;
+        let mut header_buf = [0u8; HEADER_BYTES];
+        let file = self.file()?;
+        file.read_exact_at(&mut header_buf, position)
+            .context("read segment", &self.path)?;
+        let first = BatchHeader::parse(&header_buf)
+            .map(|h| h.total_bytes())
+            .ok_or_else(|| Error::CorruptSegment {
+                path: self.path.clone(),
+                reason: format!("short header at {position}"),
+            })?;
+        let want = available.min(max_bytes.max(first));
+        let mut buf = vec![0u8; want];
+        file.read_exact_at(&mut buf, position)
+            .context("read segment", &self.path)?;
+        let mut iter = crate::batch::BatchIter::new(&buf);
+        let _ = iter.by_ref().count();
+        let whole = iter.position();
+        buf.truncate(whole);
+        Ok(buf)
     }
 }

@@ -108,7 +108,7 @@ impl KvStore for SqliteStore {
         let started = self.clock.monotonic();
         let mut backoff = Duration::from_millis(1);
         loop {
-            match conn.execute_batch("BEGIN IMMEDIATE") {
+            match disk(|| conn.execute_batch("BEGIN IMMEDIATE")) {
                 Ok(()) => break,
                 Err(e)
                     if is_busy(&e)
@@ -154,9 +154,25 @@ impl SqliteStore {
 }
 
 fn read_value(conn: &Connection, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")
-        .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
-        .map_err(|e| sql_error("read", e))
+    disk(|| {
+        conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")
+            .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
+            .map_err(|e| sql_error("read", e))
+    })
+}
+
+/// Runs SQLite work that may read the file or fsync it (a commit) without stalling the
+/// runtime while the connection is held: on a multi-threaded runtime the worker hands
+/// its other tasks to another thread meanwhile (`block_in_place`); on a current-thread
+/// runtime (some tests) or outside one it runs in place. See
+/// `docs/decisions/0008-disk-io-and-the-runtime.md`.
+fn disk<T>(f: impl FnOnce() -> T) -> T {
+    match tokio::runtime::Handle::try_current() {
+        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            tokio::task::block_in_place(f)
+        }
+        _ => f(),
+    }
 }
 
 struct SqliteTransaction {
@@ -203,15 +219,15 @@ impl KvTransaction for SqliteTransaction {
             "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key ASC LIMIT ?3"
         };
         let limit = if limit == 0 { -1 } else { limit as i64 };
-        let mut stmt = self
-            .conn
-            .prepare_cached(sql)
-            .map_err(|e| sql_error("range read", e))?;
-        let rows = stmt
-            .query_map(params![begin, end, limit], |r| Ok((r.get(0)?, r.get(1)?)))
-            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<KeyValue>>>())
-            .map_err(|e| sql_error("range read", e))?;
-        Ok(rows)
+        let conn = &self.conn;
+        disk(|| {
+            let mut stmt = conn
+                .prepare_cached(sql)
+                .map_err(|e| sql_error("range read", e))?;
+            stmt.query_map(params![begin, end, limit], |r| Ok((r.get(0)?, r.get(1)?)))
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<KeyValue>>>())
+                .map_err(|e| sql_error("range read", e))
+        })
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) {
@@ -277,7 +293,8 @@ impl KvTransaction for SqliteTransaction {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(e);
         }
-        if let Err(e) = self.conn.execute_batch("COMMIT") {
+        let conn = &self.conn;
+        if let Err(e) = disk(|| conn.execute_batch("COMMIT")) {
             let _ = self.conn.execute_batch("ROLLBACK");
             return Err(sql_error("commit", e));
         }

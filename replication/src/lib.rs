@@ -1,6 +1,6 @@
 //! The replication state machines, as plain state and events: no sockets, disks, clocks
 //! or tasks. The agent's `Partition` drives them; the seeded schedule tests
-//! (`tests/schedules.rs`) drive the very same code through message delays, drops,
+//! (`tests/schedules/`) drive the very same code through message delays, drops,
 //! crashes and paused leaders. It is its own crate so that those tests build and run
 //! without the agent.
 //!

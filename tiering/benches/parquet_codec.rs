@@ -23,6 +23,7 @@ fn segment() -> Vec<u8> {
     let batch = example_batch(100, 100, 1_700_000_000_000, Compression::None);
     while log.closed_segments().is_empty() {
         log.append(&batch, 0).expect("append");
+        log.flush().expect("flush");
     }
     std::fs::read(&log.closed_segments()[0].path).expect("read segment")
 }

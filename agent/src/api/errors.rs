@@ -68,7 +68,8 @@ impl From<&PartitionError> for ApiError {
                 ResponseError::KafkaStorageError
             }
             PartitionError::Log(L::CorruptSegment { .. } | L::Io { .. })
-            | PartitionError::Offline(_) => {
+            | PartitionError::Offline(_)
+            | PartitionError::Interrupted(_) => {
                 tracing::error!(error = %e, "storage error");
                 ResponseError::KafkaStorageError
             }

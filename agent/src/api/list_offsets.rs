@@ -2,6 +2,8 @@
 //! first offset whose record timestamp is at or after the one given). Earliest and
 //! by-timestamp look in the archive too; max timestamp looks at the local log only.
 
+use std::sync::Arc;
+
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -65,13 +67,13 @@ pub async fn list_offsets(
 /// `(offset, timestamp)` for one query; `(-1, -1)` when no record matches.
 async fn lookup(
     broker: &Broker,
-    partition: &Partition,
+    partition: &Arc<Partition>,
     timestamp: i64,
 ) -> Result<(i64, i64), ApiError> {
     Ok(match timestamp {
         LATEST => (partition.high_watermark(), -1),
         EARLIEST => (broker.replicas().log_start_offset(partition).await, -1),
-        MAX_TIMESTAMP => partition.max_timestamp_record()?.unwrap_or((-1, -1)),
+        MAX_TIMESTAMP => partition.max_timestamp_record().await?.unwrap_or((-1, -1)),
         t if t >= 0 => {
             // The archive holds the older offsets, so a match there comes first.
             let archived = if broker.replicas().log_start_offset(partition).await
@@ -88,7 +90,7 @@ async fn lookup(
             };
             match archived {
                 Some(found) => found,
-                None => partition.offset_for_timestamp(t)?.unwrap_or((-1, -1)),
+                None => partition.offset_for_timestamp(t).await?.unwrap_or((-1, -1)),
             }
         }
         other => {
