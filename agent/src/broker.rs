@@ -89,6 +89,7 @@ impl Broker {
                 let membership = Arc::clone(&membership);
                 Box::new(move |group| membership.coordinates(node_id, group))
             },
+            Arc::clone(membership.clock()),
         ));
         let replicas = ReplicaManager::start(
             ReplicaConfig {

@@ -1,16 +1,14 @@
 //! Time, in the one place the agent reads clocks: wall-clock milliseconds for record
-//! timestamps and segment age, and a monotonic clock for timeouts (group sessions and
-//! rebalances), which must not jump when the wall clock is set.
+//! timestamps and segment age, and tokio's clock for I/O deadlines.
 //!
-//! Code that decides correctness (the membership lease, the controller's lease) takes a
-//! [`Clock`] instead ([`SystemClock`] in production, `strata_core::clock::ManualClock` in
+//! Code that decides correctness (the membership lease, the controller's lease, the ISR
+//! lag, group sessions and rebalances) takes a [`Clock`] instead ([`SystemClock`] in production, `strata_core::clock::ManualClock` in
 //! tests). The workspace's `clippy.toml` bans `SystemTime::now`, `Instant::now` and
 //! tokio's sleeps everywhere else, so a new reading of the system clocks has to come
 //! through here.
 #![allow(clippy::disallowed_methods)]
 
-use std::sync::OnceLock;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 pub use strata_core::clock::{Clock, Sleep, SystemClock};
 
@@ -19,12 +17,6 @@ pub fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64)
-}
-
-/// Milliseconds on a monotonic clock that starts near zero when the process does.
-pub fn monotonic_ms() -> i64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as i64 + 1
 }
 
 /// Now, on tokio's clock: for deadlines of I/O (a frame's arrival, a long poll), which

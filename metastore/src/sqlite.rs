@@ -165,7 +165,7 @@ fn read_value(conn: &Connection, key: &[u8]) -> Result<Option<Vec<u8>>> {
 /// runtime while the connection is held: on a multi-threaded runtime the worker hands
 /// its other tasks to another thread meanwhile (`block_in_place`); on a current-thread
 /// runtime (some tests) or outside one it runs in place. See
-/// `docs/decisions/0008-disk-io-and-the-runtime.md`.
+/// `docs/decisions/0005-disk-io-and-the-runtime.md`.
 fn disk<T>(f: impl FnOnce() -> T) -> T {
     match tokio::runtime::Handle::try_current() {
         Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {

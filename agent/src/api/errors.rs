@@ -3,6 +3,7 @@
 use kafka_protocol::error::ResponseError;
 
 use crate::error::Error;
+use crate::group::GroupError;
 use crate::partition::PartitionError;
 
 /// A Kafka error code with the message sent to the client where the API has a field.
@@ -179,4 +180,27 @@ pub fn vanished(name: &str) -> ApiError {
         ResponseError::UnknownTopicOrPartition,
         format!("Topic '{name}' was deleted concurrently."),
     )
+}
+
+impl From<GroupError> for ApiError {
+    fn from(e: GroupError) -> Self {
+        let code = match e {
+            GroupError::NotCoordinator => ResponseError::NotCoordinator,
+            GroupError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+            GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+            GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+            GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+            GroupError::MemberIdRequired => ResponseError::MemberIdRequired,
+            GroupError::FencedInstanceId => ResponseError::FencedInstanceId,
+            GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+            GroupError::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+            GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+            GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
+            GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+            GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
+            GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
+            GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        };
+        ApiError::new(code, e.to_string())
+    }
 }

@@ -34,8 +34,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use strata_metastore::{CommittedOffset, TopicPartition};
 
+use crate::api::errors::ApiError;
 use crate::broker::Broker;
 use crate::clock::now_ms;
+use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
 
 /// Kafka's `offset.metadata.max.bytes`.
@@ -45,8 +47,13 @@ fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-fn code(e: Option<ResponseError>) -> i16 {
-    e.map_or(0, |e| e.code())
+fn code(e: Option<GroupError>) -> i16 {
+    e.map_or(0, group_code)
+}
+
+/// The Kafka code of a coordinator's refusal (mapped in `api/errors.rs`).
+fn group_code(e: GroupError) -> i16 {
+    ApiError::from(e).code()
 }
 
 pub fn find_coordinator(
@@ -231,7 +238,7 @@ pub async fn offset_commit(
 ) -> OffsetCommitResponse {
     let now = now_ms();
     // Per-partition problems first; then the group decides for the rest.
-    let mut errors: BTreeMap<TopicPartition, ResponseError> = BTreeMap::new();
+    let mut errors: BTreeMap<TopicPartition, GroupError> = BTreeMap::new();
     let mut offsets = Vec::new();
     for t in &req.topics {
         let topic = broker.replicas().topic(t.name.0.as_str());
@@ -242,13 +249,13 @@ pub async fn offset_commit(
                 .as_ref()
                 .is_some_and(|x| x.has_partition(p.partition_index))
             {
-                errors.insert(tp, ResponseError::UnknownTopicOrPartition);
+                errors.insert(tp, GroupError::UnknownTopicOrPartition);
             } else if p
                 .committed_metadata
                 .as_ref()
                 .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
             {
-                errors.insert(tp, ResponseError::OffsetMetadataTooLarge);
+                errors.insert(tp, GroupError::OffsetMetadataTooLarge);
             } else {
                 offsets.push((
                     tp,
@@ -263,7 +270,7 @@ pub async fn offset_commit(
         }
     }
     let group_error = if req.group_id.0.is_empty() {
-        Some(ResponseError::InvalidGroupId)
+        Some(GroupError::InvalidGroupId)
     } else if offsets.is_empty() {
         None
     } else {
@@ -301,9 +308,9 @@ async fn fetch_group(
     broker: &Broker,
     group: &str,
     wanted: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, ResponseError> {
+) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
     if group.is_empty() {
-        return Err(ResponseError::InvalidGroupId);
+        return Err(GroupError::InvalidGroupId);
     }
     let stored = broker.groups().offsets(group).await?;
     Ok(match wanted {
@@ -367,7 +374,7 @@ pub async fn offset_fetch(
                         })
                         .collect();
                 }
-                Err(e) => out.error_code = e.code(),
+                Err(e) => out.error_code = group_code(e),
             }
             response.groups.push(out);
         }
@@ -403,7 +410,7 @@ pub async fn offset_fetch(
                 })
                 .collect();
         }
-        Err(e) if version >= 2 => response.error_code = e.code(),
+        Err(e) if version >= 2 => response.error_code = group_code(e),
         Err(_) => {}
     }
     response
@@ -446,7 +453,7 @@ pub async fn list_groups(
                 response.groups.push(g);
             }
         }
-        Err(e) => response.error_code = e.code(),
+        Err(e) => response.error_code = group_code(e),
     }
     response
 }
@@ -486,7 +493,7 @@ pub async fn describe_groups(
                     .collect();
             }
             Ok(None) => g.group_state = StrBytes::from_static_str("Dead"),
-            Err(e) => g.error_code = e.code(),
+            Err(e) => g.error_code = group_code(e),
         }
         response.groups.push(g);
     }
@@ -521,7 +528,7 @@ pub async fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetD
         .await
     {
         Ok(results) => {
-            let mut by_topic: BTreeMap<String, Vec<(i32, Option<ResponseError>)>> = BTreeMap::new();
+            let mut by_topic: BTreeMap<String, Vec<(i32, Option<GroupError>)>> = BTreeMap::new();
             for ((topic, p), e) in results {
                 by_topic.entry(topic).or_default().push((p, e));
             }
@@ -543,7 +550,7 @@ pub async fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetD
                 })
                 .collect();
         }
-        Err(e) => response.error_code = e.code(),
+        Err(e) => response.error_code = group_code(e),
     }
     response
 }

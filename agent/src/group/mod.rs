@@ -6,7 +6,10 @@
 //! a stale generation writes nothing). Membership is not persisted: after a restart a
 //! group comes back Empty with its offsets, and its consumers simply rejoin.
 
+mod error;
 pub mod state;
+
+pub use error::GroupError;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,12 +17,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError;
 use strata_metastore::{CommittedOffset, Metastore, TopicPartition};
 use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
-use crate::clock::{monotonic_ms, now_ms};
+use crate::clock::Clock;
 use state::{
     Action, Group, GroupConfig, GroupState, JoinRequest, JoinResponse, Leaving, SyncResponse,
     Waiter,
@@ -75,6 +77,8 @@ pub struct Coordinator {
     owns: Owns,
     groups: Mutex<HashMap<String, Slot>>,
     next_waiter: AtomicU64,
+    /// Sessions, rebalance deadlines and offset expiry run on this clock.
+    clock: Arc<dyn Clock>,
 }
 
 impl std::fmt::Debug for Coordinator {
@@ -91,6 +95,7 @@ impl Coordinator {
         offsets_retention_ms: i64,
         metastore: Metastore,
         owns: Owns,
+        clock: Arc<dyn Clock>,
     ) -> Coordinator {
         Coordinator {
             config,
@@ -99,7 +104,13 @@ impl Coordinator {
             owns,
             groups: Mutex::new(HashMap::new()),
             next_waiter: AtomicU64::new(1),
+            clock,
         }
+    }
+
+    /// Now on the coordinator's monotonic clock, in milliseconds (never 0).
+    fn now(&self) -> i64 {
+        self.clock.monotonic().as_millis() as i64 + 1
     }
 
     fn groups(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
@@ -122,11 +133,11 @@ impl Coordinator {
 
     /// `NOT_COORDINATOR` for a group another agent coordinates: the client looks the
     /// coordinator up again.
-    fn check_owner(&self, group_id: &str) -> Result<(), ResponseError> {
+    fn check_owner(&self, group_id: &str) -> Result<(), GroupError> {
         if (self.owns)(group_id) {
             Ok(())
         } else {
-            Err(ResponseError::NotCoordinator)
+            Err(GroupError::NotCoordinator)
         }
     }
 
@@ -149,11 +160,11 @@ impl Coordinator {
         let (tx, rx) = oneshot::channel();
         self.with_slot(group_id, |slot| {
             slot.joins.insert(waiter, tx);
-            let actions = slot.group.join(monotonic_ms(), waiter, req);
+            let actions = slot.group.join(self.now(), waiter, req);
             slot.deliver(actions);
         });
         rx.await
-            .unwrap_or_else(|_| failed(ResponseError::CoordinatorNotAvailable, member_id))
+            .unwrap_or_else(|_| failed(GroupError::CoordinatorNotAvailable, member_id))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -181,7 +192,7 @@ impl Coordinator {
         let found = self.with_existing(group_id, |slot| {
             slot.syncs.insert(waiter, tx);
             let actions = slot.group.sync(
-                monotonic_ms(),
+                self.now(),
                 waiter,
                 member_id,
                 group_instance_id,
@@ -193,10 +204,10 @@ impl Coordinator {
             slot.deliver(actions);
         });
         if found.is_none() {
-            return failed(ResponseError::UnknownMemberId);
+            return failed(GroupError::UnknownMemberId);
         }
         rx.await
-            .unwrap_or_else(|_| failed(ResponseError::CoordinatorNotAvailable))
+            .unwrap_or_else(|_| failed(GroupError::CoordinatorNotAvailable))
     }
 
     pub fn heartbeat(
@@ -205,25 +216,25 @@ impl Coordinator {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), GroupError> {
         self.check_owner(group_id)?;
         self.with_existing(group_id, |slot| {
             slot.group
-                .heartbeat(monotonic_ms(), member_id, group_instance_id, generation_id)
+                .heartbeat(self.now(), member_id, group_instance_id, generation_id)
         })
-        .unwrap_or(Err(ResponseError::UnknownMemberId))
+        .unwrap_or(Err(GroupError::UnknownMemberId))
     }
 
-    pub fn leave(&self, group_id: &str, leaving: &[Leaving]) -> Vec<Result<(), ResponseError>> {
+    pub fn leave(&self, group_id: &str, leaving: &[Leaving]) -> Vec<Result<(), GroupError>> {
         if let Err(e) = self.check_owner(group_id) {
             return vec![Err(e); leaving.len()];
         }
         self.with_existing(group_id, |slot| {
-            let (results, actions) = slot.group.leave(monotonic_ms(), leaving);
+            let (results, actions) = slot.group.leave(self.now(), leaving);
             slot.deliver(actions);
             results
         })
-        .unwrap_or_else(|| vec![Err(ResponseError::UnknownMemberId); leaving.len()])
+        .unwrap_or_else(|| vec![Err(GroupError::UnknownMemberId); leaving.len()])
     }
 
     /// Validates a commit against the group's generation and stores it.
@@ -234,18 +245,18 @@ impl Coordinator {
         group_instance_id: Option<&str>,
         generation_id: i32,
         offsets: Vec<(TopicPartition, CommittedOffset)>,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), GroupError> {
         self.check_owner(group_id)?;
         let protocol_type = self
             .with_existing(group_id, |slot| {
                 slot.group
                     .validate_commit(member_id, group_instance_id, generation_id)?;
-                Ok::<_, ResponseError>(slot.group.protocol_type.clone())
+                Ok::<_, GroupError>(slot.group.protocol_type.clone())
             })
             .unwrap_or(if generation_id < 0 && member_id.is_empty() {
                 Ok(None)
             } else {
-                Err(ResponseError::IllegalGeneration)
+                Err(GroupError::IllegalGeneration)
             })?;
         let protocol_type = protocol_type.unwrap_or_else(|| "consumer".to_string());
         self.metastore
@@ -253,23 +264,23 @@ impl Coordinator {
             .await
             .map_err(|e| {
                 tracing::warn!(group = group_id, error = %e, "cannot store committed offsets");
-                ResponseError::CoordinatorNotAvailable
+                GroupError::CoordinatorNotAvailable
             })
     }
 
     pub async fn offsets(
         &self,
         group_id: &str,
-    ) -> Result<BTreeMap<TopicPartition, CommittedOffset>, ResponseError> {
+    ) -> Result<BTreeMap<TopicPartition, CommittedOffset>, GroupError> {
         self.check_owner(group_id)?;
         self.metastore.group_offsets(group_id).await.map_err(|e| {
             tracing::warn!(group = group_id, error = %e, "cannot read committed offsets");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::CoordinatorNotAvailable
         })
     }
 
     /// The group as DescribeGroups shows it; `None` if it is unknown (Dead).
-    pub async fn describe(&self, group_id: &str) -> Result<Option<GroupSummary>, ResponseError> {
+    pub async fn describe(&self, group_id: &str) -> Result<Option<GroupSummary>, GroupError> {
         self.check_owner(group_id)?;
         let live = self.with_existing(group_id, |slot| {
             let g = &slot.group;
@@ -292,14 +303,14 @@ impl Coordinator {
         }))
     }
 
-    async fn stored_groups(&self) -> Result<BTreeMap<String, String>, ResponseError> {
+    async fn stored_groups(&self) -> Result<BTreeMap<String, String>, GroupError> {
         Ok(self
             .metastore
             .groups()
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "cannot list groups");
-                ResponseError::CoordinatorNotAvailable
+                GroupError::CoordinatorNotAvailable
             })?
             .into_iter()
             .map(|(name, r)| (name, r.protocol_type))
@@ -307,7 +318,7 @@ impl Coordinator {
     }
 
     /// Every known group: `(group id, protocol type, state)`.
-    pub async fn list(&self) -> Result<Vec<(String, String, &'static str)>, ResponseError> {
+    pub async fn list(&self) -> Result<Vec<(String, String, &'static str)>, GroupError> {
         let mut out: BTreeMap<String, (String, &'static str)> = self
             .stored_groups()
             .await?
@@ -328,23 +339,23 @@ impl Coordinator {
     }
 
     /// Deletes an empty group and its offsets.
-    pub async fn delete(&self, group_id: &str) -> Result<(), ResponseError> {
+    pub async fn delete(&self, group_id: &str) -> Result<(), GroupError> {
         self.check_owner(group_id)?;
         let live = self
             .with_existing(group_id, |slot| !slot.group.is_empty())
             .unwrap_or(false);
         if live {
-            return Err(ResponseError::NonEmptyGroup);
+            return Err(GroupError::NonEmptyGroup);
         }
         let existed = self.metastore.delete_group(group_id).await.map_err(|e| {
             tracing::warn!(group = group_id, error = %e, "cannot delete group");
-            ResponseError::CoordinatorNotAvailable
+            GroupError::CoordinatorNotAvailable
         })?;
         let in_memory = self.groups().remove(group_id).is_some();
         if existed || in_memory {
             Ok(())
         } else {
-            Err(ResponseError::GroupIdNotFound)
+            Err(GroupError::GroupIdNotFound)
         }
     }
 
@@ -353,7 +364,7 @@ impl Coordinator {
         &self,
         group_id: &str,
         partitions: Vec<TopicPartition>,
-    ) -> Result<Vec<(TopicPartition, Option<ResponseError>)>, ResponseError> {
+    ) -> Result<Vec<(TopicPartition, Option<GroupError>)>, GroupError> {
         let stored = self.offsets(group_id).await?;
         let subscribed: Vec<bool> = self
             .with_existing(group_id, |slot| {
@@ -366,13 +377,13 @@ impl Coordinator {
             })
             .unwrap_or_else(|| vec![false; partitions.len()]);
         if stored.is_empty() && self.with_existing(group_id, |_| ()).is_none() {
-            return Err(ResponseError::GroupIdNotFound);
+            return Err(GroupError::GroupIdNotFound);
         }
         let mut results = Vec::new();
         let mut delete = Vec::new();
         for (tp, subscribed) in partitions.into_iter().zip(subscribed) {
             if subscribed {
-                results.push((tp, Some(ResponseError::GroupSubscribedToTopic)));
+                results.push((tp, Some(GroupError::GroupSubscribedToTopic)));
             } else {
                 delete.push(tp.clone());
                 results.push((tp, None));
@@ -383,22 +394,20 @@ impl Coordinator {
             .await
             .map_err(|e| {
                 tracing::warn!(group = group_id, error = %e, "cannot delete offsets");
-                ResponseError::CoordinatorNotAvailable
+                GroupError::CoordinatorNotAvailable
             })?;
         Ok(results)
     }
 
     /// Ticks every group until shutdown, then fails every parked request.
     pub async fn run(self: Arc<Self>, shutdown: CancellationToken) -> crate::tasks::Stopped {
-        let mut tick = tokio::time::interval(TICK);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut last_expiry = monotonic_ms();
+        let mut last_expiry = self.now();
         loop {
             tokio::select! {
-                _ = tick.tick() => {}
+                _ = self.clock.sleep(TICK) => {}
                 _ = shutdown.cancelled() => break,
             }
-            let now = monotonic_ms();
+            let now = self.now();
             {
                 let mut groups = self.groups();
                 for slot in groups.values_mut() {
@@ -412,7 +421,7 @@ impl Coordinator {
             }
             if now - last_expiry >= OFFSET_EXPIRY_EVERY.as_millis() as i64 {
                 last_expiry = now;
-                if let Err(e) = self.expire_offsets(now_ms()).await {
+                if let Err(e) = self.expire_offsets(self.clock.wall_ms()).await {
                     tracing::warn!(error = %e, "cannot expire offsets");
                 }
             }
@@ -466,7 +475,90 @@ impl Coordinator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use strata_core::clock::ManualClock;
     use strata_metastore::SqliteStore;
+
+    /// Lets the coordinator's loop reach its sleep on `clock`, then moves the clock.
+    async fn step(clock: &ManualClock, by: Duration) {
+        while clock.sleepers() == 0 {
+            tokio::task::yield_now().await;
+        }
+        clock.advance(by);
+    }
+
+    /// Sessions run on the coordinator's clock: the initial rebalance delay passes, a
+    /// heartbeat keeps the member, and once its session runs out with no heartbeat the
+    /// member is gone. The clock is moved by hand; nothing waits in real time.
+    #[tokio::test]
+    async fn a_silent_member_is_removed_when_its_session_runs_out() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let kv = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
+        let metastore = Metastore::new(Arc::new(kv), b"s");
+        let clock = Arc::new(ManualClock::new(0));
+        let c = Arc::new(Coordinator::new(
+            GroupConfig::default(),
+            60_000,
+            metastore,
+            Box::new(|_| true),
+            Arc::clone(&clock) as Arc<dyn Clock>,
+        ));
+        let shutdown = CancellationToken::new();
+        let run = tokio::spawn(Arc::clone(&c).run(shutdown.clone()));
+        let join = tokio::spawn({
+            let c = Arc::clone(&c);
+            async move {
+                c.join(
+                    "g",
+                    JoinRequest {
+                        member_id: String::new(),
+                        group_instance_id: None,
+                        client_id: "client".into(),
+                        client_host: "/127.0.0.1".into(),
+                        session_timeout_ms: 10_000,
+                        rebalance_timeout_ms: 10_000,
+                        protocol_type: "consumer".into(),
+                        protocols: vec![("range".into(), Bytes::new())],
+                        require_known_member_id: false,
+                        fresh_member_id: "m1".into(),
+                    },
+                )
+                .await
+            }
+        });
+        // The initial rebalance delay (3 s) passes on the manual clock.
+        for _ in 0..100 {
+            if join.is_finished() {
+                break;
+            }
+            step(&clock, TICK).await;
+        }
+        assert!(join.is_finished(), "joined within 10 s of the manual clock");
+        let joined = join.await.expect("join");
+        assert_eq!(joined.error, None);
+        assert_eq!(joined.member_id, "m1");
+        let generation = joined.generation_id;
+        assert_eq!(c.heartbeat("g", "m1", None, generation), Ok(()));
+        step(&clock, Duration::from_secs(9)).await;
+        assert!(
+            c.heartbeat("g", "m1", None, generation).is_ok(),
+            "still within the session"
+        );
+        step(&clock, Duration::from_millis(10_100)).await;
+        // One more tick of the loop sees the session expired.
+        step(&clock, TICK).await;
+        for _ in 0..10_000 {
+            if c.heartbeat("g", "m1", None, generation).is_err() {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            c.heartbeat("g", "m1", None, generation),
+            Err(GroupError::UnknownMemberId)
+        );
+        shutdown.cancel();
+        run.await.expect("run");
+    }
 
     fn offset(ts: i64) -> CommittedOffset {
         CommittedOffset {
@@ -488,6 +580,7 @@ mod tests {
             retention,
             metastore.clone(),
             Box::new(|_| true),
+            Arc::new(strata_core::clock::ManualClock::new(0)),
         );
         metastore
             .commit_offsets(

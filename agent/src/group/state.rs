@@ -11,10 +11,10 @@
 //! PreparingRebalance whenever membership or subscriptions change. Dead is never entered
 //! here: a deleted group is dropped by the coordinator.
 
+use super::GroupError;
 use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError;
 
 /// Identifies a parked JoinGroup or SyncGroup request.
 pub type Waiter = u64;
@@ -108,7 +108,7 @@ pub struct JoinRequest {
 /// The answer to a JoinGroup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct JoinResponse {
-    pub error: Option<ResponseError>,
+    pub error: Option<GroupError>,
     pub generation_id: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -121,7 +121,7 @@ pub struct JoinResponse {
 }
 
 impl JoinResponse {
-    fn error(error: ResponseError, member_id: &str) -> JoinResponse {
+    fn error(error: GroupError, member_id: &str) -> JoinResponse {
         JoinResponse {
             error: Some(error),
             generation_id: -1,
@@ -138,14 +138,14 @@ impl JoinResponse {
 /// The answer to a SyncGroup.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SyncResponse {
-    pub error: Option<ResponseError>,
+    pub error: Option<GroupError>,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
     pub assignment: Bytes,
 }
 
 impl SyncResponse {
-    fn error(error: ResponseError) -> SyncResponse {
+    fn error(error: GroupError) -> SyncResponse {
         SyncResponse {
             error: Some(error),
             protocol_type: None,
@@ -259,12 +259,12 @@ impl Group {
     }
 
     /// FENCED_INSTANCE_ID when `instance` now belongs to another member id.
-    fn check_fenced(&self, member_id: &str, instance: Option<&str>) -> Result<(), ResponseError> {
+    fn check_fenced(&self, member_id: &str, instance: Option<&str>) -> Result<(), GroupError> {
         if let Some(iid) = instance
             && let Some(current) = self.static_members.get(iid)
             && current != member_id
         {
-            return Err(ResponseError::FencedInstanceId);
+            return Err(GroupError::FencedInstanceId);
         }
         Ok(())
     }
@@ -361,13 +361,13 @@ impl Group {
             || req.session_timeout_ms > self.config.max_session_timeout_ms
         {
             return reply(JoinResponse::error(
-                ResponseError::InvalidSessionTimeout,
+                GroupError::InvalidSessionTimeout,
                 &req.member_id,
             ));
         }
         if req.protocol_type.is_empty() || req.protocols.is_empty() || !self.supports(&req) {
             return reply(JoinResponse::error(
-                ResponseError::InconsistentGroupProtocol,
+                GroupError::InconsistentGroupProtocol,
                 &req.member_id,
             ));
         }
@@ -382,7 +382,7 @@ impl Group {
         }
         let Some(member) = self.member(&req.member_id) else {
             return reply(JoinResponse::error(
-                ResponseError::UnknownMemberId,
+                GroupError::UnknownMemberId,
                 &req.member_id,
             ));
         };
@@ -405,7 +405,7 @@ impl Group {
                         // A newer join from the same member replaces the parked one.
                         out.push(Action::Join(
                             old,
-                            JoinResponse::error(ResponseError::UnknownMemberId, &member_id),
+                            JoinResponse::error(GroupError::UnknownMemberId, &member_id),
                         ));
                     }
                     m.protocols = req.protocols;
@@ -438,7 +438,7 @@ impl Group {
                 .insert(id.clone(), now_ms + req.session_timeout_ms);
             return vec![Action::Join(
                 waiter,
-                JoinResponse::error(ResponseError::MemberIdRequired, &id),
+                JoinResponse::error(GroupError::MemberIdRequired, &id),
             )];
         }
         let id = req.fresh_member_id.clone();
@@ -463,13 +463,13 @@ impl Group {
         if let Some(w) = member.join_waiter.take() {
             out.push(Action::Join(
                 w,
-                JoinResponse::error(ResponseError::FencedInstanceId, &old_id),
+                JoinResponse::error(GroupError::FencedInstanceId, &old_id),
             ));
         }
         if let Some(w) = member.sync_waiter.take() {
             out.push(Action::Sync(
                 w,
-                SyncResponse::error(ResponseError::FencedInstanceId),
+                SyncResponse::error(GroupError::FencedInstanceId),
             ));
         }
         let unchanged =
@@ -545,7 +545,7 @@ impl Group {
                 if let Some(w) = m.sync_waiter.take() {
                     out.push(Action::Sync(
                         w,
-                        SyncResponse::error(ResponseError::RebalanceInProgress),
+                        SyncResponse::error(GroupError::RebalanceInProgress),
                     ));
                 }
             }
@@ -597,7 +597,7 @@ impl Group {
             {
                 out.push(Action::Sync(
                     w,
-                    SyncResponse::error(ResponseError::RebalanceInProgress),
+                    SyncResponse::error(GroupError::RebalanceInProgress),
                 ));
             }
         }
@@ -648,24 +648,24 @@ impl Group {
         protocol_name: Option<&str>,
         assignments: Vec<(String, Bytes)>,
     ) -> Outcome {
-        let reply = |e: ResponseError| vec![Action::Sync(waiter, SyncResponse::error(e))];
+        let reply = |e: GroupError| vec![Action::Sync(waiter, SyncResponse::error(e))];
         if let Err(e) = self.check_fenced(member_id, group_instance_id) {
             return reply(e);
         }
         if self.member(member_id).is_none() {
-            return reply(ResponseError::UnknownMemberId);
+            return reply(GroupError::UnknownMemberId);
         }
         if generation_id != self.generation_id {
-            return reply(ResponseError::IllegalGeneration);
+            return reply(GroupError::IllegalGeneration);
         }
         if protocol_type.is_some_and(|t| Some(t) != self.protocol_type.as_deref())
             || protocol_name.is_some_and(|n| Some(n) != self.protocol_name.as_deref())
         {
-            return reply(ResponseError::InconsistentGroupProtocol);
+            return reply(GroupError::InconsistentGroupProtocol);
         }
         match self.state {
-            GroupState::Empty => reply(ResponseError::UnknownMemberId),
-            GroupState::PreparingRebalance => reply(ResponseError::RebalanceInProgress),
+            GroupState::Empty => reply(GroupError::UnknownMemberId),
+            GroupState::PreparingRebalance => reply(GroupError::RebalanceInProgress),
             GroupState::Stable => {
                 let m = self.member(member_id).expect("checked above");
                 vec![Action::Sync(
@@ -684,7 +684,7 @@ impl Group {
                     if let Some(old) = m.sync_waiter.replace(waiter) {
                         out.push(Action::Sync(
                             old,
-                            SyncResponse::error(ResponseError::UnknownMemberId),
+                            SyncResponse::error(GroupError::UnknownMemberId),
                         ));
                     }
                     m.last_heartbeat_ms = now_ms;
@@ -722,20 +722,20 @@ impl Group {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), GroupError> {
         self.check_fenced(member_id, group_instance_id)?;
         let state = self.state;
         let generation = self.generation_id;
         let m = self
             .member_mut(member_id)
-            .ok_or(ResponseError::UnknownMemberId)?;
+            .ok_or(GroupError::UnknownMemberId)?;
         if generation_id != generation {
-            return Err(ResponseError::IllegalGeneration);
+            return Err(GroupError::IllegalGeneration);
         }
         m.last_heartbeat_ms = now_ms;
         match state {
-            GroupState::Empty => Err(ResponseError::UnknownMemberId),
-            GroupState::PreparingRebalance => Err(ResponseError::RebalanceInProgress),
+            GroupState::Empty => Err(GroupError::UnknownMemberId),
+            GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
             GroupState::CompletingRebalance | GroupState::Stable => Ok(()),
         }
     }
@@ -745,19 +745,19 @@ impl Group {
         &mut self,
         now_ms: i64,
         leaving: &[Leaving],
-    ) -> (Vec<Result<(), ResponseError>>, Outcome) {
+    ) -> (Vec<Result<(), GroupError>>, Outcome) {
         let mut results = Vec::with_capacity(leaving.len());
         let mut out = Vec::new();
         for l in leaving {
             let id = match &l.group_instance_id {
                 Some(iid) => match self.static_members.get(iid) {
                     Some(current) if !l.member_id.is_empty() && *current != l.member_id => {
-                        results.push(Err(ResponseError::FencedInstanceId));
+                        results.push(Err(GroupError::FencedInstanceId));
                         continue;
                     }
                     Some(current) => current.clone(),
                     None => {
-                        results.push(Err(ResponseError::UnknownMemberId));
+                        results.push(Err(GroupError::UnknownMemberId));
                         continue;
                     }
                 },
@@ -772,7 +772,7 @@ impl Group {
                     out.extend(actions);
                     results.push(Ok(()));
                 }
-                None => results.push(Err(ResponseError::UnknownMemberId)),
+                None => results.push(Err(GroupError::UnknownMemberId)),
             }
         }
         (results, out)
@@ -785,13 +785,13 @@ impl Group {
         if let Some(w) = m.join_waiter {
             out.push(Action::Join(
                 w,
-                JoinResponse::error(ResponseError::UnknownMemberId, member_id),
+                JoinResponse::error(GroupError::UnknownMemberId, member_id),
             ));
         }
         if let Some(w) = m.sync_waiter {
             out.push(Action::Sync(
                 w,
-                SyncResponse::error(ResponseError::UnknownMemberId),
+                SyncResponse::error(GroupError::UnknownMemberId),
             ));
         }
         match self.state {
@@ -840,23 +840,23 @@ impl Group {
         member_id: &str,
         group_instance_id: Option<&str>,
         generation_id: i32,
-    ) -> Result<(), ResponseError> {
+    ) -> Result<(), GroupError> {
         if generation_id < 0 && member_id.is_empty() && self.members.is_empty() {
             return Ok(());
         }
         self.check_fenced(member_id, group_instance_id)?;
         if self.member(member_id).is_none() {
             return Err(if self.members.is_empty() && generation_id >= 0 {
-                ResponseError::IllegalGeneration
+                GroupError::IllegalGeneration
             } else {
-                ResponseError::UnknownMemberId
+                GroupError::UnknownMemberId
             });
         }
         if generation_id != self.generation_id {
-            return Err(ResponseError::IllegalGeneration);
+            return Err(GroupError::IllegalGeneration);
         }
         match self.state {
-            GroupState::CompletingRebalance => Err(ResponseError::RebalanceInProgress),
+            GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
         }
     }
@@ -868,13 +868,13 @@ impl Group {
             if let Some(w) = m.join_waiter.take() {
                 out.push(Action::Join(
                     w,
-                    JoinResponse::error(ResponseError::CoordinatorNotAvailable, &m.member_id),
+                    JoinResponse::error(GroupError::CoordinatorNotAvailable, &m.member_id),
                 ));
             }
             if let Some(w) = m.sync_waiter.take() {
                 out.push(Action::Sync(
                     w,
-                    SyncResponse::error(ResponseError::CoordinatorNotAvailable),
+                    SyncResponse::error(GroupError::CoordinatorNotAvailable),
                 ));
             }
         }
@@ -964,7 +964,7 @@ mod tests {
             let a = g.join(now, w, join_req("", id, None, &["range"]));
             assert_eq!(
                 joined(&a, w).and_then(|r| r.error),
-                Some(ResponseError::MemberIdRequired)
+                Some(GroupError::MemberIdRequired)
             );
             w += 1;
         }
@@ -1014,7 +1014,7 @@ mod tests {
         let a = g.join(0, 1, join_req("", "m1", None, &["range", "roundrobin"]));
         assert_eq!(
             joined(&a, 1).map(|r| (r.error, r.member_id.as_str())),
-            Some((Some(ResponseError::MemberIdRequired), "m1"))
+            Some((Some(GroupError::MemberIdRequired), "m1"))
         );
         let a = g.join(0, 2, join_req("m1", "x", None, &["range", "roundrobin"]));
         let r = joined(&a, 2).expect("single member completes at once");
@@ -1029,7 +1029,7 @@ mod tests {
         assert!(a.is_empty(), "waits for m1 to rejoin");
         assert_eq!(
             g.heartbeat(2, "m1", None, 1),
-            Err(ResponseError::RebalanceInProgress)
+            Err(GroupError::RebalanceInProgress)
         );
         let a = g.join(2, 5, join_req("m1", "x", None, &["range", "roundrobin"]));
         let (r1, r2) = (joined(&a, 5).expect("m1"), joined(&a, 4).expect("m2"));
@@ -1073,15 +1073,15 @@ mod tests {
         assert_eq!(g.validate_commit("a", None, generation), Ok(()));
         assert_eq!(
             g.validate_commit("a", None, generation - 1),
-            Err(ResponseError::IllegalGeneration)
+            Err(GroupError::IllegalGeneration)
         );
         assert_eq!(
             g.validate_commit("zz", None, generation),
-            Err(ResponseError::UnknownMemberId)
+            Err(GroupError::UnknownMemberId)
         );
         assert_eq!(
             g.validate_commit("", None, -1),
-            Err(ResponseError::UnknownMemberId)
+            Err(GroupError::UnknownMemberId)
         );
         // A new member joins: while the others rejoin, the old generation may still commit
         // (Kafka allows it in PreparingRebalance); once the join completes it may not.
@@ -1094,11 +1094,11 @@ mod tests {
         assert_eq!(g.state, GroupState::CompletingRebalance);
         assert_eq!(
             g.validate_commit("a", None, generation),
-            Err(ResponseError::IllegalGeneration)
+            Err(GroupError::IllegalGeneration)
         );
         assert_eq!(
             g.validate_commit("a", None, generation + 1),
-            Err(ResponseError::RebalanceInProgress)
+            Err(GroupError::RebalanceInProgress)
         );
     }
 
@@ -1114,7 +1114,7 @@ mod tests {
         }
         assert_eq!(
             g.heartbeat(SESSION + 2100, "b", None, generation),
-            Err(ResponseError::RebalanceInProgress)
+            Err(GroupError::RebalanceInProgress)
         );
         let a = g.join(SESSION + 2500, 70, join_req("b", "x", None, &["range"]));
         let r = joined(&a, 70).expect("b alone completes the rebalance");
@@ -1134,7 +1134,7 @@ mod tests {
                 }],
             )
             .0;
-        assert_eq!(a, vec![Err(ResponseError::UnknownMemberId)]);
+        assert_eq!(a, vec![Err(GroupError::UnknownMemberId)]);
         let mut changed = join_req("a", "x", None, &["range"]);
         changed.protocols[0].1 = Bytes::from_static(b"new subscription");
         g.join(10, 60, changed);
@@ -1220,11 +1220,11 @@ mod tests {
         // The old incarnation is fenced.
         assert_eq!(
             g.heartbeat(5002, follower.1, Some(follower.0), generation),
-            Err(ResponseError::FencedInstanceId)
+            Err(GroupError::FencedInstanceId)
         );
         assert_eq!(
             g.validate_commit(follower.1, Some(follower.0), generation),
-            Err(ResponseError::FencedInstanceId)
+            Err(GroupError::FencedInstanceId)
         );
         assert_eq!(
             g.heartbeat(5002, "fresh", Some(follower.0), generation),
