@@ -275,6 +275,12 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=None, help="JSON results (default bench/results/<time>.json)")
     ap.add_argument("--against", choices=["kafka"], default=None,
                     help="also run Apache Kafka (and strata with page-cache acks) in the same run")
+    ap.add_argument("--before", type=Path, default=None,
+                    help="a strata binary built from an earlier commit: run the before/after "
+                         "matrix (8 partitions, 1 KiB and 100 B, acks=all) on it and on --strata, "
+                         "alternately, and print the ratios")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="with --before: how many times each binary runs the matrix")
     opts = ap.parse_args()
     for b in (opts.strata, opts.bench):
         if not b.exists():
@@ -288,6 +294,9 @@ def main() -> None:
     results["references"]["loopback"] = loopback(opts.quick)
     print(f"references: {results['references']}", flush=True)
 
+    if opts.before is not None:
+        before_and_after(opts, root, results, started)
+        return
     if opts.against == "kafka":
         matrix = [(p, size, "all", "none") for p in (1, 8) for size in (100, 1024)]
         if opts.quick:
@@ -346,6 +355,73 @@ def run_matrix(opts, broker: Broker, matrix, count_args: list[str], root: Path,
                              ("produce@50%", half), ("e2e@50%", e2e)):
             results["runs"].append({"broker": broker.name, "config": config, "kind": kind, **report})
         delete_topics(broker, [full["topic"], half["topic"], e2e["topic"]])
+
+
+def before_and_after(opts, root: Path, results: dict, started: str) -> None:
+    """The same matrix on two strata binaries, in alternating rounds (before, after,
+    before, after, ...) so that the machine's drift falls on both alike."""
+    if not opts.before.exists():
+        raise SystemExit(f"{opts.before} is missing")
+    matrix = [(8, 1024, "all", "none"), (8, 100, "all", "none")]
+    if opts.quick:
+        matrix = matrix[:1]
+    count_args = (["--records", "20000"] if opts.quick
+                  else ["--duration-s", str(opts.seconds)])
+    results["brokers"] = ["before", "after"]
+    results["binaries"] = {"before": str(opts.before), "after": str(opts.strata)}
+    for n in range(opts.rounds):
+        for name, binary in (("before", opts.before), ("after", opts.strata)):
+            broker = Strata(binary, root, name=f"{name}-{n}")
+            broker.name = name
+            try:
+                warm = bench(opts.bench, broker, ["produce", "--partitions", "8", "--size", "1024",
+                                                  "--acks", "all", "--duration-s",
+                                                  "1" if opts.quick else "3"], root)
+                delete_topics(broker, [warm["topic"]])
+                first = len(results["runs"])
+                run_matrix(opts, broker, matrix, count_args, root, results)
+                for r in results["runs"][first:]:
+                    r["round"] = n
+            finally:
+                broker.stop()
+    finish(opts, results, started, root)
+    print_before_after(results)
+
+
+def print_before_after(results: dict) -> None:
+    """Means over the rounds, and after / before (above 1: more throughput, or more
+    latency or memory, after)."""
+    runs: dict = {}
+    for r in results["runs"]:
+        c = r["config"]
+        runs.setdefault((r["broker"], c["partitions"], c["size"], r["kind"]), []).append(r)
+
+    def value(r: dict, m: str):
+        if m in ("p50_ms", "p99_ms", "p999_ms"):
+            return (r.get("latency") or {}).get(m)
+        return r.get(m)
+
+    print("\n| partitions | size | run | measure | before | after | after / before | rounds (before; after) |")
+    print("|---:|---:|---|---|---:|---:|---:|---|")
+    fmt = lambda v: "" if v is None else (f"{v:,.0f}" if v >= 100 else f"{v:.2f}")
+    for p, size in sorted({(p, s) for (_, p, s, _) in runs}, reverse=True):
+        for kind, measures in (("produce", ("records_per_s", "mb_per_s", "broker_peak_rss_mib")),
+                               ("produce", ("p50_ms", "p99_ms", "p999_ms")),
+                               ("produce@50%", ("p50_ms", "p99_ms", "p999_ms")),
+                               ("e2e@50%", ("p50_ms", "p99_ms", "p999_ms")),
+                               ("consume", ("records_per_s",))):
+            for m in measures:
+                per = {}
+                for b in ("before", "after"):
+                    vals = [v for r in runs.get((b, p, size, kind), [])
+                            if (v := value(r, m)) is not None]
+                    per[b] = vals
+                mean = {b: (sum(v) / len(v) if v else None) for b, v in per.items()}
+                ratio = ("" if mean["before"] in (None, 0) or mean["after"] is None
+                         else f"{mean['after'] / mean['before']:.2f}")
+                rounds = "; ".join(", ".join(fmt(v) for v in per[b]) for b in ("before", "after"))
+                print(f"| {p} | {size} | {kind} | {m} | {fmt(mean['before'])} | "
+                      f"{fmt(mean['after'])} | {ratio} | {rounds} |")
 
 
 def finish(opts, results: dict, started: str, root: Path) -> None:

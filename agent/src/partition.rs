@@ -892,10 +892,12 @@ impl Partition {
                 .seal(&target)
                 .map_err(|e| format!("sealing a segment: {e}"))?
         };
-        tokio::task::spawn_blocking(move || sealed.sync())
-            .await
-            .map_err(|e| e.to_string())?
-            .map_err(|e| format!("fsync of index files: {e}"))?;
+        if !sealed.is_empty() {
+            tokio::task::spawn_blocking(move || sealed.sync())
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("fsync of index files: {e}"))?;
+        }
         Ok(Pass::Done)
     }
 }

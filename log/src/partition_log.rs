@@ -190,6 +190,11 @@ pub struct Sealed {
 }
 
 impl Sealed {
+    /// Whether nothing was sealed (no fsync needed).
+    pub fn is_empty(&self) -> bool {
+        self.files.is_empty()
+    }
+
     pub fn sync(&self) -> std::io::Result<()> {
         self.files.iter().try_for_each(File::sync_data)
     }
@@ -847,16 +852,33 @@ mod tests {
         }
     }
 
-    /// A roll waits for no disk: the closed segment is sealed (fsynced, indexed) by the
-    /// next flush, and until then tiering and retention do not see it.
-    #[test]
-    fn a_roll_is_sealed_by_the_next_flush() {
+    /// A small-segment log after 40 appends: several segments, none sealed yet.
+    fn rolled_log() -> (tempfile::TempDir, PartitionLog) {
         let dir = tempfile::tempdir().expect("tempdir");
         let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
         for i in 0..40 {
             log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
                 .expect("append");
         }
+        (dir, log)
+    }
+
+    /// Cuts the last 7 bytes off the file at `path`.
+    fn tear(path: &Path) {
+        let len = fs::metadata(path).expect("stat").len();
+        fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open")
+            .set_len(len - 7)
+            .expect("tear");
+    }
+
+    /// A roll waits for no disk: the closed segment is sealed (fsynced, indexed) by the
+    /// next flush, and until then tiering and retention do not see it.
+    #[test]
+    fn a_roll_is_sealed_by_the_next_flush() {
+        let (dir, mut log) = rolled_log();
         assert!(log.segment_count() >= 3, "rolled");
         assert!(log.closed_segments().is_empty(), "nothing sealed yet");
         let index = dir.path().join(crate::segment::file_name(0, "index"));
@@ -877,23 +899,12 @@ mod tests {
     /// sealed, a tear in an earlier one is corruption, and the log refuses to open.
     #[test]
     fn a_torn_unsealed_segment_ends_the_log() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
-        for i in 0..40 {
-            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
-                .expect("append");
-        }
+        let (dir, log) = rolled_log();
         let bases: Vec<i64> = log.segments.keys().copied().collect();
         assert!(bases.len() >= 3);
         drop(log);
         let first = dir.path().join(crate::segment::file_name(bases[0], "log"));
-        let len = fs::metadata(&first).expect("stat").len();
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&first)
-            .expect("open")
-            .set_len(len - 7)
-            .expect("tear");
+        tear(&first);
         let (log, rec) = PartitionLog::open(dir.path(), small(), 0).expect("reopen");
         assert_eq!(log.segment_count(), 1, "later segments removed");
         assert!(rec.truncated_bytes > 0);
@@ -907,24 +918,13 @@ mod tests {
         }
         drop(log);
 
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
-        for i in 0..40 {
-            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
-                .expect("append");
-        }
+        let (dir, mut log) = rolled_log();
         log.flush().expect("seal everything");
         let bases: Vec<i64> = log.segments.keys().copied().collect();
         drop(log);
         let first = dir.path().join(crate::segment::file_name(bases[0], "log"));
         fs::remove_file(first.with_extension("index")).expect("drop its index");
-        let len = fs::metadata(&first).expect("stat").len();
-        fs::OpenOptions::new()
-            .write(true)
-            .open(&first)
-            .expect("open")
-            .set_len(len - 7)
-            .expect("tear");
+        tear(&first);
         assert!(matches!(
             PartitionLog::open(dir.path(), small(), 0),
             Err(Error::CorruptSegment { .. })
@@ -961,12 +961,7 @@ mod tests {
     /// not segments) and are still read, after a roll and after a restart.
     #[test]
     fn only_the_active_segment_holds_a_file() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
-        for i in 0..40 {
-            log.append(&encode_batch(3, 1000 + i * 10, Compression::None), 0)
-                .expect("append");
-        }
+        let (dir, mut log) = rolled_log();
         log.flush().expect("flush");
         assert!(
             log.closed_segments().len() >= 3,

@@ -7,8 +7,13 @@
 //! [`Error::Conflict`]. Writes go straight into the SQLite transaction, which gives
 //! read-your-writes; the first failed write fails the commit.
 //!
-//! SQLite calls run on the calling task: each is a few microseconds on a local file, and
-//! waiting for another process's lock is done with async backoff, not by blocking.
+//! SQLite calls run on a thread of their own, which owns the connection (the "I/O
+//! thread per disk" of `docs/decisions/0005-disk-io-and-the-runtime.md`): a commit's
+//! fsync or a page read never blocks a runtime worker, and the worker never migrates to
+//! another OS thread for it. Tasks send the thread jobs and await their answers; the
+//! thread runs jobs in the order sent, so a transaction's writes (sent without waiting)
+//! come before its later reads and its commit. Waiting for another process's lock is
+//! done with async backoff, not by blocking.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,7 +23,7 @@ use strata_core::clock::{Clock, SystemClock};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, ErrorCode, OptionalExtension, params};
-use tokio::sync::{Mutex, OwnedMutexGuard};
+use tokio::sync::{Mutex, OwnedMutexGuard, oneshot};
 
 use crate::error::{Error, Result};
 use crate::kv::{FDB_LIMITS, KeyValue, KvStore, KvTransaction, LimitTracker, Limits, Watch};
@@ -32,7 +37,10 @@ const WATCH_POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct SqliteStore {
-    conn: Arc<Mutex<Connection>>,
+    conn: Arc<ConnectionThread>,
+    /// Held for a whole transaction (and a read outside one): the connection serves one
+    /// at a time.
+    lock: Arc<Mutex<()>>,
     path: PathBuf,
     limits: Limits,
     clock: Arc<dyn Clock>,
@@ -57,7 +65,8 @@ impl SqliteStore {
             }
         };
         Ok(SqliteStore {
-            conn: Arc::new(Mutex::new(conn)),
+            conn: Arc::new(ConnectionThread::start(conn)?),
+            lock: Arc::new(Mutex::new(())),
             path: path.to_path_buf(),
             limits: FDB_LIMITS,
             clock: SystemClock::shared(),
@@ -104,11 +113,15 @@ fn sql_error(context: &'static str, e: rusqlite::Error) -> Error {
 #[async_trait]
 impl KvStore for SqliteStore {
     async fn begin(&self) -> Result<Box<dyn KvTransaction>> {
-        let conn = Arc::clone(&self.conn).lock_owned().await;
+        let guard = Arc::clone(&self.lock).lock_owned().await;
         let started = self.clock.monotonic();
         let mut backoff = Duration::from_millis(1);
         loop {
-            match disk(|| conn.execute_batch("BEGIN IMMEDIATE")) {
+            match self
+                .conn
+                .run(|c| c.execute_batch("BEGIN IMMEDIATE"))
+                .await?
+            {
                 Ok(()) => break,
                 Err(e)
                     if is_busy(&e)
@@ -121,9 +134,10 @@ impl KvStore for SqliteStore {
             }
         }
         Ok(Box::new(SqliteTransaction {
-            conn,
+            conn: Arc::clone(&self.conn),
+            _guard: guard,
             tracker: LimitTracker::new(self.limits, &self.clock),
-            failed: None,
+            failed: Arc::default(),
             finished: false,
         }))
     }
@@ -148,52 +162,93 @@ impl KvStore for SqliteStore {
 impl SqliteStore {
     /// The committed value at `key`, read outside any transaction.
     async fn read_committed(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        let conn = self.conn.lock().await;
-        read_value(&conn, key)
+        let _one_at_a_time = self.lock.lock().await;
+        let key = key.to_vec();
+        self.conn.run(move |c| read_value(c, &key)).await?
     }
 }
 
 fn read_value(conn: &Connection, key: &[u8]) -> Result<Option<Vec<u8>>> {
-    disk(|| {
-        conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")
-            .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
-            .map_err(|e| sql_error("read", e))
-    })
+    conn.prepare_cached("SELECT value FROM kv WHERE key = ?1")
+        .and_then(|mut s| s.query_row(params![key], |r| r.get(0)).optional())
+        .map_err(|e| sql_error("read", e))
 }
 
-/// Runs SQLite work that may read the file or fsync it (a commit) without stalling the
-/// runtime while the connection is held: on a multi-threaded runtime the worker hands
-/// its other tasks to another thread meanwhile (`block_in_place`); on a current-thread
-/// runtime (some tests) or outside one it runs in place. See
-/// `docs/decisions/0005-disk-io-and-the-runtime.md`.
-fn disk<T>(f: impl FnOnce() -> T) -> T {
-    match tokio::runtime::Handle::try_current() {
-        Ok(h) if h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
-            tokio::task::block_in_place(f)
-        }
-        _ => f(),
+type Job = Box<dyn FnOnce(&Connection) + Send>;
+
+/// The thread that owns the connection and runs jobs on it, in the order sent. It ends
+/// when the last handle to it is dropped.
+#[derive(Debug)]
+struct ConnectionThread {
+    jobs: std::sync::mpsc::Sender<Job>,
+}
+
+impl ConnectionThread {
+    fn start(conn: Connection) -> Result<ConnectionThread> {
+        let (jobs, queue) = std::sync::mpsc::channel::<Job>();
+        std::thread::Builder::new()
+            .name("sqlite-metastore".to_string())
+            .spawn(move || {
+                for job in queue {
+                    job(&conn);
+                }
+            })
+            .map_err(|e| Error::backend("start the sqlite thread", e))?;
+        Ok(ConnectionThread { jobs })
+    }
+
+    /// Runs `f` on the connection and waits (without blocking) for its answer.
+    async fn run<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Connection) -> T + Send + 'static,
+    ) -> Result<T> {
+        let (tx, rx) = oneshot::channel();
+        self.submit(move |c| {
+            let _ = tx.send(f(c));
+        });
+        rx.await.map_err(|_| {
+            Error::backend(
+                "sqlite thread",
+                std::io::Error::other("the connection's thread is gone"),
+            )
+        })
+    }
+
+    /// Runs `f` on the connection without waiting: jobs sent later see it done.
+    fn submit(&self, f: impl FnOnce(&Connection) + Send + 'static) {
+        // A send fails only once the thread is gone; the next `run` reports that.
+        let _ = self.jobs.send(Box::new(f));
     }
 }
 
 struct SqliteTransaction {
-    conn: OwnedMutexGuard<Connection>,
+    conn: Arc<ConnectionThread>,
+    _guard: OwnedMutexGuard<()>,
     tracker: LimitTracker,
-    /// The first write that failed; it fails the commit.
-    failed: Option<Error>,
+    /// The first write that failed (on the connection's thread); it fails the commit.
+    failed: Arc<std::sync::Mutex<Option<Error>>>,
     finished: bool,
 }
 
 impl SqliteTransaction {
-    fn write(&mut self, op: impl FnOnce(&Connection) -> rusqlite::Result<()>) {
-        if self.failed.is_none()
-            && let Err(e) = op(&self.conn)
-        {
-            self.failed = Some(sql_error("write", e));
-        }
+    /// Sends a write; its failure, if any, is kept for the commit.
+    fn write(&mut self, op: impl FnOnce(&Connection) -> rusqlite::Result<()> + Send + 'static) {
+        let failed = Arc::clone(&self.failed);
+        self.conn.submit(move |c| {
+            if let Err(e) = op(c) {
+                failed
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get_or_insert(sql_error("write", e));
+            }
+        });
     }
 
-    fn read_value(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
-        read_value(&self.conn, key)
+    fn fail(&mut self, e: Error) {
+        self.failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(e);
     }
 }
 
@@ -202,7 +257,8 @@ impl KvTransaction for SqliteTransaction {
     async fn get(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.tracker.key(key)?;
         self.tracker.alive()?;
-        self.read_value(key)
+        let key = key.to_vec();
+        self.conn.run(move |c| read_value(c, &key)).await?
     }
 
     async fn get_range(
@@ -219,35 +275,35 @@ impl KvTransaction for SqliteTransaction {
             "SELECT key, value FROM kv WHERE key >= ?1 AND key < ?2 ORDER BY key ASC LIMIT ?3"
         };
         let limit = if limit == 0 { -1 } else { limit as i64 };
-        let conn = &self.conn;
-        disk(|| {
-            let mut stmt = conn
-                .prepare_cached(sql)
-                .map_err(|e| sql_error("range read", e))?;
-            stmt.query_map(params![begin, end, limit], |r| Ok((r.get(0)?, r.get(1)?)))
-                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<KeyValue>>>())
-                .map_err(|e| sql_error("range read", e))
-        })
+        let (begin, end) = (begin.to_vec(), end.to_vec());
+        self.conn
+            .run(move |c| {
+                let mut stmt = c
+                    .prepare_cached(sql)
+                    .map_err(|e| sql_error("range read", e))?;
+                stmt.query_map(params![begin, end, limit], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<KeyValue>>>())
+                    .map_err(|e| sql_error("range read", e))
+            })
+            .await?
     }
 
     fn set(&mut self, key: &[u8], value: &[u8]) {
         if let Err(e) = self.tracker.write(key, value.len()) {
-            self.failed.get_or_insert(e);
+            self.fail(e);
             return;
         }
-        self.write(|c| {
-            c.prepare_cached("INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value")?
-                .execute(params![key, value])
-                .map(drop)
-        });
+        let (key, value) = (key.to_vec(), value.to_vec());
+        self.write(move |c| upsert(c, &key, &value));
     }
 
     fn clear(&mut self, key: &[u8]) {
         if let Err(e) = self.tracker.write(key, 0) {
-            self.failed.get_or_insert(e);
+            self.fail(e);
             return;
         }
-        self.write(|c| {
+        let key = key.to_vec();
+        self.write(move |c| {
             c.prepare_cached("DELETE FROM kv WHERE key = ?1")?
                 .execute(params![key])
                 .map(drop)
@@ -256,10 +312,11 @@ impl KvTransaction for SqliteTransaction {
 
     fn clear_range(&mut self, begin: &[u8], end: &[u8]) {
         if let Err(e) = self.tracker.write(begin, end.len()) {
-            self.failed.get_or_insert(e);
+            self.fail(e);
             return;
         }
-        self.write(|c| {
+        let (begin, end) = (begin.to_vec(), end.to_vec());
+        self.write(move |c| {
             c.prepare_cached("DELETE FROM kv WHERE key >= ?1 AND key < ?2")?
                 .execute(params![begin, end])
                 .map(drop)
@@ -267,45 +324,63 @@ impl KvTransaction for SqliteTransaction {
     }
 
     fn atomic_add(&mut self, key: &[u8], delta: i64) {
-        let current = match self.read_value(key) {
-            Ok(v) => v,
-            Err(e) => {
-                self.failed.get_or_insert(e);
-                return;
-            }
-        };
-        let mut le = [0u8; 8];
-        if let Some(v) = current {
-            let n = v.len().min(8);
-            le[..n].copy_from_slice(&v[..n]);
+        if let Err(e) = self.tracker.write(key, 8) {
+            self.fail(e);
+            return;
         }
-        let sum = i64::from_le_bytes(le).wrapping_add(delta);
-        self.set(key, &sum.to_le_bytes());
+        let key = key.to_vec();
+        // Read and write in one job, so nothing comes between them.
+        self.write(move |c| {
+            let current: Option<Vec<u8>> = c
+                .prepare_cached("SELECT value FROM kv WHERE key = ?1")?
+                .query_row(params![key], |r| r.get(0))
+                .optional()?;
+            let mut le = [0u8; 8];
+            if let Some(v) = current {
+                let n = v.len().min(8);
+                le[..n].copy_from_slice(&v[..n]);
+            }
+            let sum = i64::from_le_bytes(le).wrapping_add(delta);
+            upsert(c, &key, &sum.to_le_bytes())
+        });
     }
 
     async fn commit(mut self: Box<Self>) -> Result<()> {
         self.finished = true;
-        if let Some(e) = self.failed.take() {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            return Err(e);
-        }
-        if let Err(e) = self.tracker.alive() {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            return Err(e);
-        }
-        let conn = &self.conn;
-        if let Err(e) = disk(|| conn.execute_batch("COMMIT")) {
-            let _ = self.conn.execute_batch("ROLLBACK");
-            return Err(sql_error("commit", e));
-        }
-        Ok(())
+        let alive = self.tracker.alive();
+        let failed = Arc::clone(&self.failed);
+        // The failures of writes still queued are known only on the thread, after them.
+        self.conn
+            .run(move |c| {
+                let earlier = failed.lock().unwrap_or_else(|p| p.into_inner()).take();
+                if let Some(e) = earlier.or(alive.err()) {
+                    let _ = c.execute_batch("ROLLBACK");
+                    return Err(e);
+                }
+                c.execute_batch("COMMIT").map_err(|e| {
+                    let _ = c.execute_batch("ROLLBACK");
+                    sql_error("commit", e)
+                })
+            })
+            .await?
     }
+}
+
+fn upsert(c: &Connection, key: &[u8], value: &[u8]) -> rusqlite::Result<()> {
+    c.prepare_cached(
+        "INSERT INTO kv (key, value) VALUES (?1, ?2) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value])
+    .map(drop)
 }
 
 impl Drop for SqliteTransaction {
     fn drop(&mut self) {
         if !self.finished {
-            let _ = self.conn.execute_batch("ROLLBACK");
+            // Queued before the lock is released: the next transaction begins after it.
+            self.conn.submit(|c| {
+                let _ = c.execute_batch("ROLLBACK");
+            });
         }
     }
 }
