@@ -18,6 +18,7 @@ use crate::membership::Membership;
 use crate::open_files::FileBudget;
 use crate::producer_ids::ProducerIds;
 use crate::replicas::{ReplicaConfig, ReplicaManager};
+use crate::service::admin::Admin;
 use crate::service::fetch::Fetching;
 use crate::service::produce::Producing;
 
@@ -43,6 +44,7 @@ pub struct Broker {
     replicas: Arc<ReplicaManager>,
     producing: Producing,
     fetching: Fetching,
+    admin: Admin,
     /// The tiering worker, when it runs inside this agent.
     tiering: Option<Arc<TieringWorker>>,
     shutdown: CancellationToken,
@@ -107,6 +109,7 @@ impl Broker {
             shutdown.clone(),
         )
         .await?;
+        let admin = Admin::new(Arc::clone(&replicas), settings.topic_defaults.clone());
         Ok(Arc::new(Broker {
             producer_ids: ProducerIds::new(metastore.clone()),
             identity: Identity {
@@ -121,6 +124,7 @@ impl Broker {
             groups,
             producing: Producing::new(Arc::clone(&replicas)),
             fetching: Fetching::new(Arc::clone(&replicas)),
+            admin,
             replicas,
             tiering,
             shutdown,
@@ -167,6 +171,11 @@ impl Broker {
     /// Reading as leader, for consumers and followers ([`crate::service::fetch`]).
     pub fn fetching(&self) -> &Fetching {
         &self.fetching
+    }
+
+    /// Creating, deleting and growing topics ([`crate::service::admin`]).
+    pub fn admin(&self) -> &Admin {
+        &self.admin
     }
 
     pub fn tiering(&self) -> Option<&Arc<TieringWorker>> {

@@ -5,6 +5,7 @@ use kafka_protocol::error::ResponseError;
 use crate::error::Error;
 use crate::group::GroupError;
 use crate::partition::PartitionError;
+use crate::service::admin::AdminError;
 
 /// A Kafka error code with the message sent to the client where the API has a field.
 #[derive(Debug, Clone, PartialEq)]
@@ -174,14 +175,6 @@ impl From<crate::replicas::SyncError> for ApiError {
     }
 }
 
-/// A topic this agent just changed vanished before it could serve it (deleted meanwhile).
-pub fn vanished(name: &str) -> ApiError {
-    ApiError::new(
-        ResponseError::UnknownTopicOrPartition,
-        format!("Topic '{name}' was deleted concurrently."),
-    )
-}
-
 impl From<GroupError> for ApiError {
     fn from(e: GroupError) -> Self {
         let code = match e {
@@ -202,5 +195,30 @@ impl From<GroupError> for ApiError {
             GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
         };
         ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<&AdminError> for ApiError {
+    fn from(e: &AdminError) -> Self {
+        let code = match e {
+            AdminError::InvalidTopic(_) => ResponseError::InvalidTopicException,
+            AdminError::TopicExists(_) => ResponseError::TopicAlreadyExists,
+            AdminError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+            AdminError::UnknownTopicId(_) => ResponseError::UnknownTopicId,
+            AdminError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+            AdminError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            AdminError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+            AdminError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            AdminError::InvalidRequest(_) => ResponseError::InvalidRequest,
+            AdminError::Metastore(e) => return ApiError::from(e),
+            AdminError::Sync(e) => return ApiError::from(e),
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<AdminError> for ApiError {
+    fn from(e: AdminError) -> Self {
+        ApiError::from(&e)
     }
 }

@@ -9,9 +9,9 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::errors::ApiError;
-use super::topics::{NewTopicSpec, create_topic};
 use crate::broker::Broker;
 use crate::replicas::TopicState;
+use crate::service::admin::NewTopicSpec;
 
 pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut response = MetadataResponse::default();
@@ -96,18 +96,23 @@ async fn by_name(
         name: name.to_string(),
         ..NewTopicSpec::defaults()
     };
-    match create_topic(broker, spec, false).await {
-        Ok(Some(t)) => {
-            tracing::info!(topic = name, "auto-created topic");
-            Ok(t)
-        }
+    match broker.admin().create_topic(spec, false).await {
+        Ok(created) => match created.state {
+            Some(t) => {
+                tracing::info!(topic = name, "auto-created topic");
+                Ok(t)
+            }
+            None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "")),
+        },
         // Someone else created it meanwhile.
-        Err(e) if e.code == ResponseError::TopicAlreadyExists => {
+        Err(e) => {
+            let e = ApiError::from(&e);
+            if e.code != ResponseError::TopicAlreadyExists {
+                return Err(e);
+            }
             broker.replicas().refresh().await.ok();
             broker.replicas().topic(name).ok_or(e)
         }
-        Err(e) => Err(e),
-        Ok(None) => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "")),
     }
 }
 

@@ -1,7 +1,8 @@
 //! The services behind the protocol edges, in domain terms: they take topics,
 //! partitions, offsets and record batches (not Kafka's request structs) and return
-//! [`crate::error::Error`], so that the Kafka handlers (`api/`) and the HTTP API can
+//! [`crate::error::Error`] (topic administration: [`admin::AdminError`]), so that the Kafka handlers (`api/`) and the HTTP API can
 //! share them. The edges translate wire types to these and back.
 
+pub mod admin;
 pub mod fetch;
 pub mod produce;

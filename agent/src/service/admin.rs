@@ -1,0 +1,449 @@
+//! Topic administration in domain terms: creating a topic (validation and replica
+//! placement), deleting one, and adding partitions. The Kafka handlers
+//! (`api/topics.rs`, Metadata's auto-creation) translate requests to these calls and
+//! [`AdminError`] to codes (`api/errors.rs`); the HTTP API can call the same.
+//! Validation follows Kafka's rules, and the messages are Kafka's words.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use strata_metastore::{AgentRecord, NewTopic};
+
+use crate::config::{MAX_PARTITIONS_PER_TOPIC, TopicDefaults};
+use crate::replicas::{ReplicaManager, SyncError, TopicState};
+use crate::topic_config::{self, TopicConfig};
+
+/// Kafka's longest topic name.
+const MAX_NAME_LENGTH: usize = 249;
+
+/// Why an administrative request is refused. The names are Kafka's error names; each
+/// carries Kafka's message.
+#[derive(Debug, thiserror::Error)]
+pub enum AdminError {
+    #[error("{0}")]
+    InvalidTopic(String),
+    #[error("{0}")]
+    TopicExists(String),
+    #[error("{0}")]
+    UnknownTopic(String),
+    #[error("{0}")]
+    UnknownTopicId(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error(transparent)]
+    Metastore(#[from] strata_metastore::Error),
+    #[error(transparent)]
+    Sync(#[from] SyncError),
+}
+
+/// Checks a topic name the way Kafka does (INVALID_TOPIC_EXCEPTION).
+pub fn validate_topic_name(name: &str) -> Result<(), AdminError> {
+    let invalid = |why: String| Err(AdminError::InvalidTopic(why));
+    if name.is_empty() {
+        return invalid("Topic name is illegal, it can't be empty".to_string());
+    }
+    if name == "." || name == ".." {
+        return invalid("Topic name cannot be \".\" or \"..\"".to_string());
+    }
+    if name.len() > MAX_NAME_LENGTH {
+        return invalid(format!(
+            "Topic name is illegal, it can't be longer than {MAX_NAME_LENGTH} characters"
+        ));
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return invalid(format!(
+            "Topic name \"{name}\" is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// A topic to create, with Kafka's `-1` meaning "the broker's default".
+#[derive(Debug, Clone)]
+pub struct NewTopicSpec {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    /// Explicit replica lists by partition index.
+    pub assignments: Vec<(i32, Vec<i32>)>,
+    pub configs: BTreeMap<String, String>,
+}
+
+impl NewTopicSpec {
+    pub fn defaults() -> Self {
+        NewTopicSpec {
+            name: String::new(),
+            num_partitions: -1,
+            replication_factor: -1,
+            assignments: Vec::new(),
+            configs: BTreeMap::new(),
+        }
+    }
+}
+
+/// What a successful (or validated-only) creation resolved to.
+pub struct Created {
+    pub state: Option<Arc<TopicState>>,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub config: TopicConfig,
+}
+
+/// The topic administration service.
+#[derive(Debug)]
+pub struct Admin {
+    replicas: Arc<ReplicaManager>,
+    defaults: TopicDefaults,
+}
+
+impl Admin {
+    pub fn new(replicas: Arc<ReplicaManager>, defaults: TopicDefaults) -> Admin {
+        Admin { replicas, defaults }
+    }
+
+    /// The live agents to place replicas on, in placement order (see
+    /// [`rack_alternated`]). Placement is rare; read the freshest view.
+    async fn live_agents(&self) -> Vec<i32> {
+        let membership = self.replicas.membership();
+        if let Err(e) = membership.refresh().await {
+            tracing::warn!(error = %e, "cannot read the live agents; placing on the last known");
+        }
+        rack_alternated(&membership.live())
+    }
+
+    /// Validates and (unless `validate_only`) creates a topic, then serves it.
+    pub async fn create_topic(
+        &self,
+        spec: NewTopicSpec,
+        validate_only: bool,
+    ) -> Result<Created, AdminError> {
+        validate_topic_name(&spec.name)?;
+        if self.replicas.topic(&spec.name).is_some() {
+            return Err(AdminError::TopicExists(format!(
+                "Topic '{}' already exists.",
+                spec.name
+            )));
+        }
+        let live = self.live_agents().await;
+        let assignments: Vec<Vec<i32>> = if spec.assignments.is_empty() {
+            let partitions = match spec.num_partitions {
+                -1 => self.defaults.num_partitions,
+                n if n > 0 => n,
+                n => {
+                    return Err(AdminError::InvalidPartitions(format!(
+                        "Number of partitions was set to an invalid non-positive value: {n}."
+                    )));
+                }
+            };
+            check_partition_count(partitions)?;
+            let rf = match spec.replication_factor {
+                -1 => self.defaults.replication_factor,
+                n if n > 0 => n,
+                n => {
+                    return Err(AdminError::InvalidReplicationFactor(format!(
+                        "Replication factor must be larger than 0, or -1 to use the default value, not {n}."
+                    )));
+                }
+            };
+            if rf as usize > live.len() {
+                return Err(AdminError::InvalidReplicationFactor(format!(
+                    "Replication factor: {rf} larger than available brokers: {}.",
+                    live.len()
+                )));
+            }
+            place(&live, 0, partitions as usize, rf as usize)
+        } else {
+            if spec.num_partitions != -1 || spec.replication_factor != -1 {
+                return Err(AdminError::InvalidRequest(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".to_string(),
+                ));
+            }
+            check_partition_count(i32::try_from(spec.assignments.len()).unwrap_or(i32::MAX))?;
+            let mut by_index = spec.assignments.clone();
+            by_index.sort_by_key(|(p, _)| *p);
+            for (i, (p, replicas)) in by_index.iter().enumerate() {
+                if *p != i as i32 {
+                    return Err(AdminError::InvalidReplicaAssignment(
+                        "Partitions should be a consecutive 0-based integer sequence".to_string(),
+                    ));
+                }
+                check_replicas(&live, replicas)?;
+                if replicas.len() != by_index[0].1.len() {
+                    return Err(AdminError::InvalidReplicaAssignment(
+                        "All partitions should have the same number of replicas".to_string(),
+                    ));
+                }
+            }
+            by_index.into_iter().map(|(_, r)| r).collect()
+        };
+        topic_config::validate_all(&spec.configs).map_err(AdminError::InvalidConfig)?;
+        let config = TopicConfig::resolve(&self.defaults.configs, &spec.configs);
+        self.replicas
+            .check_file_budget(&assignments)
+            .map_err(AdminError::InvalidPartitions)?;
+        let num_partitions = assignments.len() as i32;
+        let replication_factor = assignments.first().map_or(0, Vec::len) as i16;
+        if validate_only {
+            return Ok(Created {
+                state: None,
+                num_partitions,
+                replication_factor,
+                config,
+            });
+        }
+        self.replicas
+            .metastore()
+            .create_topic(NewTopic {
+                name: spec.name.clone(),
+                replication_factor,
+                configs: spec.configs,
+                assignments,
+            })
+            .await?;
+        let state = match self.replicas.sync_topic(&spec.name).await {
+            Ok(Some(state)) => state,
+            Ok(None) => return Err(vanished(&spec.name)),
+            Err(e) => {
+                // The topic cannot be served here: take it back out of the metastore, so
+                // that a failed creation leaves nothing behind (sync_topic closed what it
+                // opened).
+                tracing::warn!(topic = %spec.name, error = %e, "created topic cannot be served; removing it");
+                if let Err(d) = self.replicas.metastore().delete_topic(&spec.name).await {
+                    tracing::error!(topic = %spec.name, error = %d, "cannot remove a topic that failed to open");
+                } else if let Err(d) = self.replicas.sync_topic(&spec.name).await {
+                    tracing::warn!(topic = %spec.name, error = %d, "cannot forget a topic that failed to open");
+                }
+                return Err(e.into());
+            }
+        };
+        tracing::info!(topic = %spec.name, partitions = num_partitions, "created topic");
+        Ok(Created {
+            state: Some(state),
+            num_partitions,
+            replication_factor,
+            config,
+        })
+    }
+
+    /// The name and id of the topic named `name`, or (without a name) of the one with
+    /// id `id`, for a deletion. The metastore is the authority: a topic this agent could
+    /// not serve can still be deleted by name.
+    pub async fn find_topic(
+        &self,
+        name: Option<&str>,
+        id: &[u8; 16],
+    ) -> Result<(String, [u8; 16]), AdminError> {
+        match name {
+            Some(n) => match self.replicas.topic(n) {
+                Some(t) => Ok((t.record.name.clone(), t.record.id)),
+                None => match self.replicas.metastore().topic(n).await? {
+                    Some(r) => Ok((r.name, r.id)),
+                    None => Err(AdminError::UnknownTopic(
+                        "This server does not host this topic-partition.".to_string(),
+                    )),
+                },
+            },
+            None => self
+                .replicas
+                .topic_by_id(id)
+                .map(|t| (t.record.name.clone(), t.record.id))
+                .ok_or_else(|| {
+                    AdminError::UnknownTopicId(
+                        "This server does not host this topic ID.".to_string(),
+                    )
+                }),
+        }
+    }
+
+    /// Deletes topic `name` (found with [`Admin::find_topic`]) and stops serving it.
+    pub async fn delete_topic(&self, name: &str) -> Result<(), AdminError> {
+        self.replicas.metastore().delete_topic(name).await?;
+        self.replicas.sync_topic(name).await?;
+        Ok(())
+    }
+
+    /// Grows topic `name` to `count` partitions, placing the new ones (or on the given
+    /// replica lists, one per new partition).
+    pub async fn create_partitions(
+        &self,
+        name: &str,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
+        let topic = self.replicas.topic(name).ok_or_else(|| {
+            AdminError::UnknownTopic(format!("The topic '{name}' does not exist."))
+        })?;
+        let current = topic.partitions.len() as i32;
+        check_partition_count(count)?;
+        if count <= current {
+            return Err(AdminError::InvalidPartitions(format!(
+                "Topic currently has {current} partitions, which is higher than or equal to the requested {count}."
+            )));
+        }
+        let added = (count - current) as usize;
+        let rf = topic.record.replication_factor.max(1) as usize;
+        let live = self.live_agents().await;
+        let assignments: Vec<Vec<i32>> = match assignments.filter(|a| !a.is_empty()) {
+            Some(lists) => {
+                if lists.len() != added {
+                    return Err(AdminError::InvalidReplicaAssignment(format!(
+                        "Increasing the number of partitions by {added} but {} assignments provided.",
+                        lists.len()
+                    )));
+                }
+                for l in &lists {
+                    check_replicas(&live, l)?;
+                    if l.len() != rf {
+                        return Err(AdminError::InvalidReplicaAssignment(format!(
+                            "Inconsistent replication factor between partitions, partition 0 has {rf} while the new assignment has {}.",
+                            l.len()
+                        )));
+                    }
+                }
+                lists
+            }
+            None if rf > live.len() => {
+                return Err(AdminError::InvalidReplicationFactor(format!(
+                    "Replication factor: {rf} larger than available brokers: {}.",
+                    live.len()
+                )));
+            }
+            None => place(&live, current as usize, added, rf),
+        };
+        self.replicas
+            .check_file_budget(&assignments)
+            .map_err(AdminError::InvalidPartitions)?;
+        if validate_only {
+            return Ok(());
+        }
+        self.replicas
+            .metastore()
+            .add_partitions(name, current as usize, assignments)
+            .await?;
+        self.replicas.sync_topic(name).await?;
+        Ok(())
+    }
+}
+
+/// A topic deleted while it was being created or read.
+pub fn vanished(name: &str) -> AdminError {
+    AdminError::UnknownTopic(format!("Topic '{name}' was deleted concurrently."))
+}
+
+/// The live agents in placement order: alternating between racks (each rack's agents by
+/// node id, racks by name; agents without a rack form one group), as Kafka's rack-aware
+/// assignment does.
+fn rack_alternated(live: &[AgentRecord]) -> Vec<i32> {
+    let mut racks: BTreeMap<Option<&str>, Vec<i32>> = BTreeMap::new();
+    for a in live {
+        racks.entry(a.rack.as_deref()).or_default().push(a.node_id);
+    }
+    for nodes in racks.values_mut() {
+        nodes.sort_unstable();
+    }
+    let mut order = Vec::with_capacity(live.len());
+    for i in 0.. {
+        let before = order.len();
+        order.extend(racks.values().filter_map(|nodes| nodes.get(i)));
+        if order.len() == before {
+            break;
+        }
+    }
+    order
+}
+
+/// Replica lists for partitions `first..first + count`: partition *p* is led by the
+/// *p*-th agent of `order` and copied to the next `rf - 1`, so leaders spread evenly and,
+/// with racks, a partition's replicas sit on different racks where there are enough.
+fn place(order: &[i32], first: usize, count: usize, rf: usize) -> Vec<Vec<i32>> {
+    (first..first + count)
+        .map(|p| (0..rf).map(|r| order[(p + r) % order.len()]).collect())
+        .collect()
+}
+
+/// Refuses a topic of more than [`MAX_PARTITIONS_PER_TOPIC`] partitions, before
+/// anything is placed or allocated for it.
+fn check_partition_count(count: i32) -> Result<(), AdminError> {
+    if count > MAX_PARTITIONS_PER_TOPIC {
+        return Err(AdminError::InvalidPartitions(format!(
+            "Number of partitions {count} is above the limit of {MAX_PARTITIONS_PER_TOPIC} partitions per topic."
+        )));
+    }
+    Ok(())
+}
+
+fn check_replicas(live: &[i32], replicas: &[i32]) -> Result<(), AdminError> {
+    let invalid = |why: String| Err(AdminError::InvalidReplicaAssignment(why));
+    if replicas.is_empty() {
+        return invalid("A replica list may not be empty".to_string());
+    }
+    let mut seen = replicas.to_vec();
+    seen.sort_unstable();
+    seen.dedup();
+    if seen.len() != replicas.len() {
+        return invalid("A replica list names a broker twice".to_string());
+    }
+    if let Some(unknown) = replicas.iter().find(|r| !live.contains(r)) {
+        return invalid(format!(
+            "Broker {unknown} in the replica assignment is not alive"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod placement_tests {
+    use super::*;
+
+    fn agent(node_id: i32, rack: Option<&str>) -> strata_metastore::AgentRecord {
+        strata_metastore::AgentRecord {
+            node_id,
+            host: "127.0.0.1".to_string(),
+            port: 9092,
+            http: String::new(),
+            rack: rack.map(str::to_string),
+            incarnation: String::new(),
+            data_dir_id: String::new(),
+            lease_until_ms: 0,
+        }
+    }
+
+    #[test]
+    fn replicas_spread_leaders_and_racks() {
+        let live = [
+            agent(1, Some("a")),
+            agent(2, Some("a")),
+            agent(3, Some("b")),
+            agent(4, Some("b")),
+        ];
+        let order = rack_alternated(&live);
+        assert_eq!(order, vec![1, 3, 2, 4]);
+        let lists = place(&order, 0, 4, 2);
+        assert_eq!(lists, vec![vec![1, 3], vec![3, 2], vec![2, 4], vec![4, 1]]);
+        for l in &lists {
+            let racks: Vec<_> = l
+                .iter()
+                .map(|n| live[(*n - 1) as usize].rack.clone())
+                .collect();
+            assert_ne!(racks[0], racks[1], "replicas {l:?} share a rack");
+        }
+        // No racks: node order, round robin.
+        let plain = [agent(1, None), agent(2, None), agent(3, None)];
+        assert_eq!(
+            place(&rack_alternated(&plain), 4, 2, 3),
+            vec![vec![2, 3, 1], vec![3, 1, 2]]
+        );
+    }
+}
