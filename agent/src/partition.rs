@@ -282,24 +282,11 @@ impl Partition {
         o.leader.then_some(o.leader_epoch)
     }
 
-    /// Checks a client's `current_leader_epoch` (-1: not given) against this replica's.
+    /// Checks a client's `current_leader_epoch` (-1: not given) against this replica's
+    /// ([`Replica::check_epoch`]).
     pub fn check_epoch(&self, current_leader_epoch: i32) -> Result<(), PartitionError> {
-        let current = self.offsets.borrow().leader_epoch;
-        if current_leader_epoch < 0 || current_leader_epoch == current {
-            Ok(())
-        } else if current_leader_epoch < current {
-            Err(PartitionError::FencedLeaderEpoch {
-                partition: self.name(),
-                current,
-                got: current_leader_epoch,
-            })
-        } else {
-            Err(PartitionError::UnknownLeaderEpoch {
-                partition: self.name(),
-                current,
-                got: current_leader_epoch,
-            })
-        }
+        let checked = self.replica().check_epoch(current_leader_epoch);
+        checked.map_err(|r| self.refused(r, current_leader_epoch))
     }
 
     /// Validates and appends a produced record set as leader; returns at once (not
