@@ -96,7 +96,13 @@ def test_reassignment_copies_before_it_switches_and_elect_leaders_moves_leadersh
 
     lead = wait_until(leader_view, 10, "agent 3 leading over HTTP")[0]
     assert {f["node_id"] for f in lead["followers"]} == {2}, lead
-    follow = replicas_on(2)
+    # Agent 2 learns the new epoch from the metastore on its own (a watch), possibly
+    # after agent 3 already leads it: wait for its view, then check it.
+    def follower_view():
+        mine = replicas_on(2)
+        return mine if mine and mine[0].get("leader") == 3 else None
+
+    follow = wait_until(follower_view, 10, "agent 2 following agent 3 over HTTP")
     assert [(p["role"], p["leader"], p["log_end_offset"]) for p in follow] == \
         [("follower", 3, len(values))], follow
     assert replicas_on(1) == [], "agent 1 no longer holds a replica"
