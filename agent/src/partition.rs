@@ -106,6 +106,14 @@ pub enum PartitionError {
         isr: usize,
         min: usize,
     },
+    #[error(
+        "partition {partition}: the new leader's high watermark {high_watermark} has not reached the start of its epoch {epoch_start} yet"
+    )]
+    OffsetNotAvailable {
+        partition: String,
+        high_watermark: i64,
+        epoch_start: i64,
+    },
 }
 
 impl Partition {
@@ -241,6 +249,14 @@ impl Partition {
                 isr,
                 min,
             },
+            Refusal::WatermarkBehindEpochStart {
+                high_watermark,
+                epoch_start,
+            } => PartitionError::OffsetNotAvailable {
+                partition,
+                high_watermark,
+                epoch_start,
+            },
             Refusal::BeyondLogEnd { offset, log_end } => {
                 PartitionError::Log(strata_log::Error::OffsetOutOfRange {
                     offset,
@@ -287,6 +303,13 @@ impl Partition {
     pub fn check_epoch(&self, current_leader_epoch: i32) -> Result<(), PartitionError> {
         let checked = self.replica().check_epoch(current_leader_epoch);
         checked.map_err(|r| self.refused(r, current_leader_epoch))
+    }
+
+    /// Whether this leader may answer offsets to clients yet
+    /// ([`Replica::offsets_settled`], KIP-207).
+    pub fn offsets_settled(&self) -> Result<(), PartitionError> {
+        let settled = self.replica().offsets_settled();
+        settled.map_err(|r| self.refused(r, -1))
     }
 
     /// Validates and appends a produced record set as leader; returns at once (not

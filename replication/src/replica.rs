@@ -63,6 +63,12 @@ pub enum Refusal {
     /// A follower fetches from beyond the leader's log end: it has a divergent suffix
     /// to cut first, and is caught up with nothing.
     BeyondLogEnd { offset: i64, log_end: i64 },
+    /// A new leader's watermark has not yet reached the log end its epoch began with:
+    /// offsets answered now could be older than ones its predecessor answered.
+    WatermarkBehindEpochStart {
+        high_watermark: i64,
+        epoch_start: i64,
+    },
 }
 
 /// Where an acks=all write appended in an epoch stands.
@@ -220,6 +226,24 @@ impl Replica {
             std::cmp::Ordering::Greater => Err(Refusal::UnknownEpoch {
                 current: self.epoch,
             }),
+        }
+    }
+
+    /// Whether offsets may be answered to clients now (KIP-207): a new leader's
+    /// watermark starts at what it knew as a follower, which may be below the one the
+    /// previous leader answered; until it reaches the log end this epoch began with,
+    /// "latest" could go backwards and a reader would stop short of acknowledged
+    /// records. Clients retry the refusal (OFFSET_NOT_AVAILABLE).
+    pub fn offsets_settled(&self) -> Result<(), Refusal> {
+        match &self.role {
+            Role::Leader(l) if l.high_watermark < l.epoch_start_offset => {
+                Err(Refusal::WatermarkBehindEpochStart {
+                    high_watermark: l.high_watermark,
+                    epoch_start: l.epoch_start_offset,
+                })
+            }
+            Role::Leader(_) => Ok(()),
+            Role::Follower { .. } => Err(Refusal::NotLeader),
         }
     }
 
@@ -430,6 +454,28 @@ mod tests {
         assert_eq!(r.ack(0, 5, 3), Ack::NotEnoughReplicas { isr: 2 });
         r.apply(&record(2, 1, &[1, 2], &[1, 2]), 5, 2);
         assert_eq!(r.ack(0, 5, 2), Ack::Deposed);
+    }
+
+    #[test]
+    fn a_new_leader_answers_offsets_once_its_watermark_reaches_its_epoch_start() {
+        // It followed with 10 records and knew 6 committed; the old leader had
+        // answered up to 10.
+        let mut r = Replica::new(1, 10, 6);
+        r.apply(&record(2, 0, &[1, 2], &[1, 2]), 10, 0);
+        assert_eq!(r.offsets_settled(), Err(Refusal::NotLeader));
+        r.apply(&record(1, 1, &[1, 2], &[1, 2]), 10, 0);
+        assert_eq!(
+            r.offsets_settled(),
+            Err(Refusal::WatermarkBehindEpochStart {
+                high_watermark: 6,
+                epoch_start: 10
+            })
+        );
+        r.on_durable(10);
+        assert_eq!(r.on_replica_fetch(2, 1, 8, 10, 1), Ok(true));
+        assert!(r.offsets_settled().is_err(), "8 is still behind 10");
+        assert_eq!(r.on_replica_fetch(2, 1, 10, 10, 2), Ok(true));
+        assert_eq!(r.offsets_settled(), Ok(()));
     }
 
     /// An fsync that began before the log was cut back claims nothing: the offsets it

@@ -62,6 +62,7 @@ impl From<&PartitionError> for ApiError {
             PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
             PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
             PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+            PartitionError::OffsetNotAvailable { .. } => ResponseError::OffsetNotAvailable,
             PartitionError::NotEnoughReplicasAfterAppend { .. } => {
                 ResponseError::NotEnoughReplicasAfterAppend
             }

@@ -1,6 +1,8 @@
 //! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), and by timestamp (the
 //! first offset whose record timestamp is at or after the one given). Earliest and
 //! by-timestamp look in the archive too; max timestamp looks at the local log only.
+//! A new leader answers OFFSET_NOT_AVAILABLE until its watermark reached the start of
+//! its epoch (KIP-207), so that offsets never go backwards across a leader change.
 
 use std::sync::Arc;
 
@@ -46,7 +48,10 @@ pub async fn list_offsets(
             };
             match TopicState::served_in(topic.as_ref(), t.name.0.as_str(), p.partition_index) {
                 Err(e) => r.error_code = ApiError::from(&e).code(),
-                Ok(partition) => match partition.check_epoch(epoch) {
+                Ok(partition) => match partition
+                    .check_epoch(epoch)
+                    .and_then(|()| partition.offsets_settled())
+                {
                     Err(e) => r.error_code = ApiError::from(e).code(),
                     Ok(()) => match lookup(broker, partition, p.timestamp).await {
                         Ok((offset, timestamp)) => {

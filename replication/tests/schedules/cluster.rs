@@ -112,11 +112,14 @@ impl Sim {
         );
     }
 
-    /// A consumer reads one offset below the watermark of a node acting as leader.
+    /// A consumer reads one offset below the watermark of a node acting as leader, and
+    /// asks the leader the metastore names for the latest offset, with its epoch (as a
+    /// KIP-320 client does).
     pub(crate) fn consumer(&mut self) {
         if !self.rng.chance(self.p.read) {
             return;
         }
+        self.list_latest();
         let leaders: Vec<i32> = NODES
             .into_iter()
             .filter(|&id| {
@@ -141,6 +144,29 @@ impl Sim {
                 self.reads.insert(offset, value);
             }
         }
+    }
+
+    /// ListOffsets(latest) at the named leader in the named epoch: once answered, an
+    /// offset never goes back (KIP-207), or a reader that stops at it misses records
+    /// that were acknowledged.
+    fn list_latest(&mut self) {
+        let (id, epoch) = (self.meta.record.leader, self.meta.record.leader_epoch);
+        if id < 0 || !self.node(id).runs() {
+            return;
+        }
+        let replica = &self.node(id).replica;
+        if replica.check_epoch(epoch).is_err() || replica.offsets_settled().is_err() {
+            return;
+        }
+        let latest = replica.high_watermark();
+        if latest < self.latest {
+            self.violation(format!(
+                "[3] node {id} answered latest offset {latest} in epoch {epoch}, \
+                 {} was answered before",
+                self.latest
+            ));
+        }
+        self.latest = self.latest.max(latest);
     }
 
     pub(crate) fn live(&self) -> Vec<i32> {

@@ -60,7 +60,8 @@
 //!   every added replica is in the ISR, in a new epoch); and now and then [`prefer`].
 //! - **Clients.** A producer sends unique values to the node its (often stale) metadata
 //!   names as leader, without retries; a consumer reads random offsets below the
-//!   watermark of a random node that acts as leader (including stale ones).
+//!   watermark of a random node that acts as leader (including stale ones), and asks
+//!   the leader of the current epoch for the latest offset.
 //!
 //! Faults: crashes and restarts, pauses and resumes (of any node, and more often of the
 //! leader), leaders stalling right after they appended or served new batches (when only
@@ -77,7 +78,9 @@
 //!    watermark; the in-sync replicas equal the leader; no follower ever cuts its log
 //!    below its own watermark, and right after its cut a follower's log is a prefix of
 //!    the log of the leader it asked (what KIP-101/279 truncation is for);
-//! 3. whatever a consumer read is never contradicted, by a later read or the final log;
+//! 3. whatever a consumer read is never contradicted, by a later read or the final log,
+//!    and the latest offset a leader answers in the current epoch never goes back
+//!    (KIP-207);
 //! 4. at most one node acknowledges writes in any epoch, and a leader's watermark never
 //!    falls;
 //! 5. epoch histories rise in epoch and offset and match the epochs in the log;
@@ -155,6 +158,8 @@ pub(crate) struct Sim {
     pub(crate) acked: Vec<Acked>,
     /// Offset -> value, for everything a consumer read.
     pub(crate) reads: BTreeMap<i64, u64>,
+    /// The highest latest offset a leader answered a consumer.
+    pub(crate) latest: i64,
     /// Epoch -> the node that acknowledged writes in it.
     pub(crate) ackers: BTreeMap<i32, i32>,
     /// The target of the reassignment in progress, as the admin asked for it.
@@ -202,6 +207,7 @@ impl Sim {
             next_value: 1,
             acked: Vec::new(),
             reads: BTreeMap::new(),
+            latest: 0,
             ackers: BTreeMap::new(),
             target: None,
             violations: Vec::new(),
