@@ -20,6 +20,7 @@ use crate::producer_ids::ProducerIds;
 use crate::replicas::{ReplicaConfig, ReplicaManager};
 use crate::service::admin::Admin;
 use crate::service::fetch::Fetching;
+use crate::service::lifecycle::{Lifecycle, LifecycleConfig};
 use crate::service::produce::Producing;
 
 /// How this agent names itself to clients.
@@ -45,6 +46,7 @@ pub struct Broker {
     producing: Producing,
     fetching: Fetching,
     admin: Admin,
+    lifecycle: Arc<Lifecycle>,
     /// The tiering worker, when it runs inside this agent.
     tiering: Option<Arc<TieringWorker>>,
     shutdown: CancellationToken,
@@ -110,6 +112,13 @@ impl Broker {
         )
         .await?;
         let admin = Admin::new(Arc::clone(&replicas), settings.topic_defaults.clone());
+        let lifecycle = Arc::new(Lifecycle::new(
+            Arc::clone(&replicas),
+            LifecycleConfig {
+                check_interval_ms: settings.log_retention_check_interval_ms,
+                archive_grace_ms: settings.archive_gc_grace_ms,
+            },
+        ));
         Ok(Arc::new(Broker {
             producer_ids: ProducerIds::new(metastore.clone()),
             identity: Identity {
@@ -125,6 +134,7 @@ impl Broker {
             producing: Producing::new(Arc::clone(&replicas)),
             fetching: Fetching::new(Arc::clone(&replicas)),
             admin,
+            lifecycle,
             replicas,
             tiering,
             shutdown,
@@ -176,6 +186,12 @@ impl Broker {
     /// Creating, deleting and growing topics ([`crate::service::admin`]).
     pub fn admin(&self) -> &Admin {
         &self.admin
+    }
+
+    /// Retention, DeleteRecords and archive collection
+    /// ([`crate::service::lifecycle`]).
+    pub fn lifecycle(&self) -> &Arc<Lifecycle> {
+        &self.lifecycle
     }
 
     pub fn tiering(&self) -> Option<&Arc<TieringWorker>> {

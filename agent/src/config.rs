@@ -74,6 +74,14 @@ pub struct Settings {
     pub tiering_enabled: bool,
     /// How often the tiering worker looks for closed segments.
     pub tiering_interval_ms: u64,
+    /// Kafka's `log.retention.check.interval.ms`: how often the leader applies
+    /// `retention.ms` and `retention.bytes` and collects archived objects.
+    pub log_retention_check_interval_ms: u64,
+    /// How long an archived object that no manifest names any more (past retention, of
+    /// a deleted topic, or an upload never published) stays in the store before it is
+    /// deleted: longer than any read or upload in flight (calls time out after a
+    /// minute).
+    pub archive_gc_grace_ms: i64,
     /// Bytes of archived data (rebuilt row groups) kept in memory for replays.
     pub archive_cache_bytes: u64,
     /// This agent's membership lease (ms), renewed every fifth of it. An agent whose
@@ -169,6 +177,8 @@ impl Default for Settings {
             archive_url: None,
             tiering_enabled: true,
             tiering_interval_ms: 1000,
+            log_retention_check_interval_ms: 300_000,
+            archive_gc_grace_ms: 600_000,
             archive_cache_bytes: 256 * 1024 * 1024,
             lease_ms: 10_000,
             replica_lag_time_max_ms: 30_000,

@@ -1,7 +1,9 @@
 //! The HTTP API beside the Kafka port. For now: `/healthz` (the process is up),
 //! `/readyz` (the Kafka listener accepts and the metastore answers), `/v1/tiering`
-//! (archive progress) and `/v1/partitions` (this agent's replicas: role, epoch,
-//! offsets, and for leaders the ISR and each follower's progress).
+//! (archive progress), `/v1/partitions` (this agent's replicas: role, epoch,
+//! offsets, and for leaders the ISR and each follower's progress) and
+//! `/v1/compaction` (the data lifecycle of the partitions led here: log start, last
+//! and next retention pass, bytes reclaimed).
 
 use std::sync::Arc;
 
@@ -19,6 +21,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/readyz", get(readyz))
         .route("/v1/tiering", get(tiering))
         .route("/v1/partitions", get(partitions))
+        .route("/v1/compaction", get(compaction))
         .with_state(broker)
 }
 
@@ -49,6 +52,17 @@ async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Va
             serde_json::json!({ "archive": archive, "partitions": [], "note": "tiering runs in another process" })
         }
     })
+}
+
+/// The data lifecycle of the partitions this agent leads, as of the last pass.
+async fn compaction(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
+    let lifecycle = broker.lifecycle();
+    axum::Json(serde_json::json!({
+        "retention_check_interval_ms": broker.settings().log_retention_check_interval_ms,
+        "archive_gc_grace_ms": broker.settings().archive_gc_grace_ms,
+        "partitions": lifecycle.status(),
+        "note": "retention and DeleteRecords only: log compaction (cleanup.policy=compact) is not built yet, so no dirty ratio",
+    }))
 }
 
 /// This agent's replicas, leaders and followers, as each sees itself now.

@@ -150,6 +150,7 @@ pub async fn start_on(
         "maintenance",
         Arc::clone(replicas).maintenance(Duration::from_secs(5)),
     );
+    tasks.spawn("data lifecycle", Arc::clone(broker.lifecycle()).run());
     tasks.spawn(
         "follow topic changes",
         Arc::clone(replicas).follow_topic_changes(),

@@ -81,6 +81,14 @@ struct AgentArgs {
     /// How often (ms) the tiering worker looks for closed segments.
     #[arg(long, env = "STRATA_TIERING_INTERVAL_MS")]
     tiering_interval_ms: Option<u64>,
+    /// Kafka's log.retention.check.interval.ms: how often retention runs (default
+    /// 300000).
+    #[arg(long, env = "STRATA_LOG_RETENTION_CHECK_INTERVAL_MS")]
+    log_retention_check_interval_ms: Option<u64>,
+    /// How long (ms) an archived object no manifest names stays before it is deleted
+    /// (default 600000).
+    #[arg(long, env = "STRATA_ARCHIVE_GC_GRACE_MS")]
+    archive_gc_grace_ms: Option<i64>,
     /// Kafka's group.initial.rebalance.delay.ms.
     #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -166,6 +174,12 @@ impl AgentArgs {
         }
         if let Some(v) = self.tiering_interval_ms {
             s.tiering_interval_ms = v;
+        }
+        if let Some(v) = self.log_retention_check_interval_ms {
+            s.log_retention_check_interval_ms = v;
+        }
+        if let Some(v) = self.archive_gc_grace_ms {
+            s.archive_gc_grace_ms = v;
         }
         if let Some(v) = self.default_replication_factor {
             s.topic_defaults.replication_factor = v;

@@ -754,6 +754,40 @@ impl Partition {
         Ok(deleted)
     }
 
+    /// Moves the log start up to `offset` (retention or DeleteRecords, as the metastore
+    /// has it) and deletes the sealed segments wholly below it, on the blocking pool.
+    /// Returns how many segments went.
+    pub async fn advance_start(self: &Arc<Self>, offset: i64) -> Result<usize, PartitionError> {
+        if offset <= self.log().start_floor() && self.log_start_offset() >= offset {
+            return Ok(0);
+        }
+        self.blocking(move |p| Ok(p.log().advance_start(offset)?))
+            .await
+    }
+
+    /// The log start retention and DeleteRecords set (0 if never): it may lie below
+    /// the local log's start, where the archive serves.
+    pub fn start_floor(&self) -> i64 {
+        self.log().start_floor()
+    }
+
+    /// What retention may delete locally, oldest first: the sealed segments wholly below
+    /// the high watermark; and the bytes of the rest (the active segment, and segments
+    /// not sealed or not committed yet), which count towards `retention.bytes` but never
+    /// go.
+    pub fn retention_candidates(&self) -> (Vec<ClosedSegmentInfo>, u64) {
+        let hw = self.high_watermark();
+        let log = self.log();
+        let mut candidates = log.closed_segments();
+        candidates.retain(|s| s.next_offset > log.log_start_offset());
+        if let Some(n) = candidates.iter().position(|s| s.next_offset > hw) {
+            candidates.truncate(n);
+        }
+        let candidate_bytes: u64 = candidates.iter().map(|s| s.size_bytes).sum();
+        let all_bytes = log.size_bytes();
+        (candidates, all_bytes.saturating_sub(candidate_bytes))
+    }
+
     pub fn set_config(&self, config: LogConfig) {
         self.log().set_config(config);
     }

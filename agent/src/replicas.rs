@@ -456,6 +456,15 @@ impl ReplicaManager {
             };
             partitions.push(replica);
         }
+        if !opened.partitions.is_empty() {
+            // Before a new replica serves: the log start retention and DeleteRecords set.
+            let starts = self.metastore.log_starts(&record.name).await?;
+            for p in &opened.partitions {
+                if let Some(&start) = starts.get(&p.index) {
+                    p.advance_start(start).await?;
+                }
+            }
+        }
         for (replica, p) in partitions.iter().zip(&record.partitions) {
             if let Some(replica) = replica {
                 self.apply_role(replica, p);
@@ -486,7 +495,25 @@ impl ReplicaManager {
     /// Leads or follows as the partition record says; a new follower starts copying.
     fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) {
         let now_ms = self.membership.clock().wall_ms();
-        if let Transition::Follows { leader, epoch, .. } = replica.apply(p, now_ms)
+        let transition = replica.apply(p, now_ms);
+        if let Transition::Leads { .. } = transition {
+            // A follower learns the log start at most one maintenance pass late; a new
+            // leader reads it at once.
+            let (metastore, replica) = (self.metastore.clone(), Arc::clone(replica));
+            self.tasks
+                .spawn(format!("log start of {}", replica.name()), async move {
+                    match metastore.log_start(&replica.topic, replica.index).await {
+                        Ok(start) => {
+                            if let Err(e) = replica.advance_start(start).await {
+                                tracing::warn!(partition = %replica.name(), error = %e, "cannot move the log start");
+                            }
+                        }
+                        Err(e) => tracing::warn!(partition = %replica.name(), error = %e, "cannot read the log start"),
+                    }
+                    Stopped::Done("log start read")
+                });
+        }
+        if let Transition::Follows { leader, epoch, .. } = transition
             && leader >= 0
         {
             let stop = replica.start_fetcher();
@@ -609,6 +636,7 @@ impl ReplicaManager {
                 tracing::warn!(error = %e, "cannot refresh topics from the metastore");
             }
             let now = now_ms();
+            self.sync_log_starts().await;
             self.apply_local_retention(now).await;
             let producer_cutoff = now - self.config.producer_id_expiration_ms;
             for topic in self.topics() {
@@ -638,7 +666,8 @@ impl ReplicaManager {
             })
             .collect()
     }
-    /// The first offset a client can read: archived or local.
+    /// The first offset a client can read: archived or local, and never below the log
+    /// start that retention or DeleteRecords set.
     pub async fn log_start_offset(&self, partition: &Partition) -> i64 {
         let local = partition.log_start_offset();
         match self
@@ -646,8 +675,8 @@ impl ReplicaManager {
             .start_offset(&partition.topic, partition.index)
             .await
         {
-            Ok(Some(archived)) => archived.min(local),
-            Ok(None) => local,
+            Ok(Some(archived)) if archived < local => archived.max(partition.start_floor()),
+            Ok(_) => local,
             Err(e) => {
                 tracing::warn!(topic = %partition.topic, partition = partition.index, error = %e, "cannot read the archive manifest");
                 local
@@ -667,6 +696,14 @@ impl ReplicaManager {
             out.log_start_offset = self.log_start_offset(partition).await;
             return Ok(out);
         }
+        let log_start = self.log_start_offset(partition).await;
+        if offset < log_start {
+            return Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
+                offset,
+                log_start,
+                log_end: partition.high_watermark(),
+            }));
+        }
         let archived = self
             .archive
             .read(&partition.topic, partition.index, offset, max_bytes)
@@ -683,6 +720,30 @@ impl ReplicaManager {
                 log_end: partition.high_watermark(),
             })),
             Err(e) => Err(PartitionError::Archive(e.to_string())),
+        }
+    }
+    /// Applies the log starts the metastore has (set by the leader's retention or
+    /// DeleteRecords) to this agent's replicas, leaders and followers, deleting the
+    /// local segments below them.
+    pub async fn sync_log_starts(&self) {
+        for topic in self.topics() {
+            if topic.local_partitions().next().is_none() {
+                continue;
+            }
+            let starts = match self.metastore.log_starts(&topic.record.name).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(topic = %topic.record.name, error = %e, "cannot read log starts");
+                    continue;
+                }
+            };
+            for p in topic.local_partitions() {
+                if let Some(&start) = starts.get(&p.index)
+                    && let Err(e) = p.advance_start(start).await
+                {
+                    tracing::warn!(partition = %p.name(), error = %e, "cannot move the log start");
+                }
+            }
         }
     }
     /// Deletes local segments that are archived and past local retention.

@@ -396,6 +396,18 @@ impl TopicConfig {
         (ms, bytes)
     }
 
+    /// `retention.ms` and `retention.bytes`, if `cleanup.policy` deletes (`delete` or
+    /// `compact,delete`).
+    pub fn retention(&self) -> Option<strata_compactor::Policy> {
+        let deletes = self
+            .get("cleanup.policy")
+            .is_some_and(|p| p.split(',').any(|x| x.trim() == "delete"));
+        deletes.then(|| strata_compactor::Policy {
+            retention_ms: self.long("retention.ms"),
+            retention_bytes: self.long("retention.bytes"),
+        })
+    }
+
     pub fn log_config(&self) -> LogConfig {
         LogConfig {
             segment_bytes: self.long("segment.bytes").max(14) as u64,

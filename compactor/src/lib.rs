@@ -1,3 +1,18 @@
-//! Compactor: retention, log compaction, Parquet merging and orphan collection.
+//! The compactor: the data lifecycle of a partition across the local log and the
+//! archive.
 //!
-//! Not built yet; the crate exists so the workspace has the layout of DESIGN.md section 3.
+//! - [`retention`]: where `retention.ms` and `retention.bytes` put the log start, over
+//!   the archived objects and the local segments as one log (Kafka's rules: whole
+//!   segments or objects, oldest first, never the active segment);
+//! - [`gc`]: deleting archived objects that no manifest names any more, once a grace
+//!   period for readers that planned on them has passed (the crash-consistency argument
+//!   is in its module docs).
+//!
+//! Log compaction (`cleanup.policy=compact`) and the merging of small archived objects
+//! are not built yet (issue 15).
+
+pub mod gc;
+pub mod retention;
+
+pub use gc::{Collected, collect_garbage, collect_orphans};
+pub use retention::{Policy, Unit, retention_start};

@@ -105,6 +105,10 @@ pub struct PartitionLog {
     generation: u64,
     /// A segment was created since the directory was last fsynced.
     dir_unsynced: bool,
+    /// The log start set by retention or DeleteRecords ([`PartitionLog::advance_start`]),
+    /// which may lie inside the first segment; the owner keeps it (strata: in the
+    /// metastore) and sets it again after opening.
+    start_floor: i64,
 }
 
 /// A segment closed for appends and not sealed yet (see `docs/log-format.md`, "Rolls").
@@ -301,6 +305,7 @@ impl PartitionLog {
             unsealed,
             generation: 0,
             dir_unsynced: false,
+            start_floor: 0,
         };
         log.rebuild_producer_state()?;
         log.rebuild_epochs()?;
@@ -338,11 +343,39 @@ impl PartitionLog {
             .expect("a log always has an active segment")
     }
 
+    /// The first offset that may be read: the first segment's base, or the start set by
+    /// [`PartitionLog::advance_start`] if that is higher (never beyond the log end).
     pub fn log_start_offset(&self) -> i64 {
+        self.first_base()
+            .max(self.start_floor)
+            .min(self.log_end_offset())
+    }
+
+    /// The log start last set by [`PartitionLog::advance_start`] (0 if never).
+    pub fn start_floor(&self) -> i64 {
+        self.start_floor
+    }
+
+    /// The base offset of the oldest segment on disk.
+    fn first_base(&self) -> i64 {
         self.segments
             .values()
             .next()
             .map_or(0, Segment::base_offset)
+    }
+
+    /// Moves the log start up to `offset` (at most the log end; never down), as
+    /// retention and DeleteRecords do, and deletes the sealed segments wholly below it.
+    /// Reads below the start are refused from now on, even where a segment still holds
+    /// the records. Returns the number of segments deleted.
+    pub fn advance_start(&mut self, offset: i64) -> Result<usize> {
+        let offset = offset.min(self.log_end_offset());
+        if offset > self.start_floor {
+            self.start_floor = offset;
+            self.generation += 1;
+        }
+        let floor = self.start_floor;
+        self.delete_oldest_segments(|s| s.next_offset <= floor)
     }
 
     pub fn log_end_offset(&self) -> i64 {
@@ -563,7 +596,7 @@ impl PartitionLog {
     /// batch after it.
     fn rebuild_producer_state(&mut self) -> Result<()> {
         let end = self.log_end_offset();
-        let mut from = self.log_start_offset();
+        let mut from = self.first_base();
         let mut state = ProducerState::default();
         for (offset, path) in producer_state::list_snapshots(&self.dir)?.into_iter().rev() {
             if offset > end {
@@ -891,6 +924,35 @@ mod tests {
         assert!(index.exists());
         assert_eq!(log.open_files(), 1);
         assert!(!log.flush_target().expect("target").has_closed_segments());
+    }
+
+    /// DeleteRecords and retention move the start inside a segment: reads below it are
+    /// refused although the segment still holds them; sealed segments wholly below it
+    /// go; the active segment stays; the start never moves back nor past the end.
+    #[test]
+    fn the_log_start_moves_up_inside_segments() {
+        let (_dir, mut log) = rolled_log();
+        log.flush().expect("seal");
+        let closed = log.closed_segments();
+        let second = closed[1].clone();
+        let inside = second.base_offset + 1;
+        assert_eq!(log.advance_start(inside).expect("advance"), 1);
+        assert_eq!(log.log_start_offset(), inside);
+        assert_eq!(log.closed_segments()[0], second, "the first segment went");
+        assert!(matches!(
+            log.read(second.base_offset, 1 << 20),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+        assert!(!log.read(inside, 1 << 20).expect("read").is_empty());
+        assert_eq!(log.advance_start(3).expect("never back"), 0);
+        assert_eq!(log.log_start_offset(), inside);
+        let end = log.log_end_offset();
+        log.advance_start(end + 50).expect("to the end");
+        assert_eq!(log.log_start_offset(), end, "not past the end");
+        assert_eq!(log.segment_count(), 1, "only the active segment stays");
+        log.append(&encode_batch(3, 5000, Compression::None), 0)
+            .expect("append after");
+        assert_eq!(log.log_end_offset(), end + 3);
     }
 
     /// A crash (of the machine) after a roll and before the flusher sealed the closed

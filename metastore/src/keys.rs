@@ -8,6 +8,8 @@
 //! | (prefix, "topic", name)               | TopicRecord      | admin requests          |
 //! | (prefix, "partition", name, index)    | PartitionRecord  | admin; later the leader |
 //! | (prefix, "manifest", name, index, first offset) | ManifestEntry | the tiering worker |
+//! | (prefix, "logstart", name, index)     | LogStart         | retention, DeleteRecords |
+//! | (prefix, "garbage", object path)      | Garbage          | retention, topic deletion; the compactor deletes |
 //!
 //! Group, offset and producer-id keys are in `groups.rs`.
 
@@ -53,6 +55,14 @@ impl Key {
     }
 }
 
+/// The integer element encoded by [`Key::u32`] at byte `at` of `key`, if there is one.
+pub fn u32_at(key: &[u8], at: usize) -> Option<u32> {
+    match key.get(at..at + 5)? {
+        [0x15, b @ ..] => Some(u32::from_be_bytes([b[0], b[1], b[2], b[3]])),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -66,5 +76,8 @@ mod tests {
         let p1 = Key::new(b"p").str("t").u32(1).into_bytes();
         let p256 = Key::new(b"p").str("t").u32(256).into_bytes();
         assert!(p1 < p256);
+        let prefix = Key::new(b"p").str("t").into_bytes();
+        assert_eq!(u32_at(&p256, prefix.len()), Some(256));
+        assert_eq!(u32_at(&p256, 1), None);
     }
 }

@@ -5,12 +5,20 @@
 //! short transaction. Publishing is idempotent: an entry whose offsets are already covered
 //! is not added again (the object it names becomes an orphan for the compactor), so a
 //! crash or retry between upload and publish leaves neither a gap nor a double entry.
+//!
+//! The partition's log start (moved by retention and DeleteRecords) lives here too: one
+//! transaction advances it and retires the entries wholly below it, which become
+//! [`Garbage`]: the object stays in the store until the grace period for readers that
+//! planned on it has passed, and only then does the compactor delete it. An object is
+//! therefore never deleted while a manifest names it, and never named once deleted.
+
+use std::collections::BTreeMap;
 
 use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::kv::prefix_end;
+use crate::kv::{KvTransaction, prefix_end};
 use crate::topics::{Metastore, decode, encode};
 
 /// One archived object.
@@ -26,6 +34,26 @@ pub struct ManifestEntry {
     pub path: String,
     /// CRC32C of the object's bytes.
     pub checksum: u32,
+}
+
+/// An archived object that no manifest names any more (retired below the log start, or
+/// its topic deleted), waiting to be deleted from the store.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Garbage {
+    pub topic: String,
+    pub partition: i32,
+    /// Object path relative to the store's root.
+    pub path: String,
+    pub size_bytes: u64,
+    /// When it left the manifest (wall-clock ms): the grace period counts from here.
+    pub retired_at_ms: i64,
+}
+
+/// A partition's log start, as stored.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize)]
+struct LogStart {
+    partition: i32,
+    offset: i64,
 }
 
 /// What publishing did.
@@ -45,8 +73,171 @@ impl Metastore {
             .into_bytes()
     }
 
+    fn log_start_key(&self, topic: &str, partition: i32) -> Vec<u8> {
+        self.key()
+            .str("logstart")
+            .str(topic)
+            .u32(partition as u32)
+            .into_bytes()
+    }
+
+    fn garbage_prefix(&self) -> Vec<u8> {
+        self.key().str("garbage").into_bytes()
+    }
+
+    async fn read_log_start(txn: &mut dyn KvTransaction, key: &[u8]) -> Result<i64> {
+        match txn.get(key).await? {
+            Some(v) => Ok(decode::<LogStart>(key, &v)?.offset),
+            None => Ok(0),
+        }
+    }
+
+    /// Moves `entries` of a partition's manifest to the garbage list, in `txn`.
+    pub(crate) fn retire_in(
+        &self,
+        txn: &mut dyn KvTransaction,
+        topic: &str,
+        partition: i32,
+        entries: &[ManifestEntry],
+        now_ms: i64,
+    ) {
+        for e in entries {
+            let key = self
+                .key()
+                .str("manifest")
+                .str(topic)
+                .u32(partition as u32)
+                .u64(e.first_offset as u64)
+                .into_bytes();
+            txn.clear(&key);
+            let garbage = Garbage {
+                topic: topic.to_string(),
+                partition,
+                path: e.path.clone(),
+                size_bytes: e.size_bytes,
+                retired_at_ms: now_ms,
+            };
+            let gkey = self.key().str("garbage").str(&e.path).into_bytes();
+            txn.set(&gkey, &encode(&garbage));
+        }
+    }
+
+    /// The log start of a partition as retention and DeleteRecords left it (0 if they
+    /// never moved it). The first offset a client can read is this or, if higher, the
+    /// first offset still held (archived or local).
+    pub async fn log_start(&self, topic: &str, partition: i32) -> Result<i64> {
+        let key = self.log_start_key(topic, partition);
+        self.transact(move |txn| {
+            let key = key.clone();
+            async move { Self::read_log_start(txn, &key).await }.boxed()
+        })
+        .await
+    }
+
+    /// The log starts of every partition of `topic` that has one, by partition.
+    pub async fn log_starts(&self, topic: &str) -> Result<BTreeMap<i32, i64>> {
+        let prefix = self.key().str("logstart").str(topic).into_bytes();
+        self.transact(move |txn| {
+            let prefix = prefix.clone();
+            async move {
+                let mut out = BTreeMap::new();
+                for (k, v) in txn
+                    .get_range(&prefix, &prefix_end(&prefix), 0, false)
+                    .await?
+                {
+                    let s: LogStart = decode(&k, &v)?;
+                    out.insert(s.partition, s.offset);
+                }
+                Ok(out)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    /// Moves a partition's log start up to `offset` (never down) and, in the same
+    /// transaction, retires the manifest entries wholly below it. Returns the log start
+    /// afterwards and the entries retired (none on a retry whose first attempt did it).
+    pub async fn advance_log_start(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        now_ms: i64,
+    ) -> Result<(i64, Vec<ManifestEntry>)> {
+        let key = self.log_start_key(topic, partition);
+        let prefix = self.manifest_prefix(topic, partition);
+        let topic = topic.to_string();
+        let this = self.clone();
+        self.transact(move |txn| {
+            let (key, prefix, topic) = (key.clone(), prefix.clone(), topic.clone());
+            let this = this.clone();
+            async move {
+                let start = Self::read_log_start(txn, &key).await?.max(offset);
+                txn.set(
+                    &key,
+                    &encode(&LogStart {
+                        partition,
+                        offset: start,
+                    }),
+                );
+                let mut retired = Vec::new();
+                for (k, v) in txn
+                    .get_range(&prefix, &prefix_end(&prefix), 0, false)
+                    .await?
+                {
+                    let e: ManifestEntry = decode(&k, &v)?;
+                    if e.last_offset >= start {
+                        break;
+                    }
+                    retired.push(e);
+                }
+                this.retire_in(txn, &topic, partition, &retired, now_ms);
+                Ok((start, retired))
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    /// Up to `limit` archived objects waiting to be deleted, oldest path first.
+    pub async fn garbage(&self, limit: usize) -> Result<Vec<Garbage>> {
+        let prefix = self.garbage_prefix();
+        self.transact(move |txn| {
+            let prefix = prefix.clone();
+            async move {
+                let mut out = Vec::new();
+                for (k, v) in txn
+                    .get_range(&prefix, &prefix_end(&prefix), limit, false)
+                    .await?
+                {
+                    out.push(decode(&k, &v)?);
+                }
+                Ok(out)
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    /// Forgets garbage whose objects were deleted from the store.
+    pub async fn forget_garbage(&self, paths: &[String]) -> Result<()> {
+        let keys: Vec<Vec<u8>> = paths
+            .iter()
+            .map(|p| self.key().str("garbage").str(p).into_bytes())
+            .collect();
+        self.transact(move |txn| {
+            for k in &keys {
+                txn.clear(k);
+            }
+            async { Ok(()) }.boxed()
+        })
+        .await
+    }
+
     /// Publishes an uploaded object. It must continue the manifest (start right after the
-    /// last entry), or start it.
+    /// last entry), or start it. An object wholly below the log start is not published
+    /// (retention passed it while it was uploaded): it is left for collection.
     pub async fn publish_archived(
         &self,
         topic: &str,
@@ -61,9 +252,14 @@ impl Metastore {
             .u32(partition as u32)
             .u64(entry.first_offset as u64)
             .into_bytes();
+        let start_key = self.log_start_key(topic, partition);
         self.transact(move |txn| {
             let (prefix, key, entry) = (prefix.clone(), key.clone(), entry.clone());
+            let start_key = start_key.clone();
             async move {
+                if entry.last_offset < Self::read_log_start(txn, &start_key).await? {
+                    return Ok(Published::AlreadyCovered);
+                }
                 let last = txn.get_range(&prefix, &prefix_end(&prefix), 1, true).await?;
                 if let Some((k, v)) = last.first() {
                     let last: ManifestEntry = decode(k, v)?;
@@ -128,6 +324,62 @@ mod tests {
         for (_, m, _dir) in crate::test_metastores() {
             publishing_on(m).await;
         }
+    }
+
+    #[tokio::test]
+    async fn the_log_start_retires_what_lies_below_it() {
+        for (_, m, _dir) in crate::test_metastores() {
+            log_start_on(m).await;
+        }
+    }
+
+    async fn log_start_on(m: Metastore) {
+        for (first, last) in [(0, 99), (100, 199), (200, 299)] {
+            m.publish_archived("t", 0, entry(first, last))
+                .await
+                .expect("publish");
+        }
+        assert_eq!(m.log_start("t", 0).await.expect("read"), 0, "never moved");
+        // Inside the second object: the first is retired, the second stays.
+        let (start, _) = m
+            .advance_log_start("t", 0, 150, 1_000)
+            .await
+            .expect("advance");
+        assert_eq!(start, 150);
+        let firsts = |m: Vec<ManifestEntry>| m.iter().map(|e| e.first_offset).collect::<Vec<_>>();
+        assert_eq!(firsts(m.manifest("t", 0).await.expect("read")), [100, 200]);
+        let garbage = m.garbage(10).await.expect("garbage");
+        assert_eq!(
+            garbage,
+            [Garbage {
+                topic: "t".to_string(),
+                partition: 0,
+                path: "p/0".to_string(),
+                size_bytes: 10,
+                retired_at_ms: 1_000,
+            }]
+        );
+        // Never back.
+        let (start, retired) = m.advance_log_start("t", 0, 20, 2_000).await.expect("again");
+        assert_eq!((start, retired), (150, vec![]));
+        // An upload that retention overtook is not published.
+        m.advance_log_start("t", 1, 500, 2_000)
+            .await
+            .expect("other partition");
+        assert_eq!(
+            m.publish_archived("t", 1, entry(0, 99))
+                .await
+                .expect("late"),
+            Published::AlreadyCovered
+        );
+        assert_eq!(
+            m.log_starts("t").await.expect("starts"),
+            BTreeMap::from([(0, 150), (1, 500)])
+        );
+        m.forget_garbage(&["p/0".to_string()])
+            .await
+            .expect("forget");
+        assert!(m.garbage(10).await.expect("garbage").is_empty());
     }
 
     async fn publishing_on(m: Metastore) {

@@ -281,7 +281,9 @@ impl Metastore {
         .await
     }
 
-    pub async fn delete_topic(&self, name: &str) -> Result<TopicRecord> {
+    /// Deletes a topic at `now_ms`: its record, partitions and log starts; its archived
+    /// objects become [`crate::Garbage`] for the compactor to delete.
+    pub async fn delete_topic(&self, name: &str, now_ms: i64) -> Result<TopicRecord> {
         let name = name.to_string();
         let this = self.clone();
         // What an earlier attempt deleted, in case it committed but said it might not have.
@@ -300,9 +302,21 @@ impl Metastore {
                 txn.clear(this.key().str("topic").str(&name).bytes());
                 let begin = this.key().str("partition").str(&name).into_bytes();
                 txn.clear_range(&begin, &prefix_end(&begin));
-                // The archive's manifest goes with the topic; the objects become orphans
-                // that the compactor collects.
+                // The archive's manifest goes with the topic; its objects become
+                // garbage that the compactor deletes after the grace period.
                 let begin = this.key().str("manifest").str(&name).into_bytes();
+                for (k, v) in txn.get_range(&begin, &prefix_end(&begin), 0, false).await? {
+                    let e: crate::ManifestEntry = decode(&k, &v)?;
+                    let Some(p) = crate::keys::u32_at(&k, begin.len()) else {
+                        return Err(Error::Corrupt {
+                            key: String::from_utf8_lossy(&k).into_owned(),
+                            reason: "a manifest key without a partition".to_string(),
+                        });
+                    };
+                    this.retire_in(txn, &name, p as i32, &[e], now_ms);
+                }
+                txn.clear_range(&begin, &prefix_end(&begin));
+                let begin = this.key().str("logstart").str(&name).into_bytes();
                 txn.clear_range(&begin, &prefix_end(&begin));
                 Ok(topic)
             }
@@ -515,7 +529,7 @@ mod tests {
             m.add_partitions("w", 1, vec![vec![1]]).await.expect("add");
             wait(w, "add partitions").await;
             let w = m.watch_topics().await.expect("watch");
-            m.delete_topic("w").await.expect("delete");
+            m.delete_topic("w", 0).await.expect("delete");
             wait(w, "delete").await;
         }
     }
@@ -621,9 +635,9 @@ mod tests {
             .expect("configs");
         assert!(t.configs.is_empty());
         assert_eq!(m.topic("orders").await.expect("get"), Some(t));
-        m.delete_topic("orders").await.expect("delete");
+        m.delete_topic("orders", 0).await.expect("delete");
         assert!(matches!(
-            m.delete_topic("orders").await,
+            m.delete_topic("orders", 0).await,
             Err(Error::UnknownTopic(_))
         ));
         assert_eq!(m.topic("orders").await.expect("get"), None);

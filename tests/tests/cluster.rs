@@ -9,8 +9,14 @@
 use std::time::Duration;
 
 use bytes::Bytes;
+use kafka_protocol::messages::delete_records_request::{
+    DeleteRecordsPartition, DeleteRecordsTopic,
+};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{FetchRequest, MetadataRequest, metadata_request};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{
+    DeleteRecordsRequest, FetchRequest, ListOffsetsRequest, MetadataRequest, metadata_request,
+};
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use strata_tests::cluster::{Cluster, eventually};
 use strata_tests::{Client, batch, create, name, produce};
@@ -21,6 +27,10 @@ const TOPIC: &str = "replicated";
 const WITHIN: Duration = Duration::from_secs(30);
 
 async fn three_agents() -> Cluster {
+    three_agents_with(&[]).await
+}
+
+async fn three_agents_with(configs: &[(&str, &str)]) -> Cluster {
     let cluster = Cluster::start(3, |s| {
         s.topic_defaults.replication_factor = 3;
         s.topic_defaults
@@ -30,7 +40,7 @@ async fn three_agents() -> Cluster {
     .await
     .expect("cluster starts");
     let mut client = cluster.client(1).await.expect("connect");
-    assert_eq!(create(&mut client, TOPIC, 1, &[]).await, 0);
+    assert_eq!(create(&mut client, TOPIC, 1, configs).await, 0);
     all_in_sync(&cluster, 1).await;
     cluster
 }
@@ -128,23 +138,62 @@ async fn produce_all(cluster: &Cluster, leader: i32, values: &[String]) {
 
 /// Every value below the high watermark, read from the leader.
 async fn read_all(cluster: &Cluster, leader: i32) -> Vec<String> {
+    read_from(cluster, leader, 0).await
+}
+
+/// A consumer's fetch of partition 0 at `offset`, answered at once.
+fn fetch_request(offset: i64) -> FetchRequest {
+    let mut p = FetchPartition::default();
+    p.partition = 0;
+    p.fetch_offset = offset;
+    p.partition_max_bytes = 1024 * 1024;
+    let mut t = FetchTopic::default();
+    t.topic = name(TOPIC);
+    t.partitions = vec![p];
+    let mut request = FetchRequest::default();
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    request.max_wait_ms = 0;
+    request.max_bytes = 1024 * 1024;
+    request.topics = vec![t];
+    request
+}
+
+/// One fetch at `offset`: the error code and the log start it answers.
+async fn fetch_at(client: &mut Client, offset: i64) -> (i16, i64) {
+    let r = client
+        .send(12, &fetch_request(offset))
+        .await
+        .expect("fetch");
+    let data = &r.responses[0].partitions[0];
+    (data.error_code, data.log_start_offset)
+}
+
+/// ListOffsets(earliest): the error code and the offset.
+async fn earliest(client: &mut Client) -> (i16, i64) {
+    let mut p = ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = -2;
+    let mut t = ListOffsetsTopic::default();
+    t.name = name(TOPIC);
+    t.partitions = vec![p];
+    let mut request = ListOffsetsRequest::default();
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    request.topics = vec![t];
+    let r = client.send(7, &request).await.expect("list offsets");
+    let p = &r.topics[0].partitions[0];
+    (p.error_code, p.offset)
+}
+
+/// Every value from `offset` up to the high watermark, read from the leader.
+async fn read_from(cluster: &Cluster, leader: i32, from: i64) -> Vec<String> {
     let mut client = cluster.client(leader).await.expect("connect");
     let mut values = Vec::new();
-    let mut offset = 0;
+    let mut offset = from;
     loop {
-        let mut p = FetchPartition::default();
-        p.partition = 0;
-        p.fetch_offset = offset;
-        p.partition_max_bytes = 1024 * 1024;
-        let mut t = FetchTopic::default();
-        t.topic = name(TOPIC);
-        t.partitions = vec![p];
-        let mut request = FetchRequest::default();
-        request.replica_id = kafka_protocol::messages::BrokerId(-1);
-        request.max_wait_ms = 0;
-        request.max_bytes = 1024 * 1024;
-        request.topics = vec![t];
-        let r = client.send(12, &request).await.expect("fetch");
+        let r = client
+            .send(12, &fetch_request(offset))
+            .await
+            .expect("fetch");
         let data = &r.responses[0].partitions[0];
         assert_eq!(data.error_code, 0, "fetch from {leader} at {offset}");
         let mut records: Bytes = data.records.clone().unwrap_or_default();
@@ -274,5 +323,67 @@ async fn a_paused_follower_leaves_the_isr_and_comes_back() {
     cluster.resume(follower);
     all_in_sync(&cluster, p.leader).await;
     assert_eq!(read_all(&cluster, p.leader).await, written);
+    cluster.shutdown().await;
+}
+
+/// DeleteRecords moves the log start in the metastore: the followers apply it to their
+/// own logs (their segments below it go), and after the leader is killed the new one
+/// answers the same start, refuses fetches below it, and serves everything above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_start_holds_across_replicas_and_a_leader_change() {
+    let mut cluster = three_agents_with(&[("segment.bytes", "1024")]).await;
+    let before = partition(&cluster, 1)
+        .await
+        .expect("metadata")
+        .expect("led");
+    let written = values("kept-or-not", 60);
+    produce_all(&cluster, before.leader, &written).await;
+
+    let mut client = cluster.client(before.leader).await.expect("connect");
+    let mut t = DeleteRecordsTopic::default();
+    t.name = name(TOPIC);
+    let mut p = DeleteRecordsPartition::default();
+    p.partition_index = 0;
+    p.offset = 45;
+    t.partitions = vec![p];
+    let mut request = DeleteRecordsRequest::default();
+    request.topics = vec![t];
+    request.timeout_ms = 10_000;
+    let r = client.send(2, &request).await.expect("delete records");
+    let answer = &r.topics[0].partitions[0];
+    assert_eq!((answer.error_code, answer.low_watermark), (0, 45));
+
+    // Every follower moves its own log start (and deletes what lies below it).
+    for id in cluster.ids().into_iter().filter(|&id| id != before.leader) {
+        eventually(WITHIN, "a follower at the new log start", || async {
+            let agent = cluster.agent(id);
+            let topic = agent.broker.replicas().topic(TOPIC);
+            let replica = topic.as_ref().and_then(|t| t.replica(0).cloned());
+            Ok(replica.filter(|r| r.log_start_offset() == 45))
+        })
+        .await
+        .expect("the follower applies the log start");
+    }
+
+    cluster.kill(before.leader).await;
+    let via = other(&cluster, before.leader, before.leader);
+    let after = new_leader(&cluster, via, before.leader, before.epoch).await;
+    let start = eventually(WITHIN, "the new leader answers offsets", || async {
+        let mut client = cluster.client(after.leader).await?;
+        let (code, offset) = earliest(&mut client).await;
+        // OFFSET_NOT_AVAILABLE until its watermark reaches its epoch's start (KIP-207).
+        Ok((code == 0).then_some(offset))
+    })
+    .await
+    .expect("earliest");
+    assert_eq!(start, 45);
+    let mut client = cluster.client(after.leader).await.expect("connect");
+    let (code, log_start) = fetch_at(&mut client, 10).await;
+    assert_eq!(
+        (code, log_start),
+        (1, 45),
+        "OFFSET_OUT_OF_RANGE below the start"
+    );
+    assert_eq!(read_from(&cluster, after.leader, 45).await, written[45..]);
     cluster.shutdown().await;
 }

@@ -7,14 +7,15 @@ use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     AlterConfigsRequest, AlterPartitionReassignmentsRequest, ApiKey, ApiVersionsRequest,
-    CreatePartitionsRequest, DeleteGroupsRequest, DeleteTopicsRequest, DescribeClusterRequest,
-    DescribeConfigsRequest, DescribeGroupsRequest, ElectLeadersRequest, FetchRequest,
-    FindCoordinatorRequest, GroupId, HeartbeatRequest, IncrementalAlterConfigsRequest,
-    InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest, ListGroupsRequest,
-    ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest, OffsetCommitRequest,
-    OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest, SyncGroupRequest,
-    alter_configs_request, alter_partition_reassignments_request, create_partitions_request,
-    delete_topics_request, describe_configs_request, elect_leaders_request, fetch_request,
+    CreatePartitionsRequest, DeleteGroupsRequest, DeleteRecordsRequest, DeleteTopicsRequest,
+    DescribeClusterRequest, DescribeConfigsRequest, DescribeGroupsRequest, ElectLeadersRequest,
+    FetchRequest, FindCoordinatorRequest, GroupId, HeartbeatRequest,
+    IncrementalAlterConfigsRequest, InitProducerIdRequest, JoinGroupRequest, LeaveGroupRequest,
+    ListGroupsRequest, ListOffsetsRequest, ListPartitionReassignmentsRequest, MetadataRequest,
+    OffsetCommitRequest, OffsetDeleteRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+    SyncGroupRequest, alter_configs_request, alter_partition_reassignments_request,
+    create_partitions_request, delete_records_request, delete_topics_request,
+    describe_configs_request, elect_leaders_request, fetch_request,
     incremental_alter_configs_request, join_group_request, leave_group_request,
     list_offsets_request, metadata_request, offset_commit_request, offset_delete_request,
     offset_fetch_request, offset_for_leader_epoch_request, sync_group_request,
@@ -163,6 +164,40 @@ async fn every_api_answers_at_every_advertised_version() {
                         .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "{ctx}");
                     assert_eq!(r.topics[0].partitions[0].offset, 0, "{ctx}");
+                }
+                ApiKey::DeleteRecords => {
+                    // Offset 0 moves nothing (the other APIs' checks still see offset
+                    // 0); the retention tests move it for real.
+                    let part = |index, offset| {
+                        let mut p = delete_records_request::DeleteRecordsPartition::default();
+                        p.partition_index = index;
+                        p.offset = offset;
+                        p
+                    };
+                    let mut t = delete_records_request::DeleteRecordsTopic::default();
+                    t.name = name("t");
+                    t.partitions = vec![part(0, 0), part(0, 1 << 40), part(99, 0)];
+                    let mut req = DeleteRecordsRequest::default();
+                    req.topics = vec![t];
+                    req.timeout_ms = 5000;
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let got: Vec<(i16, i64)> = r.topics[0]
+                        .partitions
+                        .iter()
+                        .map(|p| (p.error_code, p.low_watermark))
+                        .collect();
+                    assert_eq!(
+                        got,
+                        [
+                            (0, 0),
+                            (ResponseError::OffsetOutOfRange.code(), -1),
+                            (ResponseError::UnknownTopicOrPartition.code(), -1)
+                        ],
+                        "{ctx}"
+                    );
                 }
                 ApiKey::CreateTopics => {
                     let topic = format!("created-v{v}");

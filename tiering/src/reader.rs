@@ -300,8 +300,7 @@ impl ArchiveReader {
 
     /// Lists the objects under a partition's directory (for tests and garbage collection).
     pub async fn list_objects(&self, topic: &str, partition: i32) -> Result<Vec<ObjectMeta>> {
-        let dir = self.archive.object_path(topic, partition, 0, 0, "x");
-        let parent = Path::from(dir.as_ref().rsplit_once('/').map_or("", |(d, _)| d));
+        let parent = self.archive.partition_dir(topic, partition);
         self.archive
             .store
             .list(Some(&parent))

@@ -92,8 +92,13 @@ impl Archive {
         last: i64,
         unique: &str,
     ) -> Path {
-        let name =
-            format!("topic={topic}/partition={partition}/{first:020}-{last:020}-{unique}.parquet");
+        let dir = self.partition_dir(topic, partition);
+        Path::from(format!("{dir}/{first:020}-{last:020}-{unique}.parquet"))
+    }
+
+    /// The directory a partition's objects live in.
+    pub fn partition_dir(&self, topic: &str, partition: i32) -> Path {
+        let name = format!("topic={topic}/partition={partition}");
         if self.prefix.as_ref().is_empty() {
             Path::from(name)
         } else {
@@ -110,6 +115,18 @@ impl Archive {
                 source,
             }),
             Err(_) => Err(Error::Timeout(format!("put {path}"))),
+        }
+    }
+
+    /// Deletes an object; one already gone counts as deleted (a retried collection).
+    pub async fn delete(&self, path: &Path) -> Result<()> {
+        match tokio::time::timeout(CALL_TIMEOUT, self.store.delete(path)).await {
+            Ok(Ok(())) | Ok(Err(object_store::Error::NotFound { .. })) => Ok(()),
+            Ok(Err(source)) => Err(Error::Store {
+                context: format!("delete {path}"),
+                source,
+            }),
+            Err(_) => Err(Error::Timeout(format!("delete {path}"))),
         }
     }
 

@@ -93,9 +93,18 @@ async fn lookup(
             } else {
                 None
             };
-            match archived {
-                Some(found) => found,
-                None => partition.offset_for_timestamp(t).await?.unwrap_or((-1, -1)),
+            let found = match archived {
+                Some(found) => Some(found),
+                None => partition.offset_for_timestamp(t).await?,
+            };
+            // A match inside the first object or segment may lie below the log start,
+            // as in Kafka: the first offset still held is the answer then.
+            match found {
+                Some((offset, ts)) => {
+                    let start = broker.replicas().log_start_offset(partition).await;
+                    (offset.max(start), ts)
+                }
+                None => (-1, -1),
             }
         }
         other => {

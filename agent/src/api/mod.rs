@@ -17,6 +17,7 @@ mod metadata;
 mod produce;
 mod producer;
 mod reassign;
+mod records;
 mod topics;
 pub mod versions;
 
@@ -55,6 +56,9 @@ pub fn dispatch(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::ListOffsets(req) => {
             async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::DeleteRecords(req) => {
+            async move { Some(records::delete_records(&b, req).await.into()) }.boxed()
         }
         RequestKind::Metadata(req) => {
             async move { Some(metadata::metadata(&b, req, version).await.into()) }.boxed()

@@ -112,6 +112,10 @@ impl Admin {
         Admin { replicas, defaults }
     }
 
+    fn now_ms(&self) -> i64 {
+        self.replicas.membership().clock().wall_ms()
+    }
+
     /// The live agents to place replicas on, in placement order (see
     /// [`rack_alternated`]). Placement is rare; read the freshest view.
     async fn live_agents(&self) -> Vec<i32> {
@@ -219,7 +223,12 @@ impl Admin {
                 // that a failed creation leaves nothing behind (sync_topic closed what it
                 // opened).
                 tracing::warn!(topic = %spec.name, error = %e, "created topic cannot be served; removing it");
-                if let Err(d) = self.replicas.metastore().delete_topic(&spec.name).await {
+                if let Err(d) = self
+                    .replicas
+                    .metastore()
+                    .delete_topic(&spec.name, self.now_ms())
+                    .await
+                {
                     tracing::error!(topic = %spec.name, error = %d, "cannot remove a topic that failed to open");
                 } else if let Err(d) = self.replicas.sync_topic(&spec.name).await {
                     tracing::warn!(topic = %spec.name, error = %d, "cannot forget a topic that failed to open");
@@ -268,7 +277,10 @@ impl Admin {
 
     /// Deletes topic `name` (found with [`Admin::find_topic`]) and stops serving it.
     pub async fn delete_topic(&self, name: &str) -> Result<(), AdminError> {
-        self.replicas.metastore().delete_topic(name).await?;
+        self.replicas
+            .metastore()
+            .delete_topic(name, self.now_ms())
+            .await?;
         self.replicas.sync_topic(name).await?;
         Ok(())
     }

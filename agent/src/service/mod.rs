@@ -5,4 +5,5 @@
 
 pub mod admin;
 pub mod fetch;
+pub mod lifecycle;
 pub mod produce;

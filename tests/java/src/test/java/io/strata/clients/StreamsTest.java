@@ -1,6 +1,5 @@
 package io.strata.clients;
 
-import static org.junit.jupiter.api.Assertions.assertThrows;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
@@ -420,32 +419,70 @@ class StreamsTest {
         }
     }
 
+    static Map<TopicPartition, Long> earliestOffsets(Admin admin, String topic) throws Exception {
+        Map<TopicPartition, OffsetSpec> req = new HashMap<>();
+        for (TopicPartition tp : Clients.partitions(topic, PARTITIONS)) {
+            req.put(tp, OffsetSpec.earliest());
+        }
+        return Clients.get(admin.listOffsets(req).all()).entrySet().stream()
+                .collect(Collectors.toMap(Map.Entry::getKey, e -> e.getValue().offset()));
+    }
+
     /**
      * Streams purges what it has committed from its repartition topics (Admin
-     * deleteRecords, i.e. DeleteRecords, every {@code repartition.purge.interval.ms}), so
-     * against Kafka a repartition topic's log start offset follows the group's committed
-     * offset. strata does not offer DeleteRecords yet (it comes with the compactor issue,
-     * with retention): the Admin fails the call with UnsupportedVersionException, which
-     * Streams logs at DEBUG and retries, so repartition topics keep everything until then.
-     * This pins what the client is told; with DeleteRecords it becomes the purge check
-     * (log start offsets reaching the committed offsets within seconds).
+     * deleteRecords, i.e. DeleteRecords, every {@code repartition.purge.interval.ms}), so a
+     * repartition topic's log start offsets follow the group's committed offsets, as
+     * against Kafka; the counts stay exact. First the Admin call on its own:
+     * {@code deleteRecords(beforeOffset(5))} answers low watermark 5, and earliest is 5.
      */
     @Test
-    void deleteRecordsIsNotOfferedYetSoRepartitionTopicsAreNotPurged() throws Exception {
-        String topic = Clients.uniqueTopic("java-streams-purge");
+    void repartitionTopicsArePurgedUpToTheCommittedOffsets() throws Exception {
+        String appId = Clients.uniqueTopic("java-streams-purge");
+        String input = appId + "-lines";
+        String output = appId + "-counts";
+        String repartition = appId + "-" + REPARTITION + "-repartition";
+        String scratch = appId + "-scratch";
+        Path stateDir = Files.createDirectories(tmp.resolve("state-purge"));
         try (Admin admin = Clients.admin(strata.bootstrap())) {
-            Clients.createTopic(admin, topic, 1, 1, Map.of());
-            produceLines(topic, lines(18, 10), 0);
-            TopicPartition tp = new TopicPartition(topic, 0);
-            java.util.concurrent.ExecutionException e = assertThrows(
-                    java.util.concurrent.ExecutionException.class,
-                    () -> admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(5))).all()
-                            .get(30, java.util.concurrent.TimeUnit.SECONDS));
-            assertTrue(e.getCause() instanceof org.apache.kafka.common.errors.UnsupportedVersionException,
-                    "deleteRecords failed with " + e.getCause());
+            Clients.createTopic(admin, scratch, 1, 1, Map.of());
+            produceLines(scratch, lines(18, 10), 0);
+            TopicPartition tp = new TopicPartition(scratch, 0);
+            long low = Clients.get(admin.deleteRecords(Map.of(tp, RecordsToDelete.beforeOffset(5)))
+                    .lowWatermarks().get(tp)).lowWatermark();
+            assertEquals(5L, low, "the low watermark deleteRecords answers");
             long start = Clients.get(admin.listOffsets(Map.of(tp, OffsetSpec.earliest())).all())
                     .get(tp).offset();
-            assertEquals(0L, start, "nothing was deleted");
+            assertEquals(5L, start, "the log start after deleteRecords");
+
+            Clients.createTopic(admin, input, PARTITIONS, 1, Map.of());
+            Clients.createTopic(admin, output, PARTITIONS, 1, Map.of());
+            List<String> text = lines(19, 500);
+            Map<String, Long> expected = new TreeMap<>();
+            addCounts(text, expected);
+            produceLines(input, text, 0);
+            Properties props = streamsProps(appId, stateDir, "at_least_once");
+            props.put(StreamsConfig.REPARTITION_PURGE_INTERVAL_MS_CONFIG, "500");
+            try (OutputReader out = new OutputReader(output);
+                 App app = new App(wordCount(input, output), props)) {
+                app.start().awaitRunning();
+                out.awaitCounts(expected, app);
+                Map<TopicPartition, Long> end = endOffsets(admin, repartition);
+                assertTrue(end.values().stream().anyMatch(o -> o > 0), "the repartition topic has records: " + end);
+                Map<TopicPartition, Long> purged = Wait.until(STREAMS_TIMEOUT, Duration.ofMillis(200),
+                        "the repartition topic purged up to its end", () -> {
+                            try {
+                                Map<TopicPartition, Long> starts = earliestOffsets(admin, repartition);
+                                return starts.equals(end) && committed(admin, appId, repartition).equals(end)
+                                        ? Wait.Check.done(starts)
+                                        : Wait.Check.notYet("log starts " + starts + ", committed "
+                                                + committed(admin, appId, repartition) + ", end " + end);
+                            } catch (Exception e) {
+                                return Wait.Check.notYet(e.toString());
+                            }
+                        });
+                System.out.println("[streams] repartition topic purged: log starts " + purged);
+                app.assertHealthy();
+            }
         }
     }
 

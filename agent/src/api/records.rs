@@ -1,0 +1,37 @@
+//! DeleteRecords: moves the log start of partitions this agent leads (the lifecycle
+//! service does it; see `service/lifecycle.rs`). The low watermark answered is the log
+//! start afterwards, as the metastore has it.
+
+use kafka_protocol::messages::delete_records_response::{
+    DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
+};
+use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
+
+use super::errors::ApiError;
+use crate::broker::Broker;
+
+pub async fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+    let mut response = DeleteRecordsResponse::default();
+    for t in req.topics {
+        let mut out = DeleteRecordsTopicResult::default();
+        out.name = t.name.clone();
+        for p in t.partitions {
+            let mut r = DeleteRecordsPartitionResult::default();
+            r.partition_index = p.partition_index;
+            match broker
+                .lifecycle()
+                .delete_records(t.name.0.as_str(), p.partition_index, p.offset)
+                .await
+            {
+                Ok(low_watermark) => r.low_watermark = low_watermark,
+                Err(e) => {
+                    r.low_watermark = -1;
+                    r.error_code = ApiError::from(&e).code();
+                }
+            }
+            out.partitions.push(r);
+        }
+        response.topics.push(out);
+    }
+    response
+}

@@ -1,0 +1,262 @@
+//! The data lifecycle of the partitions this agent leads: retention, DeleteRecords, and
+//! the collection of archived objects that no manifest names.
+//!
+//! The rules are the compactor's ([`strata_compactor`]); this service applies them
+//! where a partition's whole log is visible, at its leader, which sees the local
+//! segments and reads the archive's manifest (Kafka's leader does the same with tiered
+//! storage, KIP-405). A new log start is written to the metastore first, in the
+//! transaction that retires the archived objects below it; then the local log moves
+//! its start and deletes its segments below it. Followers learn the start from the
+//! metastore (see [`crate::replicas::ReplicaManager::sync_log_starts`]) and delete
+//! theirs. A crash between the two steps leaves local segments that the next pass (or
+//! the next open) deletes; reads below the start are refused from the moment the
+//! metastore has it on the leader, and the agent that leads next reads the start
+//! before it serves.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use strata_compactor::{Collected, Policy, Unit, retention_start};
+
+use crate::error::{Error, Result};
+use crate::partition::{Partition, PartitionError};
+use crate::replicas::{ReplicaManager, TopicState};
+use crate::tasks::Stopped;
+
+/// How often and how patiently the lifecycle runs.
+#[derive(Debug, Clone, Copy)]
+pub struct LifecycleConfig {
+    /// Kafka's `log.retention.check.interval.ms`.
+    pub check_interval_ms: u64,
+    /// How long an archived object no manifest names stays in the store before it is
+    /// deleted (see `strata_compactor::gc`).
+    pub archive_grace_ms: i64,
+}
+
+/// What the last pass did to one partition (for the operator API).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PartitionLifecycle {
+    pub topic: String,
+    pub partition: i32,
+    pub log_start_offset: i64,
+    pub last_run_ms: i64,
+    pub next_due_ms: i64,
+    /// Bytes retention took from this partition since the agent started (local
+    /// segments and archived objects).
+    pub bytes_reclaimed: u64,
+    pub last_error: Option<String>,
+}
+
+pub struct Lifecycle {
+    replicas: Arc<ReplicaManager>,
+    config: LifecycleConfig,
+    status: Mutex<BTreeMap<(String, i32), PartitionLifecycle>>,
+}
+
+impl std::fmt::Debug for Lifecycle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lifecycle")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Lifecycle {
+    pub fn new(replicas: Arc<ReplicaManager>, config: LifecycleConfig) -> Lifecycle {
+        Lifecycle {
+            replicas,
+            config,
+            status: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// Per partition this agent leads: what the last pass did.
+    pub fn status(&self) -> Vec<PartitionLifecycle> {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .cloned()
+            .collect()
+    }
+
+    /// DeleteRecords: moves the log start of a partition this agent leads up to
+    /// `offset` (-1: the high watermark). Returns the log start afterwards (Kafka's low
+    /// watermark). An offset beyond the high watermark, or below -1, is out of range.
+    pub async fn delete_records(&self, topic: &str, partition: i32, offset: i64) -> Result<i64> {
+        let state = self.replicas.topic(topic);
+        let p = TopicState::served_in(state.as_ref(), topic, partition)?;
+        let hw = p.high_watermark();
+        let target = if offset == -1 { hw } else { offset };
+        if !(0..=hw).contains(&target) {
+            return Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
+                offset,
+                log_start: self.replicas.log_start_offset(p).await,
+                log_end: hw,
+            })
+            .into());
+        }
+        self.move_start(p, target).await?;
+        Ok(self.replicas.log_start_offset(p).await)
+    }
+
+    /// Writes a new log start to the metastore, then applies it to the local log.
+    /// Returns the bytes of the archived objects it retired.
+    async fn move_start(&self, p: &Arc<Partition>, offset: i64) -> Result<u64> {
+        let now = self.replicas.membership().clock().wall_ms();
+        let (start, retired) = self
+            .replicas
+            .metastore()
+            .advance_log_start(&p.topic, p.index, offset, now)
+            .await?;
+        self.replicas.archive().invalidate(&p.topic, p.index);
+        let deleted = p.advance_start(start).await?;
+        if deleted > 0 || !retired.is_empty() {
+            tracing::info!(partition = %p.name(), log_start = start, local_segments = deleted, archived_objects = retired.len(), "moved the log start");
+        }
+        Ok(retired.iter().map(|e| e.size_bytes).sum())
+    }
+
+    /// One retention pass over a partition this agent leads: where `retention.ms` and
+    /// `retention.bytes` put its log start, over the archived objects no longer local
+    /// and the local segments. Returns the bytes it took.
+    async fn retain(&self, p: &Arc<Partition>, policy: Policy, now_ms: i64) -> Result<u64> {
+        let start = self.replicas.log_start_offset(p).await;
+        let local_start = p.log_start_offset();
+        let manifest = self
+            .replicas
+            .archive()
+            .manifest(&p.topic, p.index, false)
+            .await
+            .map_err(|e| PartitionError::Archive(e.to_string()))?;
+        let archived = manifest
+            .iter()
+            .filter(|e| e.last_offset >= start && e.last_offset < local_start)
+            .map(|e| Unit {
+                first_offset: e.first_offset,
+                next_offset: e.last_offset + 1,
+                max_timestamp_ms: e.max_timestamp_ms,
+                size_bytes: e.size_bytes,
+            });
+        let (segments, kept_bytes) = p.retention_candidates();
+        let local = segments.iter().map(|s| Unit {
+            first_offset: s.base_offset,
+            next_offset: s.next_offset,
+            max_timestamp_ms: s.max_timestamp,
+            size_bytes: s.size_bytes,
+        });
+        let units: Vec<Unit> = archived.chain(local).collect();
+        let Some(new_start) = retention_start(&units, kept_bytes, now_ms, policy) else {
+            return Ok(0);
+        };
+        if new_start <= start {
+            return Ok(0);
+        }
+        let gone: u64 = units
+            .iter()
+            .take_while(|u| u.next_offset <= new_start)
+            .map(|u| u.size_bytes)
+            .sum();
+        self.move_start(p, new_start).await?;
+        Ok(gone)
+    }
+
+    /// One pass: retention over every partition led here whose topic deletes, then the
+    /// collection of garbage and (for tiered partitions) orphans.
+    pub async fn pass(&self) {
+        let now = self.replicas.membership().clock().wall_ms();
+        let next_due = now + self.config.check_interval_ms as i64;
+        let mut seen = BTreeMap::new();
+        for topic in self.replicas.topics() {
+            let policy = topic.config.retention();
+            for p in topic.led_partitions() {
+                let outcome = match policy {
+                    Some(policy) => self.retain(p, policy, now).await,
+                    None => Ok(0),
+                };
+                let key = (p.topic.clone(), p.index);
+                let mut entry = self
+                    .status
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .get(&key)
+                    .cloned()
+                    .unwrap_or_default();
+                entry.topic = p.topic.clone();
+                entry.partition = p.index;
+                entry.last_run_ms = now;
+                entry.next_due_ms = next_due;
+                match outcome {
+                    Ok(bytes) => {
+                        entry.bytes_reclaimed += bytes;
+                        entry.last_error = None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition = %p.name(), error = %e, "retention failed; will retry");
+                        entry.last_error = Some(e.to_string());
+                    }
+                }
+                entry.log_start_offset = self.replicas.log_start_offset(p).await;
+                if topic.config.tiered()
+                    && let Err(e) = self.collect_orphans(p, now).await
+                {
+                    tracing::warn!(partition = %p.name(), error = %e, "cannot collect orphaned archive objects");
+                }
+                seen.insert(key, entry);
+            }
+        }
+        *self.status.lock().unwrap_or_else(|e| e.into_inner()) = seen;
+        let archive = self.replicas.archive().archive();
+        let metastore = self.replicas.metastore();
+        match strata_compactor::collect_garbage(
+            metastore,
+            archive,
+            now,
+            self.config.archive_grace_ms,
+        )
+        .await
+        {
+            Ok(c) if c.objects > 0 => {
+                tracing::info!(
+                    objects = c.objects,
+                    bytes = c.bytes,
+                    "collected archived objects past their grace period"
+                )
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot collect archived garbage"),
+        }
+    }
+
+    async fn collect_orphans(&self, p: &Partition, now_ms: i64) -> Result<Collected, Error> {
+        let archive = self.replicas.archive().archive();
+        let dir = archive.partition_dir(&p.topic, p.index);
+        strata_compactor::collect_orphans(
+            self.replicas.metastore(),
+            archive,
+            &p.topic,
+            p.index,
+            &dir,
+            now_ms,
+            self.config.archive_grace_ms,
+        )
+        .await
+        .map_err(|e| PartitionError::Archive(e.to_string()).into())
+    }
+
+    /// Runs a pass `check_interval_ms` after the last one ended (the first one interval
+    /// after the start), until shutdown.
+    pub async fn run(self: Arc<Self>) -> Stopped {
+        let every = Duration::from_millis(self.config.check_interval_ms.max(10));
+        let shutdown = self.replicas.shutdown().clone();
+        let clock = Arc::clone(self.replicas.membership().clock());
+        loop {
+            tokio::select! {
+                _ = clock.sleep(every) => {}
+                _ = shutdown.cancelled() => return Stopped::Shutdown,
+            }
+            self.pass().await;
+        }
+    }
+}
