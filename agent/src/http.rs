@@ -45,12 +45,27 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
 
 /// Tiering progress per partition: highest archived offset and lag in records.
 async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
-    let archive = broker.replicas().archive().archive().url.clone();
+    let reader = broker.replicas().archive();
+    let archive = reader.archive().url.clone();
+    let failures = reader.read_failures();
     axum::Json(match &broker.tiering() {
-        Some(worker) => serde_json::json!({ "archive": archive, "partitions": worker.status() }),
-        None => {
-            serde_json::json!({ "archive": archive, "partitions": [], "note": "tiering runs in another process" })
+        Some(worker) => {
+            let now = crate::clock::now_ms();
+            let started = worker.pass_started_ms();
+            serde_json::json!({
+                "archive": archive,
+                "partitions": worker.status(),
+                // A pass running for long is stuck on the store (calls time out after 60 s).
+                "pass_running_ms": started.map(|s| (now - s).max(0)),
+                "archive_read_failures": failures,
+            })
         }
+        None => serde_json::json!({
+            "archive": archive,
+            "partitions": [],
+            "archive_read_failures": failures,
+            "note": "tiering runs in another process",
+        }),
     })
 }
 

@@ -7,6 +7,14 @@
 //! original offsets, timestamps (and timestamp type), keys, values, headers and producer
 //! fields; their CRC is computed afresh.
 //!
+//! Integrity: a rebuilt batch's CRC protects nothing read from the archive, so every row
+//! also carries `crc32c`, a CRC32C over every field the rebuild uses ([`row_digest`]),
+//! computed at upload from batches whose own CRC was just verified. A rebuild checks it
+//! row by row; a batch with a row that fails is returned damaged (no bytes), so a
+//! reader answers an error for those offsets and never wrong bytes. (arrow-rs writes no
+//! Parquet page checksums; pages that have them, from other writers, are verified on
+//! read.) Files written before the column existed are rebuilt unchecked.
+//!
 //! Files are zstd-compressed, a row group ends at the first Kafka batch boundary after
 //! [`ROW_GROUP_ROWS`] rows (so no batch spans two row groups), and offset
 //! and timestamp have page-level statistics (the column and offset index), so a reader
@@ -16,11 +24,11 @@ use std::sync::Arc;
 
 use arrow_array::builder::{
     BinaryBuilder, Int8Builder, Int16Builder, Int32Builder, Int64Builder, ListBuilder,
-    StringBuilder, StructBuilder, TimestampMillisecondBuilder,
+    StringBuilder, StructBuilder, TimestampMillisecondBuilder, UInt32Builder,
 };
 use arrow_array::{
     Array, BinaryArray, Int8Array, Int16Array, Int32Array, Int64Array, ListArray, RecordBatch,
-    StringArray, StructArray, TimestampMillisecondArray,
+    StringArray, StructArray, TimestampMillisecondArray, UInt32Array,
 };
 use arrow_schema::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use bytes::{Bytes, BytesMut};
@@ -82,7 +90,65 @@ pub fn schema() -> SchemaRef {
         Field::new("batch_attributes", DataType::Int16, false),
         Field::new("batch_base_offset", DataType::Int64, false),
         Field::new("batch_last_offset", DataType::Int64, false),
+        Field::new("crc32c", DataType::UInt32, false),
     ]))
+}
+
+/// One row's fields, as written and as read back.
+struct Row<'a> {
+    offset: i64,
+    timestamp: i64,
+    timestamp_type: i8,
+    key: Option<&'a [u8]>,
+    value: Option<&'a [u8]>,
+    headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
+    producer_id: i64,
+    producer_epoch: i16,
+    base_sequence: i32,
+    leader_epoch: i32,
+    attributes: i16,
+    batch_base: i64,
+    batch_last: i64,
+}
+
+/// The checksum of a row: CRC32C over every field in a fixed order, lengths and null
+/// markers included, so that no two different rows share an encoding.
+fn row_digest(r: &Row) -> u32 {
+    fn opt(crc: u32, v: Option<&[u8]>) -> u32 {
+        match v {
+            None => crc32c::crc32c_append(crc, &[0]),
+            Some(b) => {
+                let crc = crc32c::crc32c_append(crc, &[1]);
+                let crc = crc32c::crc32c_append(crc, &(b.len() as u64).to_le_bytes());
+                crc32c::crc32c_append(crc, b)
+            }
+        }
+    }
+    let mut crc = 0;
+    for n in [
+        r.offset,
+        r.timestamp,
+        r.producer_id,
+        r.batch_base,
+        r.batch_last,
+    ] {
+        crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
+    }
+    for n in [r.base_sequence, r.leader_epoch] {
+        crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
+    }
+    for n in [r.producer_epoch, r.attributes] {
+        crc = crc32c::crc32c_append(crc, &n.to_le_bytes());
+    }
+    crc = crc32c::crc32c_append(crc, &r.timestamp_type.to_le_bytes());
+    crc = opt(crc, r.key);
+    crc = opt(crc, r.value);
+    crc = crc32c::crc32c_append(crc, &(r.headers.len() as u64).to_le_bytes());
+    for (k, v) in &r.headers {
+        crc = opt(crc, Some(k));
+        crc = opt(crc, *v);
+    }
+    crc
 }
 
 /// What an encoded segment covers.
@@ -109,6 +175,7 @@ struct Builders {
     attributes: Int16Builder,
     batch_base: Int64Builder,
     batch_last: Int64Builder,
+    crc: UInt32Builder,
     rows: usize,
 }
 
@@ -134,18 +201,39 @@ impl Builders {
             attributes: Int16Builder::new(),
             batch_base: Int64Builder::new(),
             batch_last: Int64Builder::new(),
+            crc: UInt32Builder::new(),
             rows: 0,
         }
     }
 
     fn push(&mut self, h: &BatchHeader, r: &Record) {
         let log_append = h.is_log_append_time();
-        self.offset.append_value(r.offset);
-        self.timestamp.append_value(if log_append {
+        let timestamp = if log_append {
             h.max_timestamp
         } else {
             r.timestamp
-        });
+        };
+        self.crc.append_value(row_digest(&Row {
+            offset: r.offset,
+            timestamp,
+            timestamp_type: i8::from(log_append),
+            key: r.key.as_deref(),
+            value: r.value.as_deref(),
+            headers: r
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_bytes(), v.as_deref()))
+                .collect(),
+            producer_id: h.producer_id,
+            producer_epoch: h.producer_epoch,
+            base_sequence: h.base_sequence,
+            leader_epoch: h.partition_leader_epoch,
+            attributes: h.attributes,
+            batch_base: h.base_offset,
+            batch_last: h.last_offset(),
+        }));
+        self.offset.append_value(r.offset);
+        self.timestamp.append_value(timestamp);
         self.timestamp_type.append_value(i8::from(log_append));
         self.key.append_option(r.key.as_deref());
         self.value.append_option(r.value.as_deref());
@@ -188,6 +276,7 @@ impl Builders {
                 Arc::new(self.attributes.finish()),
                 Arc::new(self.batch_base.finish()),
                 Arc::new(self.batch_last.finish()),
+                Arc::new(self.crc.finish()),
             ],
         )
         .map_err(|e| Error::Codec(format!("build arrow batch: {e}")))
@@ -216,6 +305,10 @@ pub fn encode_segment(segment: &[u8]) -> Result<(Vec<u8>, Summary)> {
     let mut summary: Option<Summary> = None;
     let mut iter = BatchIter::new(segment);
     for (header, bytes) in iter.by_ref() {
+        // What the row checksums vouch for must itself be right.
+        header
+            .verify(bytes)
+            .map_err(|e| Error::Codec(format!("batch at offset {}: {e}", header.base_offset)))?;
         let mut buf = Bytes::copy_from_slice(bytes);
         let set = RecordBatchDecoder::decode(&mut buf).map_err(|e| {
             Error::Codec(format!(
@@ -275,7 +368,10 @@ pub struct RebuiltBatch {
     pub base_offset: i64,
     pub last_offset: i64,
     pub max_timestamp_ms: i64,
+    /// Empty if `damage` is set.
     pub bytes: Bytes,
+    /// Why the batch could not be rebuilt as archived (a row failed its checksum).
+    pub damage: Option<String>,
 }
 
 fn column<'a, T: 'static>(batch: &'a RecordBatch, name: &str) -> Result<&'a T> {
@@ -315,6 +411,15 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
     let attributes = column::<Int16Array>(batch, "batch_attributes")?;
     let batch_base = column::<Int64Array>(batch, "batch_base_offset")?;
     let batch_last = column::<Int64Array>(batch, "batch_last_offset")?;
+    // Absent from files written before it existed: those rows are not checked.
+    let crc = batch
+        .column_by_name("crc32c")
+        .map(|c| {
+            c.as_any()
+                .downcast_ref::<UInt32Array>()
+                .ok_or_else(|| Error::Codec("column crc32c is not uint32".to_string()))
+        })
+        .transpose()?;
 
     let mut out = Vec::new();
     let mut row = 0;
@@ -326,6 +431,7 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
         let attrs = attributes.value(row);
         let log_append = ts_type.value(row) == 1;
         let mut records = Vec::with_capacity(end - row);
+        let mut damage = None;
         for i in row..end {
             let hs = headers.value(i);
             let hs = hs
@@ -342,6 +448,40 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
                 .as_any()
                 .downcast_ref::<BinaryArray>()
                 .ok_or_else(|| Error::Codec("header values are not binary".to_string()))?;
+            let key_i = (!key.is_null(i)).then(|| key.value(i));
+            let value_i = (!value.is_null(i)).then(|| value.value(i));
+            if let Some(crc) = crc {
+                let digest = row_digest(&Row {
+                    offset: offset.value(i),
+                    timestamp: timestamp.value(i),
+                    timestamp_type: ts_type.value(i),
+                    key: key_i,
+                    value: value_i,
+                    headers: (0..hs.len())
+                        .map(|j| {
+                            (
+                                hk.value(j).as_bytes(),
+                                (!hv.is_null(j)).then(|| hv.value(j)),
+                            )
+                        })
+                        .collect(),
+                    producer_id: producer_id.value(i),
+                    producer_epoch: producer_epoch.value(i),
+                    base_sequence: base_sequence.value(i),
+                    leader_epoch: leader_epoch.value(i),
+                    attributes: attributes.value(i),
+                    batch_base: batch_base.value(i),
+                    batch_last: batch_last.value(i),
+                });
+                if digest != crc.value(i) {
+                    damage = Some(format!(
+                        "the row at offset {} fails its checksum (stored {:08x}, computed {digest:08x})",
+                        offset.value(i),
+                        crc.value(i)
+                    ));
+                    break;
+                }
+            }
             let mut h = Vec::new();
             for j in 0..hs.len() {
                 let v = (!hv.is_null(j)).then(|| Bytes::copy_from_slice(hv.value(j)));
@@ -359,10 +499,22 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
                 offset: offset.value(i),
                 sequence: base_sequence.value(i).wrapping_add(delta),
                 timestamp: timestamp.value(i),
-                key: (!key.is_null(i)).then(|| Bytes::copy_from_slice(key.value(i))),
-                value: (!value.is_null(i)).then(|| Bytes::copy_from_slice(value.value(i))),
+                key: key_i.map(Bytes::copy_from_slice),
+                value: value_i.map(Bytes::copy_from_slice),
                 headers: h,
             });
+        }
+        if let Some(reason) = damage {
+            // Its offsets as archived (the base is what grouped the rows).
+            out.push(RebuiltBatch {
+                base_offset: base,
+                last_offset: batch_last.value(row),
+                max_timestamp_ms: -1,
+                bytes: Bytes::new(),
+                damage: Some(reason),
+            });
+            row = end;
+            continue;
         }
         let mut buf = BytesMut::new();
         RecordBatchEncoder::encode(
@@ -398,6 +550,7 @@ pub fn rebuild(batch: &RecordBatch) -> Result<Vec<RebuiltBatch>> {
             last_offset: batch_last.value(row),
             max_timestamp_ms: max_ts,
             bytes: Bytes::from(bytes),
+            damage: None,
         });
         row = end;
     }

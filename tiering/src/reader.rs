@@ -1,10 +1,16 @@
 //! Reads of archived offsets: find the manifest entry, fetch the Parquet footer and only
 //! the row groups that can hold the wanted offsets (ranged reads), rebuild Kafka batches.
 //!
-//! Parquet metadata and rebuilt row groups are cached with `moka`, bounded in bytes.
+//! Parquet metadata and rebuilt row groups are cached with `moka`, bounded in bytes. A
+//! read that failed (an unreadable footer or row group, a store that timed out) is
+//! remembered for [`FAILED_READ_TTL`], so a consumer retrying the same offsets does not
+//! send the store a request per retry; a batch whose rows fail their checksums (see
+//! [`crate::codec`]) is an error for the offsets it holds, never bytes.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use std::ops::Range;
 
@@ -28,12 +34,22 @@ use crate::store::{Archive, CALL_TIMEOUT};
 
 type PartitionKey = (String, i32);
 
+/// How long a failed read of an object (its footer, or one row group) is answered from
+/// memory before the store is asked again.
+pub const FAILED_READ_TTL: Duration = Duration::from_secs(5);
+
+/// The footer's place in the failure cache (row groups use their index).
+const FOOTER: usize = usize::MAX;
+
 pub struct ArchiveReader {
     archive: Archive,
     metastore: Metastore,
     manifests: Mutex<HashMap<PartitionKey, Arc<Vec<ManifestEntry>>>>,
     metadata: Cache<String, ArrowReaderMetadata>,
     row_groups: Cache<(String, usize), Arc<Vec<RebuiltBatch>>>,
+    failed: Cache<(String, usize), Arc<Error>>,
+    /// Reads of the store that failed, and batches found damaged, since the start.
+    failures: AtomicU64,
 }
 
 impl std::fmt::Debug for ArchiveReader {
@@ -73,7 +89,35 @@ impl ArchiveReader {
                         .min(u32::MAX as usize) as u32
                 })
                 .build(),
+            failed: Cache::builder()
+                .max_capacity(10_000)
+                .time_to_live(FAILED_READ_TTL)
+                .build(),
+            failures: AtomicU64::new(0),
         }
+    }
+
+    /// Failed reads of archived objects, and damaged batches, since the start.
+    pub fn read_failures(&self) -> u64 {
+        self.failures.load(Ordering::Relaxed)
+    }
+
+    /// Answers a read remembered as failed, or runs it and remembers a failure.
+    async fn remembered<T>(
+        &self,
+        key: (String, usize),
+        read: impl Future<Output = Result<T>>,
+    ) -> Result<T> {
+        if let Some(e) = self.failed.get(&key).await {
+            return Err(clone_error(&e));
+        }
+        let out = read.await;
+        if let Err(e) = &out {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(object = %key.0, error = %e, "archive read failed; remembered for {FAILED_READ_TTL:?}");
+            self.failed.insert(key, Arc::new(clone_error(e))).await;
+        }
+        out
     }
 
     pub fn archive(&self) -> &Archive {
@@ -148,25 +192,26 @@ impl ArchiveReader {
             path,
             size: entry.size_bytes,
         };
+        let load = self.metadata.try_get_with(entry.path.clone(), async {
+            let mut r = reader.clone();
+            let load = ArrowReaderMetadata::load_async(
+                &mut r,
+                ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
+            );
+            match tokio::time::timeout(CALL_TIMEOUT, load).await {
+                Ok(Ok(m)) => Ok(m),
+                Ok(Err(e)) => Err(Error::Corrupt {
+                    path: entry.path.clone(),
+                    reason: format!("footer: {e}"),
+                }),
+                Err(_) => Err(Error::Timeout(format!("read footer of {}", entry.path))),
+            }
+        });
         let meta = self
-            .metadata
-            .try_get_with(entry.path.clone(), async {
-                let mut r = reader.clone();
-                let load = ArrowReaderMetadata::load_async(
-                    &mut r,
-                    ArrowReaderOptions::new().with_page_index_policy(PageIndexPolicy::Optional),
-                );
-                match tokio::time::timeout(CALL_TIMEOUT, load).await {
-                    Ok(Ok(m)) => Ok(m),
-                    Ok(Err(e)) => Err(Error::Corrupt {
-                        path: entry.path.clone(),
-                        reason: format!("footer: {e}"),
-                    }),
-                    Err(_) => Err(Error::Timeout(format!("read footer of {}", entry.path))),
-                }
+            .remembered((entry.path.clone(), FOOTER), async {
+                load.await.map_err(|e: Arc<Error>| clone_error(&e))
             })
-            .await
-            .map_err(|e: Arc<Error>| clone_error(&e))?;
+            .await?;
         Ok((reader, meta))
     }
 
@@ -178,7 +223,8 @@ impl ArchiveReader {
         index: usize,
     ) -> Result<Arc<Vec<RebuiltBatch>>> {
         let rows = (meta.metadata().row_group(index).num_rows().max(1)) as usize;
-        self.row_groups
+        let load = self
+            .row_groups
             .try_get_with((entry.path.clone(), index), async {
                 let stream = ParquetRecordBatchStreamBuilder::new_with_metadata(
                     reader.clone(),
@@ -213,10 +259,16 @@ impl ArchiveReader {
                 for b in &batches {
                     out.extend(rebuild(b)?);
                 }
+                for b in out.iter().filter(|b| b.damage.is_some()) {
+                    self.failures.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(object = %entry.path, first_offset = b.base_offset, last_offset = b.last_offset, damage = b.damage.as_deref().unwrap_or(""), "archived batch is damaged: its offsets are answered with an error");
+                }
                 Ok(Arc::new(out))
-            })
-            .await
-            .map_err(|e: Arc<Error>| clone_error(&e))
+            });
+        self.remembered((entry.path.clone(), index), async {
+            load.await.map_err(|e: Arc<Error>| clone_error(&e))
+        })
+        .await
     }
 
     /// Rebuilt batches from the one holding `offset`: at most `max_bytes`, but always at
@@ -247,6 +299,13 @@ impl ArchiveReader {
             for b in self.row_group(&entry, &reader, &meta, i).await?.iter() {
                 if b.last_offset < offset {
                     continue;
+                }
+                if let Some(damage) = &b.damage {
+                    if out.is_empty() {
+                        return Err(damaged(&entry, b, damage));
+                    }
+                    // What comes before it now; the damaged offsets on the next read.
+                    return Ok(Some(out));
                 }
                 if !out.is_empty() && out.len() + b.bytes.len() > max_bytes {
                     return Ok(Some(out));
@@ -283,6 +342,10 @@ impl ArchiveReader {
                     continue;
                 }
                 for b in self.row_group(entry, &reader, &meta, i).await?.iter() {
+                    // A damaged batch may hold the answer: no guess past it.
+                    if let Some(damage) = &b.damage {
+                        return Err(damaged(entry, b, damage));
+                    }
                     if b.max_timestamp_ms < target_ms {
                         continue;
                     }
@@ -365,6 +428,13 @@ impl AsyncFileReader for ObjectReader {
             Ok(Arc::new(metadata))
         }
         .boxed()
+    }
+}
+
+fn damaged(entry: &ManifestEntry, b: &RebuiltBatch, damage: &str) -> Error {
+    Error::Corrupt {
+        path: entry.path.clone(),
+        reason: format!("offsets {}..={}: {damage}", b.base_offset, b.last_offset),
     }
 }
 

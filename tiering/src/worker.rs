@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use strata_core::clock::Clock;
@@ -88,6 +88,9 @@ pub struct TieringWorker {
     reader: Arc<ArchiveReader>,
     metastore: Metastore,
     status: Mutex<BTreeMap<(String, i32), PartitionStatus>>,
+    /// When the pass in progress began (wall-clock ms), -1 between passes: a pass stuck
+    /// on a hung store shows here long before its calls time out.
+    pass_started_ms: AtomicI64,
     failpoints: Failpoints,
     /// What the pauses between passes are timed on.
     clock: Arc<dyn Clock>,
@@ -105,6 +108,7 @@ impl TieringWorker {
             reader,
             metastore,
             status: Mutex::new(BTreeMap::new()),
+            pass_started_ms: AtomicI64::new(-1),
             failpoints: Failpoints::from_env(),
             clock: strata_core::clock::SystemClock::shared(),
         }
@@ -118,6 +122,12 @@ impl TieringWorker {
             .values()
             .cloned()
             .collect()
+    }
+
+    /// When the pass in progress began (wall-clock ms), if one is.
+    pub fn pass_started_ms(&self) -> Option<i64> {
+        let started = self.pass_started_ms.load(Ordering::Relaxed);
+        (started >= 0).then_some(started)
     }
 
     /// The last archived offset of a partition, as of the last pass (-1: none).
@@ -263,6 +273,8 @@ impl TieringWorker {
                 }
             }
             let mut failed = false;
+            self.pass_started_ms
+                .store(self.clock.wall_ms(), Ordering::Relaxed);
             let current = partitions();
             self.retain(|t, p| current.iter().any(|c| c.topic() == t && c.partition() == p));
             for p in current {
@@ -271,6 +283,7 @@ impl TieringWorker {
                     failed = true;
                 }
             }
+            self.pass_started_ms.store(-1, Ordering::Relaxed);
             wait = if failed {
                 (wait * 2).min(Duration::from_secs(60))
             } else {
