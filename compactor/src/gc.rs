@@ -80,6 +80,7 @@ pub async fn collect_garbage(
             bytes: g.size_bytes,
         });
         forgotten.push(g.path);
+        crate::failpoint::crash("gc.after_object_delete");
     }
     if !forgotten.is_empty() {
         metastore.forget_garbage(&forgotten).await?;

@@ -11,6 +11,7 @@
 //! Log compaction (`cleanup.policy=compact`) and the merging of small archived objects
 //! are not built yet (issue 15).
 
+pub mod failpoint;
 pub mod gc;
 pub mod retention;
 

@@ -280,3 +280,47 @@ def test_retention_bytes_keeps_the_newest_bytes(broker_factory):
     assert sum(sizes) >= 9000, f"kept {sum(sizes)} bytes ({sizes}), below retention.bytes"
     assert sum(sizes) - sizes[0] < 9000, f"kept {sizes}: the oldest could have gone too"
     assert read_values(b.bootstrap, topic, 0, start, 300)[0][0] == start
+
+
+# =========================================================================== crashes
+@pytest.mark.parametrize("point", ["lifecycle.after_retire", "lifecycle.after_local_delete",
+                                   "gc.after_object_delete"])
+def test_a_crash_at_any_step_of_retention_loses_and_duplicates_nothing(broker_factory, point):
+    """The agent crashes (aborts, as a SIGKILL would stop it) between two steps of
+    retention: after the metastore moved the log start and retired the archived
+    objects below it, after the local segments below it went, or after an object was
+    deleted from the store and before the garbage list forgot it. Restarted without the
+    crash point, it finishes the work: the log start is where retention put it, every
+    record from there on is read exactly once, and nothing below it is left on disk or
+    in the store."""
+    b, arch = start_tiered_broker(
+        lambda extra_args=None, extra_env=None: broker_factory(
+            extra_args=LIFECYCLE_ARGS + list(extra_args or []), extra_env=extra_env),
+        "file", extra_env={"STRATA_FAILPOINT_CRASH": point})
+    topic = unique_topic("retain-crash")
+    create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
+    old = records(0, 120, now_ms() - 2 * 3_600_000, "c")
+    new = records(0, 30, now_ms(), "c", first=120)
+    produce(b.bootstrap, topic, old + new)
+    wait_until(lambda: len(arch.objects(topic, 0)) >= 8, 30, "segments archived")
+
+    set_topic_config(b.bootstrap, topic, {"retention.ms": "3600000"})
+    wait_until(lambda: not b.is_running(), 30, f"the crash at {point}")
+    assert b.proc.returncode != 0, f"exited with {b.proc.returncode}"
+    assert "failpoint: crashing here" in b.log_text() and point in b.log_text(), b.log_tail()
+
+    b.extra_env.pop("STRATA_FAILPOINT_CRASH")
+    b.start()
+    start = wait_until(lambda: (lambda lo: lo if lo > 0 else None)(watermarks(b.bootstrap, topic, 0)[0]),
+                       30, "the log start after the restart")
+    assert 120 - 30 < start <= 120, start
+    wait_until(lambda: local_bases(b, topic, 0)[0] >= start, 20, "local segments below the start deleted")
+
+    def archived_below():
+        return [n for n in arch.objects(topic, 0) if int(OBJECT_NAME.match(n).group(2)) < start]
+    wait_until(lambda: not archived_below(), 30, "objects below the start deleted from the store")
+
+    end = len(old) + len(new)
+    got = read_values(b.bootstrap, topic, 0, start, end)
+    assert [o for o, _ in got] == list(range(start, end)), "every record from the start, once, in order"
+    assert got == [(i, r.value) for i, r in enumerate(old + new)][start:]

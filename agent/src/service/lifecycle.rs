@@ -111,7 +111,9 @@ impl Lifecycle {
             .advance_log_start(&p.topic, p.index, offset, now)
             .await?;
         self.replicas.archive().invalidate(&p.topic, p.index);
+        strata_compactor::failpoint::crash("lifecycle.after_retire");
         let deleted = p.advance_start(start).await?;
+        strata_compactor::failpoint::crash("lifecycle.after_local_delete");
         if deleted > 0 || !retired.is_empty() {
             tracing::info!(partition = %p.name(), log_start = start, local_segments = deleted, archived_objects = retired.len(), "moved the log start");
         }
