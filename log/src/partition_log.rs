@@ -264,8 +264,9 @@ impl PartitionLog {
                 }
                 Err(e) => return Err(e),
             };
+            // A compacted segment may end before the next one begins; never after.
             if let Some(next) = expected_next
-                && next != base
+                && next > base
             {
                 return Err(Error::CorruptSegment {
                     path,
@@ -470,12 +471,13 @@ impl PartitionLog {
     }
 
     /// Appends batches copied from the leader, offsets and all, as they are. Each must
-    /// continue the log and pass its CRC; the batches before a bad one are kept. Returns
-    /// the new log end offset.
+    /// start at or after the log end (after it where the leader's log was compacted)
+    /// and pass its CRC; the batches before a bad one are kept. Returns the new log end
+    /// offset.
     pub fn append_replicated(&mut self, records: &[u8], now_ms: i64) -> Result<i64> {
         for (header, bytes) in BatchIter::new(records) {
             header.verify(bytes)?;
-            if header.base_offset != self.log_end_offset() {
+            if header.base_offset < self.log_end_offset() {
                 return Err(Error::corrupt(format!(
                     "replicated batch starts at {} but the log ends at {}",
                     header.base_offset,
@@ -763,19 +765,26 @@ impl PartitionLog {
                 log_end: end,
             });
         }
-        let segment = self
+        // The segment holding `offset`; where a compacted segment ends before the next
+        // one begins and `offset` lies in between, the next one, from its first batch.
+        let first = self
             .segments
             .range(..=offset)
             .next_back()
-            .map(|(_, s)| s)
-            .expect("offset within the log lies in a segment");
-        Ok(segment.read_start(offset).map(|(start, reader)| ReadPlan {
-            reader,
-            start,
-            offset,
-            max_bytes,
-            generation: self.generation,
-        }))
+            .map_or(start, |(&base, _)| base);
+        for segment in self.segments.range(first..).map(|(_, s)| s) {
+            let from = offset.max(segment.base_offset());
+            if let Some((start, reader)) = segment.read_start(from) {
+                return Ok(Some(ReadPlan {
+                    reader,
+                    start,
+                    offset: from,
+                    max_bytes,
+                    generation: self.generation,
+                }));
+            }
+        }
+        Ok(None)
     }
 
     /// The first record with a timestamp at or after `target_ms`: `(offset, timestamp)`.
@@ -1072,6 +1081,51 @@ mod tests {
             log.read(151, 100),
             Err(Error::OffsetOutOfRange { .. })
         ));
+    }
+
+    /// A compacted leader's log has gaps between batches: a follower copies it as it is,
+    /// a read at an offset in a gap answers the next batch, and the log reopens the same
+    /// from its index files and by scanning.
+    #[test]
+    fn logs_with_gaps_are_copied_read_and_recovered() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (mut log, _) = PartitionLog::open(dir.path(), small(), 0).expect("open");
+        let mut bases = Vec::new();
+        let mut next = 0;
+        for i in 0..40 {
+            let base = next + (i % 3) * 4;
+            let mut batch = encode_batch(3, 1000 + i, Compression::None);
+            batch::assign(&mut batch, base, 0, TimestampType::CreateTime, 0);
+            log.append_replicated(&batch, 0).expect("a batch after a gap");
+            bases.push(base);
+            next = base + 3;
+        }
+        assert!(log.segment_count() > 3, "rolled");
+        assert_eq!(log.log_end_offset(), next);
+        log.flush().expect("seal");
+        let check = |log: &PartitionLog| {
+            for w in bases.windows(2) {
+                for offset in w[0] + 3..w[1] {
+                    let got = log.read(offset, 1).expect("read in a gap");
+                    let h = batch::BatchHeader::parse(&got).expect("a batch");
+                    assert_eq!(h.base_offset, w[1], "read at {offset}");
+                }
+            }
+            assert_eq!(log.log_end_offset(), next);
+        };
+        check(&log);
+        drop(log);
+        let (log, _) = PartitionLog::open(dir.path(), small(), 0).expect("reopen");
+        check(&log);
+        drop(log);
+        for e in fs::read_dir(dir.path()).expect("ls") {
+            let path = e.expect("entry").path();
+            if path.extension().is_some_and(|x| x == "index") {
+                fs::remove_file(path).expect("remove index");
+            }
+        }
+        let (log, _) = PartitionLog::open(dir.path(), small(), 0).expect("reopen by scanning");
+        check(&log);
     }
 
     #[test]
