@@ -117,6 +117,7 @@ impl Broker {
             LifecycleConfig {
                 check_interval_ms: settings.log_retention_check_interval_ms,
                 archive_grace_ms: settings.archive_gc_grace_ms,
+                key_map_bytes: settings.log_cleaner_dedupe_buffer_size,
             },
         ));
         Ok(Arc::new(Broker {

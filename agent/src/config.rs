@@ -82,6 +82,9 @@ pub struct Settings {
     /// deleted: longer than any read or upload in flight (calls time out after a
     /// minute).
     pub archive_gc_grace_ms: i64,
+    /// Kafka's `log.cleaner.dedupe.buffer.size`: the most a log-compaction pass holds
+    /// in its key map (allocated as keys come, not up front).
+    pub log_cleaner_dedupe_buffer_size: usize,
     /// Bytes of archived data (rebuilt row groups) kept in memory for replays.
     pub archive_cache_bytes: u64,
     /// This agent's membership lease (ms), renewed every fifth of it. An agent whose
@@ -179,6 +182,7 @@ impl Default for Settings {
             tiering_interval_ms: 1000,
             log_retention_check_interval_ms: 300_000,
             archive_gc_grace_ms: 600_000,
+            log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
             archive_cache_bytes: 256 * 1024 * 1024,
             lease_ms: 10_000,
             replica_lag_time_max_ms: 30_000,

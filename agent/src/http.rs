@@ -2,8 +2,8 @@
 //! `/readyz` (the Kafka listener accepts and the metastore answers), `/v1/tiering`
 //! (archive progress), `/v1/partitions` (this agent's replicas: role, epoch,
 //! offsets, and for leaders the ISR and each follower's progress) and
-//! `/v1/compaction` (the data lifecycle of the partitions led here: log start, last
-//! and next retention pass, bytes reclaimed).
+//! `/v1/compaction` (the data lifecycle of the partitions led here: log start, dirty
+//! ratio, last and next pass, bytes reclaimed).
 
 use std::sync::Arc;
 
@@ -76,7 +76,7 @@ async fn compaction(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
         "retention_check_interval_ms": broker.settings().log_retention_check_interval_ms,
         "archive_gc_grace_ms": broker.settings().archive_gc_grace_ms,
         "partitions": lifecycle.status(),
-        "note": "retention and DeleteRecords only: log compaction (cleanup.policy=compact) is not built yet, so no dirty ratio",
+        "note": "dirty_ratio is shown for compacted topics (cleanup.policy=compact); archived objects are not compacted (compacted topics are not tiered)",
     }))
 }
 

@@ -74,6 +74,9 @@ pub enum PartitionError {
     Offline(String),
     #[error("archive read failed: {0}")]
     Archive(String),
+    /// Log compaction could not run (its key map is too small for one segment).
+    #[error("log compaction: {0}")]
+    Compaction(String),
     /// Disk work handed to the blocking pool did not come back (it panicked, or the
     /// runtime is shutting down).
     #[error("partition {0}: disk work was interrupted")]
@@ -769,6 +772,50 @@ impl Partition {
     /// the local log's start, where the archive serves.
     pub fn start_floor(&self) -> i64 {
         self.log().start_floor()
+    }
+
+    /// One log-compaction pass (see [`strata_compactor::compaction`]) over the sealed
+    /// segments below the high watermark, on the blocking pool: the rewriting happens
+    /// without the log's lock, each swap with it. Returns the dirty ratio after the
+    /// pass, and what the pass did if one was due.
+    pub async fn compact(
+        self: &Arc<Self>,
+        policy: strata_compactor::CompactionPolicy,
+        key_map_bytes: usize,
+        now_ms: i64,
+    ) -> Result<(f64, Option<strata_compactor::Cleaned>), PartitionError> {
+        self.blocking(move |p| {
+            let cleanable = || {
+                let hw = p.high_watermark();
+                let log = p.log();
+                let segments: Vec<ClosedSegmentInfo> = log
+                    .closed_segments()
+                    .into_iter()
+                    .filter(|s| s.next_offset <= hw)
+                    .collect();
+                (log.dir().to_path_buf(), segments)
+            };
+            let (dir, segments) = cleanable();
+            let cleaned = strata_compactor::compact(
+                &dir,
+                &segments,
+                policy,
+                key_map_bytes,
+                now_ms,
+                |rewritten| p.log().swap_compacted(rewritten, now_ms),
+            )
+            .map_err(|e| match e {
+                strata_compactor::compaction::CompactionError::Log(e) => PartitionError::Log(e),
+                other => PartitionError::Compaction(other.to_string()),
+            })?;
+            let (_, segments) = cleanable();
+            let checkpoint = strata_log::compaction::Checkpoint::load(&dir);
+            let ratio =
+                strata_compactor::compaction::cleanable(&segments, &checkpoint, now_ms, policy)
+                    .dirty_ratio;
+            Ok((ratio, cleaned))
+        })
+        .await
     }
 
     /// What retention may delete locally, oldest first: the sealed segments wholly below

@@ -376,10 +376,29 @@ impl TopicConfig {
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 
-    /// Whether the topic's closed segments go to the archive.
+    /// Whether the topic's closed segments go to the archive. Compacted topics stay
+    /// local, as in Kafka (KIP-405 leaves them out): the archive is not compacted yet.
     pub fn tiered(&self) -> bool {
         self.get("remote.storage.enable")
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+            && self.compaction().is_none()
+    }
+
+    /// The compaction settings, if `cleanup.policy` compacts (`compact` or
+    /// `compact,delete`).
+    pub fn compaction(&self) -> Option<strata_compactor::CompactionPolicy> {
+        let compacts = self
+            .get("cleanup.policy")
+            .is_some_and(|p| p.split(',').any(|x| x.trim() == "compact"));
+        compacts.then(|| strata_compactor::CompactionPolicy {
+            min_cleanable_dirty_ratio: self
+                .get("min.cleanable.dirty.ratio")
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0.5),
+            min_compaction_lag_ms: self.long("min.compaction.lag.ms"),
+            max_compaction_lag_ms: self.long("max.compaction.lag.ms"),
+            delete_retention_ms: self.long("delete.retention.ms"),
+        })
     }
 
     /// `(local.retention.ms, local.retention.bytes)`, with -2 resolved to the total

@@ -8,12 +8,16 @@
 //!   period for readers that planned on them has passed (the crash-consistency argument
 //!   is in its module docs).
 //!
-//! Log compaction (`cleanup.policy=compact`) and the merging of small archived objects
-//! are not built yet (issue 15).
+//! - [`compaction`]: log compaction (`cleanup.policy=compact`) of a replica's local log.
+//!
+//! The compaction of archived objects and the merging of small ones are not built yet
+//! (issue 15).
 
+pub mod compaction;
 pub mod failpoint;
 pub mod gc;
 pub mod retention;
 
+pub use compaction::{Cleaned, CompactionPolicy, KeyMap, compact};
 pub use gc::{Collected, collect_garbage, collect_orphans};
 pub use retention::{Policy, Unit, retention_start};

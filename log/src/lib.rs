@@ -6,6 +6,7 @@
 //! index. See `docs/log-format.md` for the on-disk format and the fsync policy.
 
 pub mod batch;
+pub mod compaction;
 pub mod epochs;
 pub mod error;
 pub mod index;

@@ -226,6 +226,11 @@ impl PartitionLog {
             let entry = entry.context("list log directory", dir)?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
+            // A compacted copy a crash left before it was swapped in.
+            if name.ends_with(&format!(".log.{}", crate::compaction::CLEANED)) {
+                fs::remove_file(entry.path()).context("remove cleaned copy", &entry.path())?;
+                continue;
+            }
             if let Some(stem) = name.strip_suffix(".log")
                 && let Ok(base) = stem.parse::<i64>()
             {
@@ -579,6 +584,7 @@ impl PartitionLog {
         self.epochs = EpochHistory::default();
         self.producers = ProducerState::default();
         self.unsealed.clear();
+        crate::compaction::Checkpoint::remove(&self.dir)?;
         Ok(start)
     }
 
@@ -857,6 +863,54 @@ impl PartitionLog {
         Ok(deleted)
     }
 
+    /// Swaps a compacted copy ([`crate::compaction::rewrite_segment`]) in for the sealed
+    /// segment it was written from, if that segment is still here, sealed and unchanged;
+    /// else the copy is removed and `false` returned. The rename is atomic, so a crash
+    /// leaves the old segment or the new one; the new one's index files are written here
+    /// (after a crash before that, recovery finds index files that do not match and
+    /// rebuilds them). Reads planned before the swap read the old file, which stays
+    /// open for them, and are planned again (the generation moves).
+    pub fn swap_compacted(
+        &mut self,
+        rewritten: &crate::compaction::Rewritten,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let base = rewritten.base_offset;
+        let unchanged = base != self.active().base_offset()
+            && !self.unsealed.iter().any(|u| u.base == base)
+            && self
+                .segments
+                .get(&base)
+                .is_some_and(|s| s.size_bytes() == rewritten.source_bytes);
+        let Some(segment) = self.segments.get(&base).filter(|_| unchanged) else {
+            let _ = fs::remove_file(&rewritten.path);
+            return Ok(false);
+        };
+        let path = segment.path().to_path_buf();
+        fs::rename(&rewritten.path, &path).context("swap in a compacted segment", &path)?;
+        File::open(&self.dir)
+            .and_then(|d| d.sync_all())
+            .context("fsync log directory", &self.dir)?;
+        for ext in ["index", "timeindex"] {
+            let index = path.with_extension(ext);
+            match fs::remove_file(&index) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(e).context("remove stale index", &index);
+                }
+                _ => {}
+            }
+        }
+        let (mut segment, _) =
+            Segment::open(&path, base, self.config.index_interval_bytes, false, now_ms)?;
+        for f in segment.write_index()? {
+            f.sync_all().context("fsync index of", &path)?;
+        }
+        segment.mark_sealed();
+        self.segments.insert(base, segment);
+        self.generation += 1;
+        Ok(true)
+    }
+
     /// Makes everything appended durable and seals the closed segments, in place (with
     /// the lock held): for tools and tests. The agent's flusher does the same in steps,
     /// fsyncing without the lock ([`Self::flush_target`], [`Self::seal`]).
@@ -1096,7 +1150,8 @@ mod tests {
             let base = next + (i % 3) * 4;
             let mut batch = encode_batch(3, 1000 + i, Compression::None);
             batch::assign(&mut batch, base, 0, TimestampType::CreateTime, 0);
-            log.append_replicated(&batch, 0).expect("a batch after a gap");
+            log.append_replicated(&batch, 0)
+                .expect("a batch after a gap");
             bases.push(base);
             next = base + 3;
         }

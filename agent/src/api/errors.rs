@@ -66,7 +66,7 @@ impl From<&PartitionError> for ApiError {
             PartitionError::NotEnoughReplicasAfterAppend { .. } => {
                 ResponseError::NotEnoughReplicasAfterAppend
             }
-            PartitionError::Archive(_) => {
+            PartitionError::Archive(_) | PartitionError::Compaction(_) => {
                 tracing::warn!(error = %e, "archive read failed");
                 ResponseError::KafkaStorageError
             }

@@ -1,5 +1,6 @@
-//! The data lifecycle of the partitions this agent leads: retention, DeleteRecords, and
-//! the collection of archived objects that no manifest names.
+//! The data lifecycle of the partitions on this agent: log compaction (every replica
+//! cleans its own log), retention and DeleteRecords (the leader decides), and the
+//! collection of archived objects that no manifest names.
 //!
 //! The rules are the compactor's ([`strata_compactor`]); this service applies them
 //! where a partition's whole log is visible, at its leader, which sees the local
@@ -32,19 +33,26 @@ pub struct LifecycleConfig {
     /// How long an archived object no manifest names stays in the store before it is
     /// deleted (see `strata_compactor::gc`).
     pub archive_grace_ms: i64,
+    /// Kafka's `log.cleaner.dedupe.buffer.size`: bytes of the key map one compaction
+    /// pass may hold (the pass cleans less, and the next one goes on, when it fills).
+    pub key_map_bytes: usize,
 }
 
 /// What the last pass did to one partition (for the operator API).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
 pub struct PartitionLifecycle {
     pub topic: String,
     pub partition: i32,
     pub log_start_offset: i64,
     pub last_run_ms: i64,
     pub next_due_ms: i64,
-    /// Bytes retention took from this partition since the agent started (local
-    /// segments and archived objects).
+    /// Bytes retention and compaction took from this partition since the agent
+    /// started (local segments and archived objects).
     pub bytes_reclaimed: u64,
+    /// For compacted topics: the dirty part's share of what may be cleaned, as of the
+    /// last pass, and the records compaction removed since the agent started.
+    pub dirty_ratio: Option<f64>,
+    pub records_compacted_away: u64,
     pub last_error: Option<String>,
 }
 
@@ -164,11 +172,32 @@ impl Lifecycle {
         Ok(gone)
     }
 
-    /// One pass: retention over every partition led here whose topic deletes, then the
-    /// collection of garbage and (for tiered partitions) orphans.
+    /// One pass: compaction of every local replica (leader or follower: each cleans
+    /// its own log, as in Kafka) whose topic compacts; retention over every partition
+    /// led here whose topic deletes; then the collection of garbage and (for tiered
+    /// partitions) orphans.
     pub async fn pass(&self) {
         let now = self.replicas.membership().clock().wall_ms();
         let next_due = now + self.config.check_interval_ms as i64;
+        let mut compacted = BTreeMap::new();
+        for topic in self.replicas.topics() {
+            let Some(policy) = topic.config.compaction() else {
+                continue;
+            };
+            for p in topic.local_partitions() {
+                let outcome = p.compact(policy, self.config.key_map_bytes, now).await;
+                match &outcome {
+                    Ok((_, Some(done))) if done.segments_swapped > 0 => {
+                        tracing::info!(partition = %p.name(), upto = done.upto, records_removed = done.records_removed, bytes_before = done.bytes_before, bytes_after = done.bytes_after, "compacted")
+                    }
+                    Ok(_) => {}
+                    Err(e) => {
+                        tracing::warn!(partition = %p.name(), error = %e, "compaction failed; will retry")
+                    }
+                }
+                compacted.insert((p.topic.clone(), p.index), outcome);
+            }
+        }
         let mut seen = BTreeMap::new();
         for topic in self.replicas.topics() {
             let policy = topic.config.retention();
@@ -198,6 +227,18 @@ impl Lifecycle {
                         tracing::warn!(partition = %p.name(), error = %e, "retention failed; will retry");
                         entry.last_error = Some(e.to_string());
                     }
+                }
+                match compacted.remove(&key) {
+                    Some(Ok((ratio, done))) => {
+                        entry.dirty_ratio = Some(ratio);
+                        if let Some(done) = done {
+                            entry.bytes_reclaimed +=
+                                done.bytes_before.saturating_sub(done.bytes_after);
+                            entry.records_compacted_away += done.records_removed;
+                        }
+                    }
+                    Some(Err(e)) => entry.last_error = Some(e.to_string()),
+                    None => entry.dirty_ratio = None,
                 }
                 entry.log_start_offset = self.replicas.log_start_offset(p).await;
                 if topic.config.tiered()

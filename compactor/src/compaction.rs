@@ -1,0 +1,272 @@
+//! Log compaction (`cleanup.policy=compact`) of a replica's local log, as Kafka's cleaner
+//! does it: the newest record of each key stays, at its offset; older ones go;
+//! tombstones (null values) stay for `delete.retention.ms` after the first pass that
+//! covered them, then go too.
+//!
+//! - **What may be cleaned**: the sealed segments below the high watermark, from the
+//!   oldest, up to the first one holding a record younger than `min.compaction.lag.ms`;
+//!   the active segment never.
+//! - **When**: once the dirty part (what no pass cleaned yet) is at least
+//!   `min.cleanable.dirty.ratio` of that, or a dirty record is older than
+//!   `max.compaction.lag.ms`; and, to remove tombstones whose horizon passed, when the
+//!   last pass is more than `delete.retention.ms` old (so a tombstone goes between one
+//!   and two `delete.retention.ms` after the first pass that covered it).
+//! - **A pass** maps each key of the dirty part to its newest offset, in a [`KeyMap`]
+//!   bounded in bytes (Kafka's dedupe buffer); if it fills, the pass cleans up to the
+//!   last segment it mapped whole, and the next pass goes on from there. Then it
+//!   rewrites every segment up to there, keeping a record unless the map holds a newer
+//!   offset for its key, or it is a tombstone whose horizon passed; each copy is swapped
+//!   in by the caller (under the log's lock), then the checkpoint moves.
+//!
+//! Dropping a record is safe against any map: a record goes only for a newer one of its
+//! key, which is the newest the map knows, so it is kept (or is a tombstone past its
+//! horizon: the key is deleted). A crash leaves each segment old or new (the swap is a
+//! rename) and the checkpoint behind, so the next pass cleans again what was cleaned.
+//!
+//! Records without a key are kept (compacted topics refuse them on produce; older ones
+//! may exist from before the policy changed). Producer state is unaffected: it is
+//! rebuilt from snapshots taken at segment rolls, which compaction does not touch.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use strata_log::compaction::{Checkpoint, Rewritten, Seen, for_each_record, rewrite_segment};
+use strata_log::partition_log::ClosedSegmentInfo;
+
+/// A topic's compaction settings (Kafka's names).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CompactionPolicy {
+    pub min_cleanable_dirty_ratio: f64,
+    pub min_compaction_lag_ms: i64,
+    pub max_compaction_lag_ms: i64,
+    pub delete_retention_ms: i64,
+}
+
+/// The newest offset of each key, bounded in bytes.
+#[derive(Debug)]
+pub struct KeyMap {
+    latest: HashMap<Vec<u8>, i64>,
+    bytes: usize,
+    budget: usize,
+}
+
+/// What an entry costs beyond its key's bytes (hash table slot, vector header, offset).
+const ENTRY_OVERHEAD: usize = 48;
+
+impl KeyMap {
+    pub fn with_budget(budget: usize) -> KeyMap {
+        KeyMap {
+            latest: HashMap::new(),
+            bytes: 0,
+            budget,
+        }
+    }
+
+    /// Notes `offset` as the newest of `key`. `false` if the key is new and does not fit.
+    pub fn offer(&mut self, key: &[u8], offset: i64) -> bool {
+        if let Some(o) = self.latest.get_mut(key) {
+            *o = (*o).max(offset);
+            return true;
+        }
+        let cost = key.len() + ENTRY_OVERHEAD;
+        if self.bytes + cost > self.budget {
+            return false;
+        }
+        self.bytes += cost;
+        self.latest.insert(key.to_vec(), offset);
+        true
+    }
+
+    pub fn latest(&self, key: &[u8]) -> Option<i64> {
+        self.latest.get(key).copied()
+    }
+
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
+}
+
+/// Whether a record stays, given the newest offsets of the keys (`map`), when passes
+/// first covered each offset (`checkpoint`), and the time.
+pub fn keep(
+    seen: &Seen,
+    map: &KeyMap,
+    checkpoint: &Checkpoint,
+    now_ms: i64,
+    delete_retention_ms: i64,
+) -> bool {
+    let Some(key) = seen.key else {
+        return true;
+    };
+    if map.latest(key).is_some_and(|newest| newest > seen.offset) {
+        return false;
+    }
+    if seen.tombstone {
+        let passed = checkpoint.first_cleaned_ms(seen.offset);
+        return passed.is_none_or(|at| now_ms.saturating_sub(at) <= delete_retention_ms);
+    }
+    true
+}
+
+/// What may be cleaned now, and whether a pass is due.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Cleanable {
+    /// Segments wholly below this may be cleaned.
+    pub upto: i64,
+    /// Dirty bytes over the cleanable bytes (0 when nothing is cleanable).
+    pub dirty_ratio: f64,
+    pub due: bool,
+}
+
+/// Which of `segments` (sealed, below the high watermark, oldest first) may be cleaned
+/// with the dirty part starting at `first_dirty`.
+pub fn cleanable(
+    segments: &[ClosedSegmentInfo],
+    checkpoint: &Checkpoint,
+    now_ms: i64,
+    policy: CompactionPolicy,
+) -> Cleanable {
+    let first_dirty = checkpoint.first_dirty;
+    let prefix: Vec<&ClosedSegmentInfo> = segments
+        .iter()
+        .take_while(|s| now_ms.saturating_sub(s.max_timestamp) >= policy.min_compaction_lag_ms)
+        .collect();
+    let upto = prefix.last().map_or(first_dirty, |s| s.next_offset);
+    let total: u64 = prefix.iter().map(|s| s.size_bytes).sum();
+    let dirty: Vec<&&ClosedSegmentInfo> = prefix
+        .iter()
+        .filter(|s| s.next_offset > first_dirty && s.next_offset > s.base_offset)
+        .collect();
+    let dirty_bytes: u64 = dirty.iter().map(|s| s.size_bytes).sum();
+    let dirty_ratio = if total == 0 {
+        0.0
+    } else {
+        dirty_bytes as f64 / total as f64
+    };
+    let overdue = dirty
+        .iter()
+        .any(|s| now_ms.saturating_sub(s.max_timestamp) > policy.max_compaction_lag_ms);
+    let sweep = first_dirty > 0
+        && checkpoint.last_pass_ms >= 0
+        && now_ms.saturating_sub(checkpoint.last_pass_ms) > policy.delete_retention_ms;
+    Cleanable {
+        upto,
+        dirty_ratio,
+        due: (dirty_bytes > 0 && (dirty_ratio >= policy.min_cleanable_dirty_ratio || overdue))
+            || (sweep && upto > 0),
+    }
+}
+
+/// What a pass did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Cleaned {
+    /// Everything below was cleaned.
+    pub upto: i64,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub records_removed: u64,
+    pub segments_swapped: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompactionError {
+    #[error(transparent)]
+    Log(#[from] strata_log::Error),
+    #[error("the key map ({budget} bytes) cannot hold the keys of one segment ({segment})")]
+    KeyMapTooSmall { budget: usize, segment: String },
+}
+
+/// One pass over the log in `dir`, whose cleanable sealed segments are `segments`
+/// (oldest first): maps, rewrites, and calls `swap` for each copy that removed
+/// something (which swaps it in under the log's lock and says whether it did). Returns
+/// `None` when no pass is due.
+pub fn compact(
+    dir: &Path,
+    segments: &[ClosedSegmentInfo],
+    policy: CompactionPolicy,
+    key_map_bytes: usize,
+    now_ms: i64,
+    mut swap: impl FnMut(&Rewritten) -> strata_log::Result<bool>,
+) -> Result<Option<Cleaned>, CompactionError> {
+    let mut checkpoint = Checkpoint::load(dir);
+    let plan = cleanable(segments, &checkpoint, now_ms, policy);
+    if !plan.due {
+        return Ok(None);
+    }
+    // Map the dirty part, a whole segment at a time, until the map is full.
+    let mut map = KeyMap::with_budget(key_map_bytes);
+    let mut mapped_upto = checkpoint.first_dirty;
+    for s in segments.iter().filter(|s| s.next_offset <= plan.upto) {
+        if s.next_offset <= checkpoint.first_dirty {
+            continue;
+        }
+        // Only whole segments count as mapped. What a segment that did not fit added
+        // stays in the map (a map of any prefix is safe), but the pass cleans no
+        // further than the last whole one.
+        let mut fits = true;
+        for_each_record(&s.path, |_, r| {
+            if fits
+                && r.offset >= checkpoint.first_dirty
+                && let Some(k) = &r.key
+            {
+                fits = map.offer(k, r.offset);
+            }
+        })?;
+        if !fits {
+            break;
+        }
+        mapped_upto = s.next_offset;
+    }
+    let anything_dirty = segments
+        .iter()
+        .any(|s| s.next_offset > checkpoint.first_dirty && s.next_offset <= plan.upto);
+    if anything_dirty && mapped_upto <= checkpoint.first_dirty {
+        let segment = segments
+            .iter()
+            .find(|s| s.next_offset > checkpoint.first_dirty)
+            .map_or_else(String::new, |s| s.path.display().to_string());
+        return Err(CompactionError::KeyMapTooSmall {
+            budget: key_map_bytes,
+            segment,
+        });
+    }
+    // A sweep with nothing dirty cleans what was cleaned before.
+    let mapped_upto = if anything_dirty {
+        mapped_upto
+    } else {
+        checkpoint.first_dirty.min(plan.upto)
+    };
+    let mut done = Cleaned {
+        upto: mapped_upto,
+        ..Cleaned::default()
+    };
+    for s in segments.iter().filter(|s| s.next_offset <= mapped_upto) {
+        let rewritten = rewrite_segment(s, |seen| {
+            keep(seen, &map, &checkpoint, now_ms, policy.delete_retention_ms)
+        })?;
+        done.bytes_before += s.size_bytes;
+        if rewritten.records_kept == rewritten.records_in {
+            std::fs::remove_file(&rewritten.path).map_err(|source| strata_log::Error::Io {
+                context: "remove unneeded cleaned copy",
+                path: rewritten.path.clone(),
+                source,
+            })?;
+            done.bytes_after += s.size_bytes;
+            continue;
+        }
+        if swap(&rewritten)? {
+            done.segments_swapped += 1;
+            done.bytes_after += rewritten.bytes;
+            done.records_removed += rewritten.records_in - rewritten.records_kept;
+        } else {
+            done.bytes_after += s.size_bytes;
+        }
+    }
+    checkpoint.passed(mapped_upto, now_ms);
+    checkpoint.save(dir)?;
+    Ok(Some(done))
+}

@@ -1,0 +1,169 @@
+"""Log compaction with real clients (issue 15): a compacted topic read from offset 0 by
+librdkafka and kafka-python holds exactly what the model says (the newest record of
+each key in the cleaned part, everything in the active segment, offsets unchanged),
+and the seeds' drill "compaction removes a required tombstone": a consumer back within
+delete.retention.ms still sees the tombstone, one back later does not, and both end
+with the same keys.
+
+Brokers run with a short lifecycle interval; topics get small segments and
+min.cleanable.dirty.ratio=0.01 so that a pass is due as soon as segments seal. Waits
+are on what clients read (until it equals the model), never on sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.request
+
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+from kafka import KafkaConsumer
+from kafka import TopicPartition as KpTopicPartition
+
+from strata_testlib import Out, consumer_conf, create_topic, produce_confluent, unique_topic, wait_until
+
+LIFECYCLE_ARGS = ["--log-retention-check-interval-ms", "200"]
+COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "1200", "min.cleanable.dirty.ratio": "0.01"}
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def local_bases(broker, topic: str) -> list[int]:
+    d = broker.data_dir / "logs" / f"{topic}-0"
+    return sorted(int(f.stem) for f in d.glob("*.log") if f.stem.isdigit())
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of everything from offset 0 to the end, with librdkafka."""
+    c = Consumer(consumer_conf(bootstrap, **{"auto.offset.reset": "earliest"}))
+    out = []
+    try:
+        lo, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        if hi == 0:
+            return out
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise AssertionError(str(m.error()))
+            out.append((m.offset(), m.key(), m.value()))
+            if m.offset() >= hi - 1:
+                break
+    finally:
+        c.close()
+    return out
+
+
+def read_all_kafka_python(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    c = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest")
+    tp = KpTopicPartition(topic, 0)
+    out = []
+    try:
+        c.assign([tp])
+        end = c.end_offsets([tp])[tp]
+        c.seek_to_beginning(tp)
+        deadline = time.monotonic() + 20
+        while c.position(tp) < end and time.monotonic() < deadline:
+            for rs in c.poll(timeout_ms=500).values():
+                out += [(r.offset, r.key, r.value) for r in rs]
+    finally:
+        c.close()
+    return out
+
+
+def model(sent: list[tuple[bytes, bytes | None]], cleaned_below: int) -> list[tuple[int, bytes, bytes | None]]:
+    """What compaction leaves: below `cleaned_below` the newest record of each key
+    (tombstones included), from there on everything."""
+    newest = {}
+    for o, (k, _) in enumerate(sent[:cleaned_below]):
+        newest[k] = o
+    return [(o, k, v) for o, (k, v) in enumerate(sent) if o >= cleaned_below or newest[k] == o]
+
+
+def produce_ops(bootstrap: str, topic: str, ops: list[tuple[bytes, bytes | None]]) -> None:
+    produce_confluent(bootstrap, topic, [Out(0, k, v, [], now_ms()) for k, v in ops],
+                      **{"linger.ms": 0, "batch.num.messages": 3})
+
+
+def status(broker, topic: str) -> dict:
+    with urllib.request.urlopen(broker.http_url + "/v1/compaction", timeout=5) as resp:
+        entries = json.load(resp)["partitions"]
+    return next((e for e in entries if e["topic"] == topic), {})
+
+
+def test_a_compacted_topic_reads_as_the_model(broker_factory):
+    """600 updates of 40 keys with some tombstones: once the sealed segments are
+    cleaned, librdkafka and kafka-python read exactly the model from offset 0."""
+    b = broker_factory(extra_args=LIFECYCLE_ARGS)
+    b.start()
+    topic = unique_topic("compacted")
+    create_topic(b.bootstrap, topic, 1, COMPACTED)
+    ops = []
+    for i in range(600):
+        key = f"key-{(i * 7) % 40:02d}".encode()
+        value = None if i % 23 == 5 else f"value-{i:04d}".encode()
+        ops.append((key, value))
+    produce_ops(b.bootstrap, topic, ops)
+
+    def cleaned():
+        active = local_bases(b, topic)[-1]
+        want = model(ops, active)
+        got = read_all(b.bootstrap, topic)
+        return (want, active) if got == want else None
+
+    want, active = wait_until(cleaned, 30, "librdkafka to read the compacted model")
+    assert active > 300, f"only {active} of 600 records in sealed segments"
+    assert len(want) < len(ops) // 2, f"compaction left {len(want)} of {len(ops)}"
+    assert read_all_kafka_python(b.bootstrap, topic) == want
+    st = status(b, topic)
+    assert st["records_compacted_away"] == len(ops) - len(want), st
+    assert st["dirty_ratio"] == 0.0 and st["last_error"] is None, st
+    # The records of the active segment were not touched, and producing goes on.
+    produce_ops(b.bootstrap, topic, [(b"key-00", b"after")])
+    assert read_all(b.bootstrap, topic)[-1] == (600, b"key-00", b"after")
+
+
+def test_a_tombstone_stays_for_delete_retention_ms_then_goes(broker_factory):
+    """The seeds' drill: key-2 is deleted. A consumer that rebuilds its state from
+    offset 0 within delete.retention.ms of the pass that first covered the tombstone
+    sees it; one that comes later sees no record of key-2 at all; both end with the
+    same key set."""
+    b = broker_factory(extra_args=LIFECYCLE_ARGS)
+    b.start()
+    topic = unique_topic("tombstone")
+    create_topic(b.bootstrap, topic, 1, {**COMPACTED, "delete.retention.ms": "3000"})
+    ops = [(f"key-{i % 5}".encode(), f"v{i}".encode()) for i in range(20)]
+    ops.append((b"key-2", None))
+    # Filler with keys of its own, so that the tombstone's segment seals.
+    ops += [(f"filler-{i:03d}".encode(), b"x" * 40) for i in range(60)]
+    produce_ops(b.bootstrap, topic, ops)
+    tombstone = 20
+
+    def state(records):
+        keys = {}
+        for _, k, v in records:
+            if v is None:
+                keys.pop(k, None)
+            else:
+                keys[k] = v
+        return keys
+
+    def early():
+        got = read_all(b.bootstrap, topic)
+        compacted = [o for o, _, _ in got if o < 20] == [15, 16, 18, 19]
+        return got if compacted and (tombstone, b"key-2", None) in got else None
+
+    soon = wait_until(early, 20, "the first pass (key-2's older records gone, its tombstone kept)")
+    late = wait_until(lambda: (lambda got: got if all(k != b"key-2" for _, k, _ in got) else None)(
+        read_all(b.bootstrap, topic)), 30, "the tombstone to go after delete.retention.ms")
+    assert state(soon) == state(late)
+    assert b"key-2" not in state(late)
+    assert set(state(late)) == {b"key-0", b"key-1", b"key-3", b"key-4"} | {
+        f"filler-{i:03d}".encode() for i in range(60)}
