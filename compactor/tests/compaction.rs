@@ -179,3 +179,81 @@ proptest! {
         prop_assert_eq!(&contents(&log), &swept);
     }
 }
+
+/// An idempotent producer's batches, with sequences from `base_sequence`.
+fn idempotent(key: u8, n: usize, base_sequence: i32) -> Vec<u8> {
+    let records: Vec<Record> = (0..n)
+        .map(|i| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: base_sequence + i as i32,
+            timestamp: 1_000,
+            key: Some(Bytes::from(format!("key-{key}"))),
+            value: Some(Bytes::from(format!(
+                "value-{base_sequence}-{i}-{}",
+                "y".repeat(30)
+            ))),
+            headers: Vec::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .expect("encode");
+    buf.to_vec()
+}
+
+/// An idempotent producer keeps its deduplication across compaction and a restart:
+/// compaction removes most of its batches (it rewrote the same keys), and a retry of
+/// its last batch is still recognised and answered with the original offsets.
+#[test]
+fn idempotent_producer_state_survives_compaction() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = LogConfig {
+        segment_bytes: 700,
+        index_interval_bytes: 128,
+        ..LogConfig::default()
+    };
+    let (mut log, _) = PartitionLog::open(dir.path(), config, 0).expect("open");
+    let mut seq = 0;
+    let mut last = None;
+    for i in 0..60 {
+        let out = log
+            .append(&idempotent((i % 3) as u8, 2, seq), 0)
+            .expect("append");
+        last = Some((seq, out.base_offset, out.last_offset));
+        seq += 2;
+    }
+    log.flush().expect("seal");
+    let upto = passes(&mut log, dir.path(), 1 << 20, 1_000, policy(10_000));
+    assert!(upto > 0, "something was cleaned");
+    let records_left = contents(&log).len();
+    assert!(
+        records_left < 60,
+        "compaction removed the older updates: {records_left} left"
+    );
+    drop(log);
+    let (mut log, _) = PartitionLog::open(dir.path(), config, 0).expect("reopen");
+    let (last_seq, base, end) = last.expect("appended");
+    let retry = log
+        .append(&idempotent(((60 - 1) % 3) as u8, 2, last_seq), 0)
+        .expect("retry");
+    assert!(retry.duplicate, "the retry is recognised");
+    assert_eq!((retry.base_offset, retry.last_offset), (base, end));
+    let next = log
+        .append(&idempotent(0, 2, seq), 0)
+        .expect("next in sequence");
+    assert!(!next.duplicate);
+}
