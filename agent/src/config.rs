@@ -85,6 +85,9 @@ pub struct Settings {
     /// Kafka's `log.cleaner.dedupe.buffer.size`: the most a log-compaction pass holds
     /// in its key map (allocated as keys come, not up front).
     pub log_cleaner_dedupe_buffer_size: usize,
+    /// Archived objects smaller than this (low-traffic partitions) are merged with their
+    /// neighbours into objects of at most this size; 0 turns merging off.
+    pub archive_merge_target_bytes: u64,
     /// Bytes of archived data (rebuilt row groups) kept in memory for replays.
     pub archive_cache_bytes: u64,
     /// This agent's membership lease (ms), renewed every fifth of it. An agent whose
@@ -183,6 +186,7 @@ impl Default for Settings {
             log_retention_check_interval_ms: 300_000,
             archive_gc_grace_ms: 600_000,
             log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
+            archive_merge_target_bytes: 64 * 1024 * 1024,
             archive_cache_bytes: 256 * 1024 * 1024,
             lease_ms: 10_000,
             replica_lag_time_max_ms: 30_000,

@@ -89,6 +89,10 @@ struct AgentArgs {
     /// (default 600000).
     #[arg(long, env = "STRATA_ARCHIVE_GC_GRACE_MS")]
     archive_gc_grace_ms: Option<i64>,
+    /// Archived objects smaller than this are merged into objects of at most this size
+    /// (default 67108864; 0: never).
+    #[arg(long, env = "STRATA_ARCHIVE_MERGE_TARGET_BYTES")]
+    archive_merge_target_bytes: Option<u64>,
     /// Kafka's group.initial.rebalance.delay.ms.
     #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
@@ -180,6 +184,9 @@ impl AgentArgs {
         }
         if let Some(v) = self.archive_gc_grace_ms {
             s.archive_gc_grace_ms = v;
+        }
+        if let Some(v) = self.archive_merge_target_bytes {
+            s.archive_merge_target_bytes = v;
         }
         if let Some(v) = self.default_replication_factor {
             s.topic_defaults.replication_factor = v;

@@ -200,6 +200,66 @@ impl Metastore {
         .await
     }
 
+    /// Replaces adjacent manifest entries `old` (oldest first) with `new`, which covers
+    /// exactly their offsets (a merged or compacted object, already uploaded), in one
+    /// transaction; the old objects become garbage. `false`, changing nothing, if the
+    /// manifest no longer holds `old` as they were (retention or another compactor got
+    /// there first): `new` is then an orphan.
+    pub async fn replace_archived(
+        &self,
+        topic: &str,
+        partition: i32,
+        old: &[ManifestEntry],
+        new: ManifestEntry,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let (Some(first), Some(last)) = (old.first(), old.last()) else {
+            return Ok(false);
+        };
+        if new.first_offset != first.first_offset || new.last_offset != last.last_offset {
+            return Err(Error::Invalid(format!(
+                "object {}..={} does not cover the entries {}..={} it replaces",
+                new.first_offset, new.last_offset, first.first_offset, last.last_offset
+            )));
+        }
+        let keys: Vec<Vec<u8>> = old
+            .iter()
+            .map(|e| {
+                self.key()
+                    .str("manifest")
+                    .str(topic)
+                    .u32(partition as u32)
+                    .u64(e.first_offset as u64)
+                    .into_bytes()
+            })
+            .collect();
+        let (topic, old, this) = (topic.to_string(), old.to_vec(), self.clone());
+        self.transact(move |txn| {
+            let (keys, topic, old, new, this) = (
+                keys.clone(),
+                topic.clone(),
+                old.clone(),
+                new.clone(),
+                this.clone(),
+            );
+            async move {
+                for (k, want) in keys.iter().zip(&old) {
+                    match txn.get(k).await? {
+                        Some(v) if decode::<ManifestEntry>(k, &v)? == *want => {}
+                        // A retry whose first attempt committed finds `new` in place.
+                        Some(v) if decode::<ManifestEntry>(k, &v)? == new => return Ok(true),
+                        _ => return Ok(false),
+                    }
+                }
+                this.retire_in(txn, &topic, partition, &old, now_ms);
+                txn.set(&keys[0], &encode(&new));
+                Ok(true)
+            }
+            .boxed()
+        })
+        .await
+    }
+
     /// Up to `limit` archived objects waiting to be deleted, oldest path first.
     pub async fn garbage(&self, limit: usize) -> Result<Vec<Garbage>> {
         let prefix = self.garbage_prefix();
@@ -380,6 +440,60 @@ mod tests {
             .await
             .expect("forget");
         assert!(m.garbage(10).await.expect("garbage").is_empty());
+    }
+
+    #[tokio::test]
+    async fn merged_objects_replace_their_entries_in_one_step() {
+        for (_, m, _dir) in crate::test_metastores() {
+            replacing_on(m).await;
+        }
+    }
+
+    async fn replacing_on(m: Metastore) {
+        let olds = [entry(0, 9), entry(10, 19), entry(20, 29)];
+        for e in &olds {
+            m.publish_archived("t", 0, e.clone())
+                .await
+                .expect("publish");
+        }
+        let mut merged = entry(0, 19);
+        merged.path = "p/merged".to_string();
+        assert!(
+            m.replace_archived("t", 0, &olds[..1], merged.clone(), 5)
+                .await
+                .is_err(),
+            "does not cover what it replaces"
+        );
+        assert!(
+            m.replace_archived("t", 0, &olds[..2], merged.clone(), 5)
+                .await
+                .expect("replace")
+        );
+        let got: Vec<(i64, String)> = m
+            .manifest("t", 0)
+            .await
+            .expect("read")
+            .into_iter()
+            .map(|e| (e.first_offset, e.path))
+            .collect();
+        assert_eq!(got, [(0, "p/merged".to_string()), (20, "p/20".to_string())]);
+        let mut garbage: Vec<String> = m
+            .garbage(10)
+            .await
+            .expect("garbage")
+            .into_iter()
+            .map(|g| g.path)
+            .collect();
+        garbage.sort();
+        assert_eq!(garbage, ["p/0", "p/10"]);
+        // The old entries are gone: a second compactor's replacement changes nothing.
+        let mut other = entry(0, 19);
+        other.path = "p/other".to_string();
+        assert!(
+            !m.replace_archived("t", 0, &olds[..2], other, 6)
+                .await
+                .expect("replace")
+        );
     }
 
     async fn publishing_on(m: Metastore) {

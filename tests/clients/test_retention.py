@@ -324,3 +324,46 @@ def test_a_crash_at_any_step_of_retention_loses_and_duplicates_nothing(broker_fa
     got = read_values(b.bootstrap, topic, 0, start, end)
     assert [o for o, _ in got] == list(range(start, end)), "every record from the start, once, in order"
     assert got == [(i, r.value) for i, r in enumerate(old + new)][start:]
+
+
+# =========================================================================== merging
+def test_small_archived_objects_are_merged(broker_factory):
+    """A low-traffic partition's many small objects are merged into objects of at most
+    the target size, swapped into the manifest in one step; the old ones leave the
+    store after the grace period; everything reads back exactly from the archive, and
+    DuckDB over the store sees each record once."""
+    import duckdb
+
+    b, arch = start_tiered_broker(
+        lambda extra_args=None, extra_env=None: broker_factory(
+            extra_args=LIFECYCLE_ARGS + ["--archive-merge-target-bytes", "20000"] + list(extra_args or []),
+            extra_env=extra_env),
+        "file")
+    topic = unique_topic("merge")
+    create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
+    sent = records(0, 300, now_ms(), "m")
+    produce(b.bootstrap, topic, sent)
+
+    def spans():
+        return sorted((int(m.group(1)), int(m.group(2))) for m in map(OBJECT_NAME.match, arch.objects(topic, 0)))
+
+    def merged():
+        s = spans()
+        # Several objects merged, the store listing contiguous (the old objects gone),
+        # and everything but the active segment archived.
+        contiguous = bool(s) and s[0][0] == 0 and all(b_[0] == a[1] + 1 for a, b_ in zip(s, s[1:]))
+        return s if contiguous and s[-1][1] >= 250 and max(last - first for first, last in s) > 30 else None
+
+    s = wait_until(merged, 60, f"small objects merged (store: {spans()})")
+    set_topic_config(b.bootstrap, topic, {"local.retention.ms": "0"})
+    wait_until(lambda: local_bases(b, topic, 0)[0] > s[-1][1] - 20, 20, "local segments deleted")
+    archived_end = spans()[-1][1] + 1
+    assert read_values(b.bootstrap, topic, 0, 0, 300) == [(i, r.value) for i, r in enumerate(sent)]
+
+    glob = str(arch.dir / f"topic={topic}" / "partition=0" / "*.parquet")
+    rows, distinct, lo, hi = duckdb.sql(
+        f"SELECT count(*), count(DISTINCT \"offset\"), min(\"offset\"), max(\"offset\") FROM read_parquet('{glob}')"
+    ).fetchone()
+    assert (rows, distinct, lo) == (archived_end, archived_end, 0), (rows, distinct, lo, hi)
+    st = {(p["topic"], p["partition"]): p for p in compaction_status(b)["partitions"]}[(topic, 0)]
+    assert st["objects_merged"] >= 4, st

@@ -5,10 +5,12 @@
 //! - [`codec`]: record batches to Arrow/Parquet rows and back;
 //! - [`worker`]: upload, then publish in the manifest (the crash-consistency argument is
 //!   in its module docs);
-//! - [`reader`]: fetches of archived offsets, with ranged reads and `moka` caches.
+//! - [`reader`]: fetches of archived offsets, with ranged reads and `moka` caches;
+//! - [`merge`]: small archived objects merged into bigger ones.
 
 pub mod codec;
 pub mod error;
+pub mod merge;
 pub mod reader;
 pub mod store;
 pub mod worker;

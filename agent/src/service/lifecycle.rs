@@ -36,6 +36,9 @@ pub struct LifecycleConfig {
     /// Kafka's `log.cleaner.dedupe.buffer.size`: bytes of the key map one compaction
     /// pass may hold (the pass cleans less, and the next one goes on, when it fills).
     pub key_map_bytes: usize,
+    /// Archived objects smaller than this are merged with their neighbours into objects
+    /// of at most this size (0: never).
+    pub merge_target_bytes: u64,
 }
 
 /// What the last pass did to one partition (for the operator API).
@@ -53,6 +56,8 @@ pub struct PartitionLifecycle {
     /// last pass, and the records compaction removed since the agent started.
     pub dirty_ratio: Option<f64>,
     pub records_compacted_away: u64,
+    /// Small archived objects merged into bigger ones since the agent started.
+    pub objects_merged: u64,
     pub last_error: Option<String>,
 }
 
@@ -241,10 +246,21 @@ impl Lifecycle {
                     None => entry.dirty_ratio = None,
                 }
                 entry.log_start_offset = self.replicas.log_start_offset(p).await;
-                if topic.config.tiered()
-                    && let Err(e) = self.collect_orphans(p, now).await
-                {
-                    tracing::warn!(partition = %p.name(), error = %e, "cannot collect orphaned archive objects");
+                if topic.config.tiered() {
+                    match self.merge_small_objects(p, now).await {
+                        Ok(Some((merged, bytes))) => {
+                            entry.objects_merged += merged as u64;
+                            tracing::info!(partition = %p.name(), objects = merged, bytes, "merged small archived objects");
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(partition = %p.name(), error = %e, "cannot merge small archived objects; will retry");
+                            entry.last_error = Some(e.to_string());
+                        }
+                    }
+                    if let Err(e) = self.collect_orphans(p, now).await {
+                        tracing::warn!(partition = %p.name(), error = %e, "cannot collect orphaned archive objects");
+                    }
                 }
                 seen.insert(key, entry);
             }
@@ -270,6 +286,48 @@ impl Lifecycle {
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot collect archived garbage"),
         }
+    }
+
+    /// Merges the first run of adjacent archived objects that are each smaller than
+    /// the target and together at most the target (two or more), if there is one:
+    /// download, merge, upload under a new name, then swap into the manifest in one
+    /// transaction (the old objects become garbage). A crash or a lost race leaves the
+    /// new object an orphan, collected later; nothing is deleted before the swap.
+    /// Returns how many objects were merged and the merged size.
+    async fn merge_small_objects(
+        &self,
+        p: &Partition,
+        now_ms: i64,
+    ) -> Result<Option<(usize, u64)>> {
+        let target = self.config.merge_target_bytes;
+        if target == 0 {
+            return Ok(None);
+        }
+        let reader = self.replicas.archive();
+        let archive_error = |e: strata_tiering::Error| PartitionError::Archive(e.to_string());
+        let manifest = reader
+            .manifest(&p.topic, p.index, true)
+            .await
+            .map_err(archive_error)?;
+        let Some(run) = small_run(&manifest, target) else {
+            return Ok(None);
+        };
+        let entry =
+            strata_tiering::merge::merge_and_upload(reader.archive(), &p.topic, p.index, run)
+                .await
+                .map_err(archive_error)?;
+        strata_compactor::failpoint::crash("merge.after_upload");
+        let swapped = self
+            .replicas
+            .metastore()
+            .replace_archived(&p.topic, p.index, run, entry.clone(), now_ms)
+            .await?;
+        reader.invalidate(&p.topic, p.index);
+        if !swapped {
+            tracing::info!(partition = %p.name(), object = %entry.path, "the manifest changed under a merge; the merged object is left for collection");
+            return Ok(None);
+        }
+        Ok(Some((run.len(), entry.size_bytes)))
     }
 
     async fn collect_orphans(&self, p: &Partition, now_ms: i64) -> Result<Collected, Error> {
@@ -301,5 +359,76 @@ impl Lifecycle {
             }
             self.pass().await;
         }
+    }
+}
+
+/// The first run of two or more adjacent entries, each smaller than `target` and
+/// together at most `target`.
+fn small_run(
+    manifest: &[strata_metastore::ManifestEntry],
+    target: u64,
+) -> Option<&[strata_metastore::ManifestEntry]> {
+    let mut start = 0;
+    while start < manifest.len() {
+        let mut end = start;
+        let mut bytes = 0;
+        while end < manifest.len()
+            && manifest[end].size_bytes < target
+            && bytes + manifest[end].size_bytes <= target
+            && (end == start || manifest[end].first_offset == manifest[end - 1].last_offset + 1)
+        {
+            bytes += manifest[end].size_bytes;
+            end += 1;
+        }
+        if end - start >= 2 {
+            return Some(&manifest[start..end]);
+        }
+        start = end.max(start + 1);
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(first: i64, last: i64, size: u64) -> strata_metastore::ManifestEntry {
+        strata_metastore::ManifestEntry {
+            first_offset: first,
+            last_offset: last,
+            min_timestamp_ms: 0,
+            max_timestamp_ms: 0,
+            record_count: last - first + 1,
+            size_bytes: size,
+            path: format!("p/{first}"),
+            checksum: 0,
+        }
+    }
+
+    #[test]
+    fn small_objects_merge_in_bounded_runs_of_neighbours() {
+        let m = [
+            entry(0, 9, 900),
+            entry(10, 19, 40),
+            entry(20, 29, 30),
+            entry(30, 39, 50),
+            entry(40, 49, 20),
+            entry(60, 69, 10),
+            entry(70, 79, 10),
+        ];
+        let firsts = |r: Option<&[strata_metastore::ManifestEntry]>| {
+            r.map(|r| r.iter().map(|e| e.first_offset).collect::<Vec<_>>())
+        };
+        // 900 is not small; 40+30 fit in 100, +50 would not.
+        assert_eq!(firsts(small_run(&m, 100)), Some(vec![10, 20]));
+        assert_eq!(firsts(small_run(&m, 150)), Some(vec![10, 20, 30, 40]));
+        // Not across a gap in offsets (retention moved the start inside the manifest).
+        assert_eq!(firsts(small_run(&m[4..], 1000)), Some(vec![60, 70]));
+        assert_eq!(firsts(small_run(&m[..1], 1000)), None);
+        assert_eq!(
+            firsts(small_run(&m, 10)),
+            None,
+            "nothing smaller than the target"
+        );
     }
 }

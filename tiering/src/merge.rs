@@ -1,0 +1,58 @@
+//! Merging small archived objects (from low-traffic partitions) into bigger ones. The
+//! objects are downloaded, merged ([`crate::codec::merge_objects`]: rows as they are,
+//! checksums included) and the result uploaded under a fresh name; publishing it in
+//! place of the old entries is the caller's (one metastore transaction,
+//! `Metastore::replace_archived`), so that nothing is deleted before the new object is
+//! named, and a crash before the swap leaves an orphan for collection.
+
+use bytes::Bytes;
+use object_store::path::Path;
+use strata_metastore::ManifestEntry;
+
+use crate::codec::merge_objects;
+use crate::error::{Error, Result};
+use crate::store::Archive;
+
+/// Downloads the objects of `run` (adjacent entries of one partition, oldest first),
+/// merges them and uploads the result; returns its manifest entry.
+pub async fn merge_and_upload(
+    archive: &Archive,
+    topic: &str,
+    partition: i32,
+    run: &[ManifestEntry],
+) -> Result<ManifestEntry> {
+    let mut files = Vec::with_capacity(run.len());
+    for e in run {
+        let bytes = archive.get(&Path::from(e.path.as_str())).await?;
+        if crc32c::crc32c(&bytes) != e.checksum {
+            return Err(Error::Corrupt {
+                path: e.path.clone(),
+                reason: "its bytes do not match the manifest's checksum; not merged".to_string(),
+            });
+        }
+        files.push(bytes);
+    }
+    let (merged, summary) = tokio::task::spawn_blocking(move || merge_objects(&files))
+        .await
+        .map_err(|e| Error::Codec(format!("merge task failed: {e}")))??;
+    let unique = uuid::Uuid::new_v4().simple().to_string();
+    let path = archive.object_path(
+        topic,
+        partition,
+        summary.first_offset,
+        summary.last_offset,
+        &unique,
+    );
+    let entry = ManifestEntry {
+        first_offset: summary.first_offset,
+        last_offset: summary.last_offset,
+        min_timestamp_ms: summary.min_timestamp_ms,
+        max_timestamp_ms: summary.max_timestamp_ms,
+        record_count: summary.record_count,
+        size_bytes: merged.len() as u64,
+        path: path.to_string(),
+        checksum: crc32c::crc32c(&merged),
+    };
+    archive.put(&path, Bytes::from(merged)).await?;
+    Ok(entry)
+}
