@@ -13,7 +13,8 @@
 //!   and two `delete.retention.ms` after the first pass that covered it).
 //! - **A pass** maps each key of the dirty part to its newest offset, in a [`KeyMap`]
 //!   bounded in bytes (Kafka's dedupe buffer); if it fills, the pass cleans up to the
-//!   last segment it mapped whole, and the next pass goes on from there. Then it
+//!   record it filled at, and the next pass goes on from there (so memory is bounded
+//!   for any partition, a segment holding more keys than fit included). Then it
 //!   rewrites every segment up to there, keeping a record unless the map holds a newer
 //!   offset for its key, or it is a tombstone whose horizon passed; each copy is swapped
 //!   in by the caller (under the log's lock), then the checkpoint moves.
@@ -176,7 +177,7 @@ pub struct Cleaned {
 pub enum CompactionError {
     #[error(transparent)]
     Log(#[from] strata_log::Error),
-    #[error("the key map ({budget} bytes) cannot hold the keys of one segment ({segment})")]
+    #[error("the key map ({budget} bytes) cannot hold one key of {segment}")]
     KeyMapTooSmall { budget: usize, segment: String },
 }
 
@@ -197,26 +198,29 @@ pub fn compact(
     if !plan.due {
         return Ok(None);
     }
-    // Map the dirty part, a whole segment at a time, until the map is full.
+    // Map the dirty part in offset order until the map is full: every key below
+    // `mapped_upto` is mapped. (What a segment the map filled in added stays: a map of
+    // any prefix is safe.)
+    let first_dirty = checkpoint.first_dirty;
     let mut map = KeyMap::with_budget(key_map_bytes);
-    let mut mapped_upto = checkpoint.first_dirty;
-    for s in segments.iter().filter(|s| s.next_offset <= plan.upto) {
-        if s.next_offset <= checkpoint.first_dirty {
-            continue;
-        }
-        // Only whole segments count as mapped. What a segment that did not fit added
-        // stays in the map (a map of any prefix is safe), but the pass cleans no
-        // further than the last whole one.
-        let mut fits = true;
+    let mut mapped_upto = first_dirty;
+    let mut full = false;
+    for s in segments
+        .iter()
+        .filter(|s| s.next_offset <= plan.upto && s.next_offset > first_dirty)
+    {
         for_each_record(&s.path, |_, r| {
-            if fits
-                && r.offset >= checkpoint.first_dirty
-                && let Some(k) = &r.key
+            if full || r.offset < first_dirty {
+                return;
+            }
+            if let Some(k) = &r.key
+                && !map.offer(k, r.offset)
             {
-                fits = map.offer(k, r.offset);
+                full = true;
+                mapped_upto = r.offset;
             }
         })?;
-        if !fits {
+        if full {
             break;
         }
         mapped_upto = s.next_offset;
@@ -224,7 +228,7 @@ pub fn compact(
     let anything_dirty = segments
         .iter()
         .any(|s| s.next_offset > checkpoint.first_dirty && s.next_offset <= plan.upto);
-    if anything_dirty && mapped_upto <= checkpoint.first_dirty {
+    if anything_dirty && mapped_upto <= first_dirty {
         let segment = segments
             .iter()
             .find(|s| s.next_offset > checkpoint.first_dirty)
@@ -244,7 +248,7 @@ pub fn compact(
         upto: mapped_upto,
         ..Cleaned::default()
     };
-    for s in segments.iter().filter(|s| s.next_offset <= mapped_upto) {
+    for s in segments.iter().filter(|s| s.base_offset < mapped_upto) {
         let rewritten = rewrite_segment(s, |seen| {
             keep(seen, &map, &checkpoint, now_ms, policy.delete_retention_ms)
         })?;
