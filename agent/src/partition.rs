@@ -747,7 +747,8 @@ impl Partition {
             if seg.next_offset - 1 > archived_upto {
                 return false;
             }
-            let too_old = retention_ms >= 0 && now_ms - seg.max_timestamp > retention_ms;
+            let too_old =
+                retention_ms >= 0 && now_ms.saturating_sub(seg.max_timestamp) > retention_ms;
             let too_big = retention_bytes >= 0 && local_bytes > retention_bytes;
             if too_old || too_big {
                 local_bytes -= seg.size_bytes as i64;

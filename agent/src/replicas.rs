@@ -709,6 +709,12 @@ impl ReplicaManager {
             .read(&partition.topic, partition.index, offset, max_bytes)
             .await;
         match archived {
+            // Compacted away up to the end of the archive: the local log goes on.
+            Ok(Some(records)) if records.is_empty() => {
+                let mut out = partition.read(local_start, max_bytes, true)?;
+                out.log_start_offset = log_start;
+                Ok(out)
+            }
             Ok(Some(records)) => Ok(ReadOutcome {
                 records,
                 high_watermark: partition.high_watermark(),

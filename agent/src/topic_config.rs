@@ -376,12 +376,11 @@ impl TopicConfig {
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
     }
 
-    /// Whether the topic's closed segments go to the archive. Compacted topics stay
-    /// local, as in Kafka (KIP-405 leaves them out): the archive is not compacted yet.
+    /// Whether the topic's closed segments go to the archive (compacted topics too:
+    /// their archive is compacted as well, where Kafka leaves them out of KIP-405).
     pub fn tiered(&self) -> bool {
         self.get("remote.storage.enable")
             .is_some_and(|v| v.eq_ignore_ascii_case("true"))
-            && self.compaction().is_none()
     }
 
     /// The compaction settings, if `cleanup.policy` compacts (`compact` or

@@ -34,6 +34,8 @@ use std::path::Path;
 use strata_log::compaction::{Checkpoint, Rewritten, Seen, for_each_record, rewrite_segment};
 use strata_log::partition_log::ClosedSegmentInfo;
 
+use crate::retention::Unit;
+
 /// A topic's compaction settings (Kafka's names).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CompactionPolicy {
@@ -124,25 +126,44 @@ pub struct Cleanable {
 }
 
 /// Which of `segments` (sealed, below the high watermark, oldest first) may be cleaned
-/// with the dirty part starting at `first_dirty`.
+/// with the dirty part starting at the checkpoint's `first_dirty`.
 pub fn cleanable(
     segments: &[ClosedSegmentInfo],
     checkpoint: &Checkpoint,
     now_ms: i64,
     policy: CompactionPolicy,
 ) -> Cleanable {
+    let units: Vec<Unit> = segments
+        .iter()
+        .map(|s| Unit {
+            first_offset: s.base_offset,
+            next_offset: s.next_offset,
+            max_timestamp_ms: s.max_timestamp,
+            size_bytes: s.size_bytes,
+        })
+        .collect();
+    cleanable_units(&units, checkpoint, now_ms, policy)
+}
+
+/// [`cleanable`] over segments or archived objects alike.
+pub fn cleanable_units(
+    units: &[Unit],
+    checkpoint: &Checkpoint,
+    now_ms: i64,
+    policy: CompactionPolicy,
+) -> Cleanable {
     let first_dirty = checkpoint.first_dirty;
-    let prefix: Vec<&ClosedSegmentInfo> = segments
+    let prefix: Vec<&Unit> = units
         .iter()
-        .take_while(|s| now_ms.saturating_sub(s.max_timestamp) >= policy.min_compaction_lag_ms)
+        .take_while(|u| now_ms.saturating_sub(u.max_timestamp_ms) >= policy.min_compaction_lag_ms)
         .collect();
-    let upto = prefix.last().map_or(first_dirty, |s| s.next_offset);
-    let total: u64 = prefix.iter().map(|s| s.size_bytes).sum();
-    let dirty: Vec<&&ClosedSegmentInfo> = prefix
+    let upto = prefix.last().map_or(first_dirty, |u| u.next_offset);
+    let total: u64 = prefix.iter().map(|u| u.size_bytes).sum();
+    let dirty: Vec<&&Unit> = prefix
         .iter()
-        .filter(|s| s.next_offset > first_dirty && s.next_offset > s.base_offset)
+        .filter(|u| u.next_offset > first_dirty && u.next_offset > u.first_offset)
         .collect();
-    let dirty_bytes: u64 = dirty.iter().map(|s| s.size_bytes).sum();
+    let dirty_bytes: u64 = dirty.iter().map(|u| u.size_bytes).sum();
     let dirty_ratio = if total == 0 {
         0.0
     } else {
@@ -150,7 +171,7 @@ pub fn cleanable(
     };
     let overdue = dirty
         .iter()
-        .any(|s| now_ms.saturating_sub(s.max_timestamp) > policy.max_compaction_lag_ms);
+        .any(|u| now_ms.saturating_sub(u.max_timestamp_ms) > policy.max_compaction_lag_ms);
     let sweep = first_dirty > 0
         && checkpoint.last_pass_ms >= 0
         && now_ms.saturating_sub(checkpoint.last_pass_ms) > policy.delete_retention_ms;

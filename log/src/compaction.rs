@@ -117,36 +117,14 @@ pub fn rewrite_segment(
     let mut out = BufWriter::new(file);
     let (mut records_in, mut records_kept, mut bytes) = (0u64, 0u64, 0u64);
     for_each_batch(&segment.path, |header, batch_bytes| {
-        if header.is_control() {
-            out.write_all(batch_bytes)
+        let filtered = filter_batch(header, batch_bytes, &mut keep)?;
+        records_in += filtered.records_in;
+        records_kept += filtered.records_kept;
+        if let Some(written) = filtered.bytes {
+            out.write_all(&written)
                 .context("write cleaned segment", &path)?;
-            bytes += batch_bytes.len() as u64;
-            return Ok(());
+            bytes += written.len() as u64;
         }
-        let records = batch::decode_records(batch_bytes)?;
-        let kept: Vec<Record> = records
-            .iter()
-            .filter(|r| {
-                keep(&Seen {
-                    offset: r.offset,
-                    key: r.key.as_deref(),
-                    tombstone: r.value.is_none(),
-                })
-            })
-            .cloned()
-            .collect();
-        records_in += records.len() as u64;
-        records_kept += kept.len() as u64;
-        let written = if kept.len() == records.len() {
-            batch_bytes.to_vec()
-        } else if kept.is_empty() {
-            return Ok(());
-        } else {
-            reencode(header, &kept)?
-        };
-        out.write_all(&written)
-            .context("write cleaned segment", &path)?;
-        bytes += written.len() as u64;
         Ok(())
     })?;
     let file = out.into_inner().map_err(|e| Error::Io {
@@ -162,6 +140,55 @@ pub fn rewrite_segment(
         bytes,
         records_in,
         records_kept,
+    })
+}
+
+/// What [`filter_batch`] left of a batch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filtered {
+    /// The batch as it stays (the same bytes if every record stays); `None` if none did.
+    pub bytes: Option<Vec<u8>>,
+    pub records_in: u64,
+    pub records_kept: u64,
+}
+
+/// The records of one batch that `keep` keeps, as a batch: the same bytes when all stay,
+/// none when none do, else re-encoded (see the module docs). Control batches stay.
+pub fn filter_batch(
+    header: &BatchHeader,
+    batch_bytes: &[u8],
+    mut keep: impl FnMut(&Seen) -> bool,
+) -> Result<Filtered> {
+    if header.is_control() {
+        return Ok(Filtered {
+            bytes: Some(batch_bytes.to_vec()),
+            records_in: 0,
+            records_kept: 0,
+        });
+    }
+    let records = batch::decode_records(batch_bytes)?;
+    let kept: Vec<Record> = records
+        .iter()
+        .filter(|r| {
+            keep(&Seen {
+                offset: r.offset,
+                key: r.key.as_deref(),
+                tombstone: r.value.is_none(),
+            })
+        })
+        .cloned()
+        .collect();
+    let bytes = if kept.len() == records.len() {
+        Some(batch_bytes.to_vec())
+    } else if kept.is_empty() {
+        None
+    } else {
+        Some(reencode(header, &kept)?)
+    };
+    Ok(Filtered {
+        bytes,
+        records_in: records.len() as u64,
+        records_kept: kept.len() as u64,
     })
 }
 

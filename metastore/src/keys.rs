@@ -10,6 +10,7 @@
 //! | (prefix, "manifest", name, index, first offset) | ManifestEntry | the tiering worker |
 //! | (prefix, "logstart", name, index)     | LogStart         | retention, DeleteRecords |
 //! | (prefix, "garbage", object path)      | Garbage          | retention, topic deletion; the compactor deletes |
+//! | (prefix, "archivecleaner", name, index) | ArchiveCleaner | the archive's compaction |
 //!
 //! Group, offset and producer-id keys are in `groups.rs`.
 

@@ -24,7 +24,7 @@ pub use controller::ControllerLease;
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
 pub use kv::{CallLimits, KvStore, KvTransaction, transact, transact_within};
-pub use manifest::{Garbage, ManifestEntry, Published};
+pub use manifest::{ArchiveCleaner, Garbage, ManifestEntry, Published};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};
 

@@ -49,6 +49,27 @@ pub struct Garbage {
     pub retired_at_ms: i64,
 }
 
+/// Where compaction of a partition's archive stands (the archive's counterpart of the
+/// cleaner checkpoint a local log keeps in its directory): the dirty part starts at
+/// `first_dirty`; `(upto, at_ms)` per pass that cleaned everything below `upto`
+/// (tombstone horizons count from the first that covered them); the last pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchiveCleaner {
+    pub first_dirty: i64,
+    pub passes: Vec<(i64, i64)>,
+    pub last_pass_ms: i64,
+}
+
+impl Default for ArchiveCleaner {
+    fn default() -> Self {
+        ArchiveCleaner {
+            first_dirty: 0,
+            passes: Vec::new(),
+            last_pass_ms: -1,
+        }
+    }
+}
+
 /// A partition's log start, as stored.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct LogStart {
@@ -256,6 +277,44 @@ impl Metastore {
                 Ok(true)
             }
             .boxed()
+        })
+        .await
+    }
+
+    fn archive_cleaner_key(&self, topic: &str, partition: i32) -> Vec<u8> {
+        self.key()
+            .str("archivecleaner")
+            .str(topic)
+            .u32(partition as u32)
+            .into_bytes()
+    }
+
+    /// Where compaction of a partition's archive stands.
+    pub async fn archive_cleaner(&self, topic: &str, partition: i32) -> Result<ArchiveCleaner> {
+        let key = self.archive_cleaner_key(topic, partition);
+        self.transact(move |txn| {
+            let key = key.clone();
+            async move {
+                match txn.get(&key).await? {
+                    Some(v) => decode(&key, &v),
+                    None => Ok(ArchiveCleaner::default()),
+                }
+            }
+            .boxed()
+        })
+        .await
+    }
+
+    pub async fn save_archive_cleaner(
+        &self,
+        topic: &str,
+        partition: i32,
+        cleaner: &ArchiveCleaner,
+    ) -> Result<()> {
+        let (key, value) = (self.archive_cleaner_key(topic, partition), encode(cleaner));
+        self.transact(move |txn| {
+            txn.set(&key, &value);
+            async { Ok(()) }.boxed()
         })
         .await
     }

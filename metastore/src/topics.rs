@@ -316,8 +316,10 @@ impl Metastore {
                     this.retire_in(txn, &name, p as i32, &[e], now_ms);
                 }
                 txn.clear_range(&begin, &prefix_end(&begin));
-                let begin = this.key().str("logstart").str(&name).into_bytes();
-                txn.clear_range(&begin, &prefix_end(&begin));
+                for kind in ["logstart", "archivecleaner"] {
+                    let begin = this.key().str(kind).str(&name).into_bytes();
+                    txn.clear_range(&begin, &prefix_end(&begin));
+                }
                 Ok(topic)
             }
             .boxed()

@@ -435,6 +435,80 @@ pub fn merge_objects(files: &[Bytes]) -> Result<(Vec<u8>, Summary)> {
     Ok((out, summary))
 }
 
+/// Calls `f` with every Kafka batch of an archived object, rebuilt and checked, in
+/// offset order (one row group in memory at a time). A damaged batch is an error.
+pub fn for_each_archived_batch(
+    file: &Bytes,
+    mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<()>,
+) -> Result<()> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+        .map_err(|e| Error::Codec(format!("open archived object: {e}")))?;
+    let groups = builder.metadata().num_row_groups();
+    for g in 0..groups {
+        let rows = builder.metadata().row_group(g).num_rows().max(1) as usize;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+            .and_then(|b| b.with_row_groups(vec![g]).with_batch_size(rows).build())
+            .map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
+        for batch in reader {
+            let batch = batch.map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
+            for b in rebuild(&batch)? {
+                if let Some(damage) = &b.damage {
+                    return Err(Error::Codec(format!(
+                        "batch {}..={} is damaged: {damage}",
+                        b.base_offset, b.last_offset
+                    )));
+                }
+                let header = BatchHeader::parse(&b.bytes)
+                    .ok_or_else(|| Error::Codec("rebuilt batch too short".to_string()))?;
+                f(&header, &b.bytes)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// What [`compact_object`] made of an object.
+#[derive(Debug)]
+pub struct Compacted {
+    /// The new object and what it covers; `None` if no record stays.
+    pub object: Option<(Vec<u8>, Summary)>,
+    pub records_in: u64,
+    pub records_kept: u64,
+}
+
+/// The records of an archived object that `keep` keeps (asked once per record, in
+/// offset order), as a new object: the rebuilt batches filtered as the log's
+/// compaction filters them ([`strata_log::compaction::filter_batch`]) and encoded
+/// again, with row checksums computed afresh from CRC-checked batches.
+pub fn compact_object(
+    file: &Bytes,
+    mut keep: impl FnMut(&strata_log::compaction::Seen) -> bool,
+) -> Result<Compacted> {
+    let mut segment = Vec::new();
+    let (mut records_in, mut records_kept) = (0, 0);
+    for_each_archived_batch(file, |header, bytes| {
+        let filtered = strata_log::compaction::filter_batch(header, bytes, &mut keep)
+            .map_err(|e| Error::Codec(e.to_string()))?;
+        records_in += filtered.records_in;
+        records_kept += filtered.records_kept;
+        if let Some(b) = filtered.bytes {
+            segment.extend_from_slice(&b);
+        }
+        Ok(())
+    })?;
+    let object = if segment.is_empty() {
+        None
+    } else {
+        Some(encode_segment(&segment)?)
+    };
+    Ok(Compacted {
+        object,
+        records_in,
+        records_kept,
+    })
+}
+
 /// One rebuilt Kafka record batch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RebuiltBatch {

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use object_store::path::Path;
 use strata_metastore::ManifestEntry;
 
-use crate::codec::merge_objects;
+use crate::codec::{Summary, merge_objects};
 use crate::error::{Error, Result};
 use crate::store::Archive;
 
@@ -23,7 +23,7 @@ pub async fn merge_and_upload(
 ) -> Result<ManifestEntry> {
     let mut files = Vec::with_capacity(run.len());
     for e in run {
-        let bytes = archive.get(&Path::from(e.path.as_str())).await?;
+        let bytes = download(archive, e).await?;
         if crc32c::crc32c(&bytes) != e.checksum {
             return Err(Error::Corrupt {
                 path: e.path.clone(),
@@ -35,24 +35,38 @@ pub async fn merge_and_upload(
     let (merged, summary) = tokio::task::spawn_blocking(move || merge_objects(&files))
         .await
         .map_err(|e| Error::Codec(format!("merge task failed: {e}")))??;
+    let (first, last) = (run[0].first_offset, run[run.len() - 1].last_offset);
+    upload(archive, topic, partition, (first, last), merged, &summary).await
+}
+
+/// Uploads a rewritten object (merged or compacted) under a fresh name; returns its
+/// manifest entry, which covers `range` (the offsets of the entries it replaces, so
+/// the manifest stays contiguous where compaction left gaps).
+pub async fn upload(
+    archive: &Archive,
+    topic: &str,
+    partition: i32,
+    range: (i64, i64),
+    object: Vec<u8>,
+    summary: &Summary,
+) -> Result<ManifestEntry> {
     let unique = uuid::Uuid::new_v4().simple().to_string();
-    let path = archive.object_path(
-        topic,
-        partition,
-        summary.first_offset,
-        summary.last_offset,
-        &unique,
-    );
+    let path = archive.object_path(topic, partition, range.0, range.1, &unique);
     let entry = ManifestEntry {
-        first_offset: summary.first_offset,
-        last_offset: summary.last_offset,
+        first_offset: range.0,
+        last_offset: range.1,
         min_timestamp_ms: summary.min_timestamp_ms,
         max_timestamp_ms: summary.max_timestamp_ms,
         record_count: summary.record_count,
-        size_bytes: merged.len() as u64,
+        size_bytes: object.len() as u64,
         path: path.to_string(),
-        checksum: crc32c::crc32c(&merged),
+        checksum: crc32c::crc32c(&object),
     };
-    archive.put(&path, Bytes::from(merged)).await?;
+    archive.put(&path, Bytes::from(object)).await?;
     Ok(entry)
+}
+
+/// Downloads the object of a manifest entry.
+pub async fn download(archive: &Archive, entry: &ManifestEntry) -> Result<Bytes> {
+    archive.get(&Path::from(entry.path.as_str())).await
 }

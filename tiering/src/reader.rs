@@ -280,10 +280,38 @@ impl ArchiveReader {
         offset: i64,
         max_bytes: usize,
     ) -> Result<Option<Vec<u8>>> {
-        let Some(entry) = self.entry_for(topic, partition, offset).await? else {
+        let Some(mut entry) = self.entry_for(topic, partition, offset).await? else {
             return Ok(None);
         };
-        let (reader, meta) = self.metadata(&entry).await?;
+        // A compacted object may hold no record at or after `offset` (its range ends
+        // in a gap), or none at all: the read goes on in the next object. Empty when
+        // the archive holds nothing more from `offset` on.
+        loop {
+            let out = self.read_entry(&entry, offset, max_bytes).await?;
+            if !out.is_empty() {
+                return Ok(Some(out));
+            }
+            match self
+                .entry_for(topic, partition, entry.last_offset + 1)
+                .await?
+            {
+                Some(next) => entry = next,
+                None => return Ok(Some(out)),
+            }
+        }
+    }
+
+    /// The batches of one object from the one holding `offset` (see [`Self::read`]).
+    async fn read_entry(
+        &self,
+        entry: &ManifestEntry,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>> {
+        if entry.record_count == 0 {
+            return Ok(Vec::new());
+        }
+        let (reader, meta) = self.metadata(entry).await?;
         let offset_column = meta
             .parquet_schema()
             .columns()
@@ -296,19 +324,19 @@ impl ArchiveReader {
             {
                 continue;
             }
-            for b in self.row_group(&entry, &reader, &meta, i).await?.iter() {
+            for b in self.row_group(entry, &reader, &meta, i).await?.iter() {
                 if b.last_offset < offset {
                     continue;
                 }
                 if let Some(damage) = &b.damage {
                     if out.is_empty() {
-                        return Err(damaged(&entry, b, damage));
+                        return Err(damaged(entry, b, damage));
                     }
                     // What comes before it now; the damaged offsets on the next read.
-                    return Ok(Some(out));
+                    return Ok(out);
                 }
                 if !out.is_empty() && out.len() + b.bytes.len() > max_bytes {
-                    return Ok(Some(out));
+                    return Ok(out);
                 }
                 out.extend_from_slice(&b.bytes);
             }
@@ -316,7 +344,7 @@ impl ArchiveReader {
                 break;
             }
         }
-        Ok(Some(out))
+        Ok(out)
     }
 
     /// The first archived record at or after `target_ms`, as `(offset, timestamp)`.
@@ -327,7 +355,10 @@ impl ArchiveReader {
         target_ms: i64,
     ) -> Result<Option<(i64, i64)>> {
         let manifest = self.manifest(topic, partition, true).await?;
-        for entry in manifest.iter().filter(|e| e.max_timestamp_ms >= target_ms) {
+        for entry in manifest
+            .iter()
+            .filter(|e| e.max_timestamp_ms >= target_ms && e.record_count > 0)
+        {
             let (reader, meta) = self.metadata(entry).await?;
             let ts_column = meta
                 .parquet_schema()

@@ -169,8 +169,12 @@ impl TieringWorker {
             if seg.next_offset - 1 <= archived_upto || seg.next_offset == seg.base_offset {
                 continue;
             }
-            match self.tier_segment(&topic, partition, &seg).await {
-                Ok(entry) => {
+            match self
+                .tier_segment(&topic, partition, &seg, archived_upto)
+                .await
+            {
+                Ok(None) => {}
+                Ok(Some(entry)) => {
                     archived_upto = entry.last_offset;
                     objects += 1;
                 }
@@ -193,33 +197,42 @@ impl TieringWorker {
         outcome
     }
 
+    /// Uploads and publishes one segment. Its entry covers the offsets from just after
+    /// `archived_upto` (the manifest's end; the segment's base when it is empty) to the
+    /// segment's end, gaps that compaction left included, so that the manifest stays
+    /// contiguous. A segment compaction emptied is skipped (`None`): the next one's
+    /// entry covers its offsets.
     async fn tier_segment(
         &self,
         topic: &str,
         partition: i32,
         seg: &ClosedSegment,
-    ) -> Result<ManifestEntry> {
+        archived_upto: i64,
+    ) -> Result<Option<ManifestEntry>> {
         let bytes = tokio::fs::read(&seg.path)
             .await
             .map_err(|source| Error::Io {
                 context: format!("read segment {}", seg.path.display()),
                 source,
             })?;
+        if bytes.is_empty() {
+            return Ok(None);
+        }
+        let first = if archived_upto >= 0 {
+            archived_upto + 1
+        } else {
+            seg.base_offset
+        };
         let (file, summary) = tokio::task::spawn_blocking(move || encode_segment(&bytes))
             .await
             .map_err(|e| Error::Codec(format!("encoder task failed: {e}")))??;
         let archive = self.reader.archive();
         let unique = uuid::Uuid::new_v4().simple().to_string();
-        let path = archive.object_path(
-            topic,
-            partition,
-            summary.first_offset,
-            summary.last_offset,
-            &unique,
-        );
+        let last = (seg.next_offset - 1).max(summary.last_offset);
+        let path = archive.object_path(topic, partition, first, last, &unique);
         let entry = ManifestEntry {
-            first_offset: summary.first_offset,
-            last_offset: summary.last_offset,
+            first_offset: first,
+            last_offset: last,
             min_timestamp_ms: summary.min_timestamp_ms,
             max_timestamp_ms: summary.max_timestamp_ms,
             record_count: summary.record_count,
@@ -250,7 +263,7 @@ impl TieringWorker {
                 tracing::info!(topic, partition, object = %entry.path, "segment was already archived; object left for collection")
             }
         }
-        Ok(entry)
+        Ok(Some(entry))
     }
 
     /// Tiers every partition `partitions` yields, every `every`, until shutdown. After a

@@ -246,6 +246,20 @@ impl Lifecycle {
                     None => entry.dirty_ratio = None,
                 }
                 entry.log_start_offset = self.replicas.log_start_offset(p).await;
+                if topic.config.tiered()
+                    && let Some(policy) = topic.config.compaction()
+                {
+                    match self.compact_archive(p, policy, now).await {
+                        Ok(Some(removed)) => {
+                            entry.records_compacted_away += removed;
+                        }
+                        Ok(None) => {}
+                        Err(e) => {
+                            tracing::warn!(partition = %p.name(), error = %e, "cannot compact the archive; will retry");
+                            entry.last_error = Some(e.to_string());
+                        }
+                    }
+                }
                 if topic.config.tiered() {
                     match self.merge_small_objects(p, now).await {
                         Ok(Some((merged, bytes))) => {
@@ -330,6 +344,160 @@ impl Lifecycle {
         Ok(Some((run.len(), entry.size_bytes)))
     }
 
+    /// One compaction pass over a partition's archive (for compacted, tiered topics),
+    /// by the rules of [`strata_compactor::compaction`]: the keys of the dirty objects
+    /// are mapped (objects are read one at a time; the map is bounded, and a pass that
+    /// fills it stops there); every object up to there is rewritten with what stays,
+    /// uploaded under a new name and swapped into the manifest in place of the old one
+    /// (which becomes garbage), keeping its offset range, so that the manifest stays
+    /// contiguous; an object left with no record becomes an entry without one. The
+    /// archive's checkpoint (in the metastore: leadership moves) moves last. Returns the
+    /// records removed, if a pass was due.
+    async fn compact_archive(
+        &self,
+        p: &Partition,
+        policy: strata_compactor::CompactionPolicy,
+        now_ms: i64,
+    ) -> Result<Option<u64>> {
+        use strata_compactor::KeyMap;
+        use strata_log::compaction::Checkpoint;
+        let reader = self.replicas.archive();
+        let metastore = self.replicas.metastore();
+        let archive_error = |e: strata_tiering::Error| PartitionError::Archive(e.to_string());
+        let manifest = reader
+            .manifest(&p.topic, p.index, true)
+            .await
+            .map_err(archive_error)?;
+        let stored = metastore.archive_cleaner(&p.topic, p.index).await?;
+        let checkpoint = Checkpoint {
+            first_dirty: stored.first_dirty,
+            passes: stored.passes.clone(),
+            last_pass_ms: stored.last_pass_ms,
+        };
+        let units: Vec<Unit> = manifest
+            .iter()
+            .map(|e| Unit {
+                first_offset: e.first_offset,
+                next_offset: e.last_offset + 1,
+                max_timestamp_ms: e.max_timestamp_ms,
+                size_bytes: e.size_bytes,
+            })
+            .collect();
+        let plan =
+            strata_compactor::compaction::cleanable_units(&units, &checkpoint, now_ms, policy);
+        if !plan.due {
+            return Ok(None);
+        }
+        let archive = reader.archive();
+        use strata_tiering::merge::download;
+        // Map the dirty objects' keys until the map is full.
+        let first_dirty = checkpoint.first_dirty;
+        let mut map = KeyMap::with_budget(self.config.key_map_bytes);
+        let mut mapped_upto = first_dirty;
+        for e in manifest
+            .iter()
+            .filter(|e| e.last_offset >= first_dirty && e.last_offset < plan.upto)
+        {
+            if e.record_count > 0 {
+                let file = download(archive, e).await.map_err(archive_error)?;
+                let mut full = false;
+                let mut stopped = mapped_upto;
+                strata_tiering::codec::for_each_archived_batch(&file, |_, bytes| {
+                    for r in strata_log::batch::decode_records(bytes)
+                        .map_err(|e| strata_tiering::Error::Codec(e.to_string()))?
+                    {
+                        if full || r.offset < first_dirty {
+                            continue;
+                        }
+                        if let Some(k) = &r.key
+                            && !map.offer(k, r.offset)
+                        {
+                            full = true;
+                            stopped = r.offset;
+                        }
+                    }
+                    Ok(())
+                })
+                .map_err(archive_error)?;
+                if full {
+                    mapped_upto = stopped;
+                    break;
+                }
+            }
+            mapped_upto = e.last_offset + 1;
+        }
+        if mapped_upto <= first_dirty {
+            // A sweep for tombstones over what was cleaned before, or a map too small.
+            mapped_upto = first_dirty.min(plan.upto);
+        }
+        let mut removed = 0;
+        for e in manifest
+            .iter()
+            .filter(|e| e.first_offset < mapped_upto && e.record_count > 0)
+        {
+            let file = download(archive, e).await.map_err(archive_error)?;
+            let compacted = strata_tiering::codec::compact_object(&file, |seen| {
+                strata_compactor::compaction::keep(
+                    seen,
+                    &map,
+                    &checkpoint,
+                    now_ms,
+                    policy.delete_retention_ms,
+                )
+            })
+            .map_err(archive_error)?;
+            let (before, after) = (compacted.records_in, compacted.records_kept);
+            if before == after {
+                continue;
+            }
+            let entry = match compacted.object {
+                Some((object, summary)) => strata_tiering::merge::upload(
+                    archive,
+                    &p.topic,
+                    p.index,
+                    (e.first_offset, e.last_offset),
+                    object,
+                    &summary,
+                )
+                .await
+                .map_err(archive_error)?,
+                // Nothing stays: an entry with no object keeps the range covered.
+                None => strata_metastore::ManifestEntry {
+                    record_count: 0,
+                    size_bytes: 0,
+                    path: String::new(),
+                    checksum: 0,
+                    ..e.clone()
+                },
+            };
+            strata_compactor::failpoint::crash("archive_compaction.after_upload");
+            if metastore
+                .replace_archived(&p.topic, p.index, std::slice::from_ref(e), entry, now_ms)
+                .await?
+            {
+                removed += before - after;
+            }
+        }
+        reader.invalidate(&p.topic, p.index);
+        let mut next = checkpoint;
+        next.passed(mapped_upto, now_ms);
+        metastore
+            .save_archive_cleaner(
+                &p.topic,
+                p.index,
+                &strata_metastore::ArchiveCleaner {
+                    first_dirty: next.first_dirty,
+                    passes: next.passes,
+                    last_pass_ms: next.last_pass_ms,
+                },
+            )
+            .await?;
+        if removed > 0 {
+            tracing::info!(partition = %p.name(), upto = mapped_upto, records_removed = removed, "compacted the archive");
+        }
+        Ok(Some(removed))
+    }
+
     async fn collect_orphans(&self, p: &Partition, now_ms: i64) -> Result<Collected, Error> {
         let archive = self.replicas.archive().archive();
         let dir = archive.partition_dir(&p.topic, p.index);
@@ -373,6 +541,7 @@ fn small_run(
         let mut end = start;
         let mut bytes = 0;
         while end < manifest.len()
+            && manifest[end].record_count > 0
             && manifest[end].size_bytes < target
             && bytes + manifest[end].size_bytes <= target
             && (end == start || manifest[end].first_offset == manifest[end - 1].last_offset + 1)
