@@ -283,6 +283,7 @@ pub fn compact(
             done.bytes_after += s.size_bytes;
             continue;
         }
+        crate::failpoint::crash("compaction.after_rewrite");
         if swap(&rewritten)? {
             done.segments_swapped += 1;
             done.bytes_after += rewritten.bytes;
@@ -291,6 +292,7 @@ pub fn compact(
             done.bytes_after += s.size_bytes;
         }
     }
+    crate::failpoint::crash("compaction.before_checkpoint");
     checkpoint.passed(mapped_upto, now_ms);
     checkpoint.save(dir)?;
     Ok(Some(done))
