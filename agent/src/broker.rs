@@ -119,6 +119,7 @@ impl Broker {
                 archive_grace_ms: settings.archive_gc_grace_ms,
                 key_map_bytes: settings.log_cleaner_dedupe_buffer_size,
                 merge_target_bytes: settings.archive_merge_target_bytes,
+                archive_work: settings.compactor_enabled,
             },
         ));
         Ok(Arc::new(Broker {

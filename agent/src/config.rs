@@ -70,6 +70,10 @@ pub struct Settings {
     /// Where archived segments go: `file:///dir` or `s3://bucket/prefix` (AWS settings
     /// from the environment). Default: `file://{data_dir}/archive`.
     pub archive_url: Option<String>,
+    /// Do the archive's compaction, merging and collection inside this agent, for the
+    /// partitions it leads (off when `strata compactor` runs apart; a lease per
+    /// partition keeps the two from working on one partition at once either way).
+    pub compactor_enabled: bool,
     /// Run the tiering worker inside this agent (off when `strata tiering` runs apart).
     pub tiering_enabled: bool,
     /// How often the tiering worker looks for closed segments.
@@ -181,6 +185,7 @@ impl Default for Settings {
             offsets_retention_minutes: 7 * 24 * 60,
             producer_id_expiration_ms: 24 * 3600 * 1000,
             archive_url: None,
+            compactor_enabled: true,
             tiering_enabled: true,
             tiering_interval_ms: 1000,
             log_retention_check_interval_ms: 300_000,

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod broker;
 pub mod clock;
+pub mod compactor_process;
 pub mod config;
 pub mod context;
 pub mod controller;

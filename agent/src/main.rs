@@ -28,6 +28,18 @@ enum Command {
     /// Run the tiering worker alone, over the data directory of an agent on this machine
     /// that runs with --tiering-enabled false.
     Tiering(AgentArgs),
+    /// Run the archive's compaction, merging and collection alone, for a cluster whose
+    /// agents run with --compactor-enabled false (it needs the metastore and the
+    /// archive, not the agents' disks).
+    Compactor(AgentArgs),
+}
+
+/// What the process runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Agent,
+    Tiering,
+    Compactor,
 }
 
 /// Flags override `STRATA_*` variables, which override the settings file.
@@ -75,6 +87,10 @@ struct AgentArgs {
     /// Archive for closed segments: file:///dir or s3://bucket/prefix.
     #[arg(long, env = "STRATA_ARCHIVE_URL")]
     archive_url: Option<String>,
+    /// Do the archive's compaction, merging and collection inside the agent (default
+    /// true; false when `strata compactor` runs apart).
+    #[arg(long, env = "STRATA_COMPACTOR_ENABLED")]
+    compactor_enabled: Option<bool>,
     /// Run the tiering worker inside the agent (default true).
     #[arg(long, env = "STRATA_TIERING_ENABLED")]
     tiering_enabled: Option<bool>,
@@ -173,6 +189,9 @@ impl AgentArgs {
         if let Some(v) = self.archive_url {
             s.archive_url = Some(v);
         }
+        if let Some(v) = self.compactor_enabled {
+            s.compactor_enabled = v;
+        }
         if let Some(v) = self.tiering_enabled {
             s.tiering_enabled = v;
         }
@@ -231,10 +250,11 @@ fn main() -> std::process::ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
-    let (args, tiering_only) = match cli.command {
-        Some(Command::Agent(args)) => (args, false),
-        Some(Command::Tiering(args)) => (args, true),
-        None => (cli.agent, false),
+    let (args, mode) = match cli.command {
+        Some(Command::Agent(args)) => (args, Mode::Agent),
+        Some(Command::Tiering(args)) => (args, Mode::Tiering),
+        Some(Command::Compactor(args)) => (args, Mode::Compactor),
+        None => (cli.agent, Mode::Agent),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -246,7 +266,7 @@ fn main() -> std::process::ExitCode {
             return std::process::ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(run(args, tiering_only));
+    let outcome = runtime.block_on(run(args, mode));
     drop(runtime);
     strata_agent::metastore::close();
     match outcome {
@@ -269,14 +289,21 @@ async fn stop_signal() -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn run(args: AgentArgs, tiering_only: bool) -> anyhow::Result<()> {
+async fn run(args: AgentArgs, mode: Mode) -> anyhow::Result<()> {
     let settings = args.settings()?;
-    if tiering_only {
+    if mode != Mode::Agent {
         let shutdown = tokio_util::sync::CancellationToken::new();
-        let mut worker = tokio::spawn(strata_agent::tiering_process::run(
-            settings,
-            shutdown.clone(),
-        ));
+        let mut worker = if mode == Mode::Tiering {
+            tokio::spawn(strata_agent::tiering_process::run(
+                settings,
+                shutdown.clone(),
+            ))
+        } else {
+            tokio::spawn(strata_agent::compactor_process::run(
+                settings,
+                shutdown.clone(),
+            ))
+        };
         return tokio::select! {
             r = stop_signal() => {
                 r?;

@@ -106,10 +106,9 @@ async fn partitions(
     Ok(out)
 }
 
-/// Runs the tiering worker over the agent's data directory until `shutdown`.
-pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
-    let metastore = crate::metastore::open(&settings)?;
-    let archive_url = match &settings.archive_url {
+/// The archive's URL: the one set, or the agent's default under its data directory.
+pub fn archive_url(settings: &Settings) -> anyhow::Result<String> {
+    Ok(match &settings.archive_url {
         Some(url) => url.clone(),
         None => format!(
             "file://{}",
@@ -117,7 +116,13 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                 .join("archive")
                 .display()
         ),
-    };
+    })
+}
+
+/// Runs the tiering worker over the agent's data directory until `shutdown`.
+pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Result<()> {
+    let metastore = crate::metastore::open(&settings)?;
+    let archive_url = archive_url(&settings)?;
     let archive = Archive::from_url(&archive_url)?;
     let reader = Arc::new(ArchiveReader::new(
         archive,

@@ -11,6 +11,7 @@
 //! | (prefix, "logstart", name, index)     | LogStart         | retention, DeleteRecords |
 //! | (prefix, "garbage", object path)      | Garbage          | retention, topic deletion; the compactor deletes |
 //! | (prefix, "archivecleaner", name, index) | ArchiveCleaner | the archive's compaction |
+//! | (prefix, "compactorlease", name, index) | CompactorLease | the compactor working on the archive |
 //!
 //! Group, offset and producer-id keys are in `groups.rs`.
 

@@ -70,6 +70,13 @@ impl Default for ArchiveCleaner {
     }
 }
 
+/// Who compacts a partition's archive, until when.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct CompactorLease {
+    owner: String,
+    until_ms: i64,
+}
+
 /// A partition's log start, as stored.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize)]
 struct LogStart {
@@ -319,6 +326,46 @@ impl Metastore {
         .await
     }
 
+    /// Claims (or renews) the compactor lease of a partition for `owner` until
+    /// `now_ms + ttl_ms`: granted if no one holds it, it ran out, or `owner` holds it.
+    /// One compactor (inside an agent, or `strata compactor`) works on a partition's
+    /// archive at a time.
+    pub async fn claim_compactor(
+        &self,
+        topic: &str,
+        partition: i32,
+        owner: &str,
+        ttl_ms: i64,
+        now_ms: i64,
+    ) -> Result<bool> {
+        let key = self
+            .key()
+            .str("compactorlease")
+            .str(topic)
+            .u32(partition as u32)
+            .into_bytes();
+        let owner = owner.to_string();
+        self.transact(move |txn| {
+            let (key, owner) = (key.clone(), owner.clone());
+            async move {
+                if let Some(v) = txn.get(&key).await? {
+                    let held: CompactorLease = decode(&key, &v)?;
+                    if held.owner != owner && held.until_ms > now_ms {
+                        return Ok(false);
+                    }
+                }
+                let lease = CompactorLease {
+                    owner,
+                    until_ms: now_ms + ttl_ms,
+                };
+                txn.set(&key, &encode(&lease));
+                Ok(true)
+            }
+            .boxed()
+        })
+        .await
+    }
+
     /// Up to `limit` archived objects waiting to be deleted, oldest path first.
     pub async fn garbage(&self, limit: usize) -> Result<Vec<Garbage>> {
         let prefix = self.garbage_prefix();
@@ -553,6 +600,42 @@ mod tests {
                 .await
                 .expect("replace")
         );
+    }
+
+    #[tokio::test]
+    async fn one_compactor_holds_a_partition_at_a_time() {
+        for (_, m, _dir) in crate::test_metastores() {
+            assert!(
+                m.claim_compactor("t", 0, "agent-1", 1_000, 0)
+                    .await
+                    .expect("claim")
+            );
+            assert!(
+                !m.claim_compactor("t", 0, "compactor-x", 1_000, 500)
+                    .await
+                    .expect("held")
+            );
+            assert!(
+                m.claim_compactor("t", 1, "compactor-x", 1_000, 500)
+                    .await
+                    .expect("another")
+            );
+            assert!(
+                m.claim_compactor("t", 0, "agent-1", 1_000, 900)
+                    .await
+                    .expect("renew")
+            );
+            assert!(
+                !m.claim_compactor("t", 0, "compactor-x", 1_000, 1_800)
+                    .await
+                    .expect("renewed")
+            );
+            assert!(
+                m.claim_compactor("t", 0, "compactor-x", 1_000, 1_901)
+                    .await
+                    .expect("ran out")
+            );
+        }
     }
 
     async fn publishing_on(m: Metastore) {

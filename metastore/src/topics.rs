@@ -316,7 +316,7 @@ impl Metastore {
                     this.retire_in(txn, &name, p as i32, &[e], now_ms);
                 }
                 txn.clear_range(&begin, &prefix_end(&begin));
-                for kind in ["logstart", "archivecleaner"] {
+                for kind in ["logstart", "archivecleaner", "compactorlease"] {
                     let begin = this.key().str(kind).str(&name).into_bytes();
                     txn.clear_range(&begin, &prefix_end(&begin));
                 }

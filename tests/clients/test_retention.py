@@ -367,3 +367,48 @@ def test_small_archived_objects_are_merged(broker_factory):
     assert (rows, distinct, lo) == (archived_end, archived_end, 0), (rows, distinct, lo, hi)
     st = {(p["topic"], p["partition"]): p for p in compaction_status(b)["partitions"]}[(topic, 0)]
     assert st["objects_merged"] >= 4, st
+
+
+def test_strata_compactor_works_on_the_archive_from_its_own_process(broker_factory, tmp_path):
+    """`strata compactor` beside an agent that runs with --compactor-enabled false: the
+    process merges the agent's small archived objects (it needs the metastore and the
+    archive, not the agent's disk), the agent does not, and everything reads back
+    exactly."""
+    import subprocess
+
+    from conftest import strata_bin
+
+    b, arch = start_tiered_broker(
+        lambda extra_args=None, extra_env=None: broker_factory(
+            extra_args=LIFECYCLE_ARGS + ["--compactor-enabled", "false",
+                                         "--archive-merge-target-bytes", "20000"] + list(extra_args or []),
+            extra_env=extra_env),
+        "file")
+    topic = unique_topic("compactor-process")
+    create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
+    sent = records(0, 300, now_ms(), "p")
+    produce(b.bootstrap, topic, sent)
+    wait_until(lambda: len(arch.objects(topic, 0)) >= 15, 30, "segments archived")
+    log = open(tmp_path / "compactor.log", "w")
+    compactor = subprocess.Popen(
+        [str(strata_bin()), "compactor", "--data-dir", str(b.data_dir), "--archive-url", arch.url,
+         "--log-retention-check-interval-ms", "200", "--archive-gc-grace-ms", "1000",
+         "--archive-merge-target-bytes", "20000"],
+        stdout=log, stderr=subprocess.STDOUT)
+    try:
+        def merged():
+            spans = sorted((int(m.group(1)), int(m.group(2))) for m in map(OBJECT_NAME.match, arch.objects(topic, 0)))
+            contiguous = bool(spans) and spans[0][0] == 0 and all(
+                b_[0] == a[1] + 1 for a, b_ in zip(spans, spans[1:]))
+            return spans if contiguous and len(spans) <= 8 else None
+
+        wait_until(merged, 60, "the compactor process to merge the small objects",)
+        assert compactor.poll() is None, (tmp_path / "compactor.log").read_text()
+        st = {(p["topic"], p["partition"]): p for p in compaction_status(b)["partitions"]}[(topic, 0)]
+        assert st["objects_merged"] == 0, f"the agent merged although --compactor-enabled false: {st}"
+        assert read_values(b.bootstrap, topic, 0, 0, 300) == [(i, r.value) for i, r in enumerate(sent)]
+    finally:
+        compactor.terminate()
+        assert compactor.wait(30) == 0, (tmp_path / "compactor.log").read_text()
+        log.close()
+    assert "worked on the archive" in (tmp_path / "compactor.log").read_text()

@@ -18,11 +18,12 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use strata_compactor::{Collected, Policy, Unit, retention_start};
+use strata_compactor::{Policy, Unit, retention_start};
 
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::partition::{Partition, PartitionError};
 use crate::replicas::{ReplicaManager, TopicState};
+use crate::service::archive::{ArchiveConfig, ArchiveWork};
 use crate::tasks::Stopped;
 
 /// How often and how patiently the lifecycle runs.
@@ -39,6 +40,9 @@ pub struct LifecycleConfig {
     /// Archived objects smaller than this are merged with their neighbours into objects
     /// of at most this size (0: never).
     pub merge_target_bytes: u64,
+    /// Whether this agent does the archive's work (compaction, merging, collection) for
+    /// the partitions it leads; off when `strata compactor` runs apart.
+    pub archive_work: bool,
 }
 
 /// What the last pass did to one partition (for the operator API).
@@ -64,6 +68,7 @@ pub struct PartitionLifecycle {
 pub struct Lifecycle {
     replicas: Arc<ReplicaManager>,
     config: LifecycleConfig,
+    archive: ArchiveWork,
     status: Mutex<BTreeMap<(String, i32), PartitionLifecycle>>,
 }
 
@@ -77,9 +82,21 @@ impl std::fmt::Debug for Lifecycle {
 
 impl Lifecycle {
     pub fn new(replicas: Arc<ReplicaManager>, config: LifecycleConfig) -> Lifecycle {
+        let archive = ArchiveWork::new(
+            Arc::clone(replicas.archive()),
+            replicas.metastore().clone(),
+            ArchiveConfig {
+                owner: format!("agent-{}", replicas.node_id()),
+                lease_ms: (3 * config.check_interval_ms as i64).max(10_000),
+                key_map_bytes: config.key_map_bytes,
+                merge_target_bytes: config.merge_target_bytes,
+                archive_grace_ms: config.archive_grace_ms,
+            },
+        );
         Lifecycle {
             replicas,
             config,
+            archive,
             status: Mutex::new(BTreeMap::new()),
         }
     }
@@ -246,272 +263,24 @@ impl Lifecycle {
                     None => entry.dirty_ratio = None,
                 }
                 entry.log_start_offset = self.replicas.log_start_offset(p).await;
-                if topic.config.tiered()
-                    && let Some(policy) = topic.config.compaction()
-                {
-                    match self.compact_archive(p, policy, now).await {
-                        Ok(Some(removed)) => {
-                            entry.records_compacted_away += removed;
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::warn!(partition = %p.name(), error = %e, "cannot compact the archive; will retry");
-                            entry.last_error = Some(e.to_string());
-                        }
-                    }
-                }
-                if topic.config.tiered() {
-                    match self.merge_small_objects(p, now).await {
-                        Ok(Some((merged, bytes))) => {
-                            entry.objects_merged += merged as u64;
-                            tracing::info!(partition = %p.name(), objects = merged, bytes, "merged small archived objects");
-                        }
-                        Ok(None) => {}
-                        Err(e) => {
-                            tracing::warn!(partition = %p.name(), error = %e, "cannot merge small archived objects; will retry");
-                            entry.last_error = Some(e.to_string());
-                        }
-                    }
-                    if let Err(e) = self.collect_orphans(p, now).await {
-                        tracing::warn!(partition = %p.name(), error = %e, "cannot collect orphaned archive objects");
+                if topic.config.tiered() && self.config.archive_work {
+                    let done = self
+                        .archive
+                        .work_on(&p.topic, p.index, &topic.config, now)
+                        .await;
+                    entry.records_compacted_away += done.records_compacted_away;
+                    entry.objects_merged += done.objects_merged as u64;
+                    if done.error.is_some() {
+                        entry.last_error = done.error;
                     }
                 }
                 seen.insert(key, entry);
             }
         }
         *self.status.lock().unwrap_or_else(|e| e.into_inner()) = seen;
-        let archive = self.replicas.archive().archive();
-        let metastore = self.replicas.metastore();
-        match strata_compactor::collect_garbage(
-            metastore,
-            archive,
-            now,
-            self.config.archive_grace_ms,
-        )
-        .await
-        {
-            Ok(c) if c.objects > 0 => {
-                tracing::info!(
-                    objects = c.objects,
-                    bytes = c.bytes,
-                    "collected archived objects past their grace period"
-                )
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot collect archived garbage"),
+        if self.config.archive_work {
+            self.archive.collect_garbage(now).await;
         }
-    }
-
-    /// Merges the first run of adjacent archived objects that are each smaller than
-    /// the target and together at most the target (two or more), if there is one:
-    /// download, merge, upload under a new name, then swap into the manifest in one
-    /// transaction (the old objects become garbage). A crash or a lost race leaves the
-    /// new object an orphan, collected later; nothing is deleted before the swap.
-    /// Returns how many objects were merged and the merged size.
-    async fn merge_small_objects(
-        &self,
-        p: &Partition,
-        now_ms: i64,
-    ) -> Result<Option<(usize, u64)>> {
-        let target = self.config.merge_target_bytes;
-        if target == 0 {
-            return Ok(None);
-        }
-        let reader = self.replicas.archive();
-        let archive_error = |e: strata_tiering::Error| PartitionError::Archive(e.to_string());
-        let manifest = reader
-            .manifest(&p.topic, p.index, true)
-            .await
-            .map_err(archive_error)?;
-        let Some(run) = small_run(&manifest, target) else {
-            return Ok(None);
-        };
-        let entry =
-            strata_tiering::merge::merge_and_upload(reader.archive(), &p.topic, p.index, run)
-                .await
-                .map_err(archive_error)?;
-        strata_compactor::failpoint::crash("merge.after_upload");
-        let swapped = self
-            .replicas
-            .metastore()
-            .replace_archived(&p.topic, p.index, run, entry.clone(), now_ms)
-            .await?;
-        reader.invalidate(&p.topic, p.index);
-        if !swapped {
-            tracing::info!(partition = %p.name(), object = %entry.path, "the manifest changed under a merge; the merged object is left for collection");
-            return Ok(None);
-        }
-        Ok(Some((run.len(), entry.size_bytes)))
-    }
-
-    /// One compaction pass over a partition's archive (for compacted, tiered topics),
-    /// by the rules of [`strata_compactor::compaction`]: the keys of the dirty objects
-    /// are mapped (objects are read one at a time; the map is bounded, and a pass that
-    /// fills it stops there); every object up to there is rewritten with what stays,
-    /// uploaded under a new name and swapped into the manifest in place of the old one
-    /// (which becomes garbage), keeping its offset range, so that the manifest stays
-    /// contiguous; an object left with no record becomes an entry without one. The
-    /// archive's checkpoint (in the metastore: leadership moves) moves last. Returns the
-    /// records removed, if a pass was due.
-    async fn compact_archive(
-        &self,
-        p: &Partition,
-        policy: strata_compactor::CompactionPolicy,
-        now_ms: i64,
-    ) -> Result<Option<u64>> {
-        use strata_compactor::KeyMap;
-        use strata_log::compaction::Checkpoint;
-        let reader = self.replicas.archive();
-        let metastore = self.replicas.metastore();
-        let archive_error = |e: strata_tiering::Error| PartitionError::Archive(e.to_string());
-        let manifest = reader
-            .manifest(&p.topic, p.index, true)
-            .await
-            .map_err(archive_error)?;
-        let stored = metastore.archive_cleaner(&p.topic, p.index).await?;
-        let checkpoint = Checkpoint {
-            first_dirty: stored.first_dirty,
-            passes: stored.passes.clone(),
-            last_pass_ms: stored.last_pass_ms,
-        };
-        let units: Vec<Unit> = manifest
-            .iter()
-            .map(|e| Unit {
-                first_offset: e.first_offset,
-                next_offset: e.last_offset + 1,
-                max_timestamp_ms: e.max_timestamp_ms,
-                size_bytes: e.size_bytes,
-            })
-            .collect();
-        let plan =
-            strata_compactor::compaction::cleanable_units(&units, &checkpoint, now_ms, policy);
-        if !plan.due {
-            return Ok(None);
-        }
-        let archive = reader.archive();
-        use strata_tiering::merge::download;
-        // Map the dirty objects' keys until the map is full.
-        let first_dirty = checkpoint.first_dirty;
-        let mut map = KeyMap::with_budget(self.config.key_map_bytes);
-        let mut mapped_upto = first_dirty;
-        for e in manifest
-            .iter()
-            .filter(|e| e.last_offset >= first_dirty && e.last_offset < plan.upto)
-        {
-            if e.record_count > 0 {
-                let file = download(archive, e).await.map_err(archive_error)?;
-                let mut full = false;
-                let mut stopped = mapped_upto;
-                strata_tiering::codec::for_each_archived_batch(&file, |_, bytes| {
-                    for r in strata_log::batch::decode_records(bytes)
-                        .map_err(|e| strata_tiering::Error::Codec(e.to_string()))?
-                    {
-                        if full || r.offset < first_dirty {
-                            continue;
-                        }
-                        if let Some(k) = &r.key
-                            && !map.offer(k, r.offset)
-                        {
-                            full = true;
-                            stopped = r.offset;
-                        }
-                    }
-                    Ok(())
-                })
-                .map_err(archive_error)?;
-                if full {
-                    mapped_upto = stopped;
-                    break;
-                }
-            }
-            mapped_upto = e.last_offset + 1;
-        }
-        if mapped_upto <= first_dirty {
-            // A sweep for tombstones over what was cleaned before, or a map too small.
-            mapped_upto = first_dirty.min(plan.upto);
-        }
-        let mut removed = 0;
-        for e in manifest
-            .iter()
-            .filter(|e| e.first_offset < mapped_upto && e.record_count > 0)
-        {
-            let file = download(archive, e).await.map_err(archive_error)?;
-            let compacted = strata_tiering::codec::compact_object(&file, |seen| {
-                strata_compactor::compaction::keep(
-                    seen,
-                    &map,
-                    &checkpoint,
-                    now_ms,
-                    policy.delete_retention_ms,
-                )
-            })
-            .map_err(archive_error)?;
-            let (before, after) = (compacted.records_in, compacted.records_kept);
-            if before == after {
-                continue;
-            }
-            let entry = match compacted.object {
-                Some((object, summary)) => strata_tiering::merge::upload(
-                    archive,
-                    &p.topic,
-                    p.index,
-                    (e.first_offset, e.last_offset),
-                    object,
-                    &summary,
-                )
-                .await
-                .map_err(archive_error)?,
-                // Nothing stays: an entry with no object keeps the range covered.
-                None => strata_metastore::ManifestEntry {
-                    record_count: 0,
-                    size_bytes: 0,
-                    path: String::new(),
-                    checksum: 0,
-                    ..e.clone()
-                },
-            };
-            strata_compactor::failpoint::crash("archive_compaction.after_upload");
-            if metastore
-                .replace_archived(&p.topic, p.index, std::slice::from_ref(e), entry, now_ms)
-                .await?
-            {
-                removed += before - after;
-            }
-        }
-        reader.invalidate(&p.topic, p.index);
-        let mut next = checkpoint;
-        next.passed(mapped_upto, now_ms);
-        metastore
-            .save_archive_cleaner(
-                &p.topic,
-                p.index,
-                &strata_metastore::ArchiveCleaner {
-                    first_dirty: next.first_dirty,
-                    passes: next.passes,
-                    last_pass_ms: next.last_pass_ms,
-                },
-            )
-            .await?;
-        if removed > 0 {
-            tracing::info!(partition = %p.name(), upto = mapped_upto, records_removed = removed, "compacted the archive");
-        }
-        Ok(Some(removed))
-    }
-
-    async fn collect_orphans(&self, p: &Partition, now_ms: i64) -> Result<Collected, Error> {
-        let archive = self.replicas.archive().archive();
-        let dir = archive.partition_dir(&p.topic, p.index);
-        strata_compactor::collect_orphans(
-            self.replicas.metastore(),
-            archive,
-            &p.topic,
-            p.index,
-            &dir,
-            now_ms,
-            self.config.archive_grace_ms,
-        )
-        .await
-        .map_err(|e| PartitionError::Archive(e.to_string()).into())
     }
 
     /// Runs a pass `check_interval_ms` after the last one ended (the first one interval
@@ -527,77 +296,5 @@ impl Lifecycle {
             }
             self.pass().await;
         }
-    }
-}
-
-/// The first run of two or more adjacent entries, each smaller than `target` and
-/// together at most `target`.
-fn small_run(
-    manifest: &[strata_metastore::ManifestEntry],
-    target: u64,
-) -> Option<&[strata_metastore::ManifestEntry]> {
-    let mut start = 0;
-    while start < manifest.len() {
-        let mut end = start;
-        let mut bytes = 0;
-        while end < manifest.len()
-            && manifest[end].record_count > 0
-            && manifest[end].size_bytes < target
-            && bytes + manifest[end].size_bytes <= target
-            && (end == start || manifest[end].first_offset == manifest[end - 1].last_offset + 1)
-        {
-            bytes += manifest[end].size_bytes;
-            end += 1;
-        }
-        if end - start >= 2 {
-            return Some(&manifest[start..end]);
-        }
-        start = end.max(start + 1);
-    }
-    None
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(first: i64, last: i64, size: u64) -> strata_metastore::ManifestEntry {
-        strata_metastore::ManifestEntry {
-            first_offset: first,
-            last_offset: last,
-            min_timestamp_ms: 0,
-            max_timestamp_ms: 0,
-            record_count: last - first + 1,
-            size_bytes: size,
-            path: format!("p/{first}"),
-            checksum: 0,
-        }
-    }
-
-    #[test]
-    fn small_objects_merge_in_bounded_runs_of_neighbours() {
-        let m = [
-            entry(0, 9, 900),
-            entry(10, 19, 40),
-            entry(20, 29, 30),
-            entry(30, 39, 50),
-            entry(40, 49, 20),
-            entry(60, 69, 10),
-            entry(70, 79, 10),
-        ];
-        let firsts = |r: Option<&[strata_metastore::ManifestEntry]>| {
-            r.map(|r| r.iter().map(|e| e.first_offset).collect::<Vec<_>>())
-        };
-        // 900 is not small; 40+30 fit in 100, +50 would not.
-        assert_eq!(firsts(small_run(&m, 100)), Some(vec![10, 20]));
-        assert_eq!(firsts(small_run(&m, 150)), Some(vec![10, 20, 30, 40]));
-        // Not across a gap in offsets (retention moved the start inside the manifest).
-        assert_eq!(firsts(small_run(&m[4..], 1000)), Some(vec![60, 70]));
-        assert_eq!(firsts(small_run(&m[..1], 1000)), None);
-        assert_eq!(
-            firsts(small_run(&m, 10)),
-            None,
-            "nothing smaller than the target"
-        );
     }
 }
