@@ -297,3 +297,70 @@ pub fn compact(
     checkpoint.save(dir)?;
     Ok(Some(done))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unit(first: i64, next: i64, max_ts: i64) -> Unit {
+        Unit {
+            first_offset: first,
+            next_offset: next,
+            max_timestamp_ms: max_ts,
+            size_bytes: 100,
+        }
+    }
+
+    const POLICY: CompactionPolicy = CompactionPolicy {
+        min_cleanable_dirty_ratio: 0.5,
+        min_compaction_lag_ms: 1_000,
+        max_compaction_lag_ms: 60_000,
+        delete_retention_ms: 10_000,
+    };
+
+    #[test]
+    fn the_lags_and_the_dirty_ratio_decide_when_a_pass_is_due() {
+        let log = [unit(0, 10, 1_000), unit(10, 20, 2_000), unit(20, 30, 9_500)];
+        let fresh = Checkpoint::default();
+        // At 10_000 the third unit is younger than min.compaction.lag.ms: not cleanable.
+        let c = cleanable_units(&log, &fresh, 10_000, POLICY);
+        assert_eq!((c.upto, c.due), (20, true));
+        assert_eq!(c.dirty_ratio, 1.0);
+        // Cleaned up to 10: dirty 100 of 200 = 0.5, due; up to 15 inside the second:
+        // still dirty (the unit is).
+        let cleaned = |first_dirty| Checkpoint {
+            first_dirty,
+            passes: vec![(first_dirty, 9_000)],
+            last_pass_ms: 9_000,
+        };
+        let c = cleanable_units(&log, &cleaned(10), 10_000, POLICY);
+        assert_eq!((c.dirty_ratio, c.due), (0.5, true));
+        // Nothing dirty below the lag bound: not due, until the sweep for tombstones
+        // (the last pass more than delete.retention.ms ago).
+        assert!(!cleanable_units(&log, &cleaned(20), 10_000, POLICY).due);
+        assert!(cleanable_units(&log, &cleaned(20), 19_001, POLICY).due);
+        // A ratio the dirty part does not reach: due only once a dirty record is older
+        // than max.compaction.lag.ms.
+        let strict = CompactionPolicy {
+            min_cleanable_dirty_ratio: 0.9,
+            ..POLICY
+        };
+        let c = cleanable_units(&log, &cleaned(10), 10_000, strict);
+        assert!(!c.due);
+        let c = cleanable_units(&log, &cleaned(10), 62_001, strict);
+        assert!(c.due, "the second unit is past max.compaction.lag.ms");
+    }
+
+    #[test]
+    fn a_key_map_holds_what_its_budget_allows() {
+        let mut m = KeyMap::with_budget(2 * (3 + ENTRY_OVERHEAD));
+        assert!(m.offer(b"abc", 1));
+        assert!(m.offer(b"def", 2));
+        assert!(m.offer(b"abc", 5), "a known key always fits");
+        assert!(!m.offer(b"ghi", 6), "full");
+        assert_eq!(
+            (m.latest(b"abc"), m.latest(b"ghi"), m.len()),
+            (Some(5), None, 2)
+        );
+    }
+}
