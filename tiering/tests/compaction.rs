@@ -14,9 +14,11 @@ use proptest::prelude::*;
 use strata_tiering::codec::{compact_object, encode_segment, for_each_archived_batch};
 
 type Op = (u8, Option<u16>);
+/// `(offset, key, value)` of one record.
+type Rec = (i64, Bytes, Option<Bytes>);
 
 /// A segment of `batches`, offsets from 0, as the log stores it.
-fn segment(batches: &[(Vec<Op>, usize)]) -> (Vec<u8>, Vec<(i64, Bytes, Option<Bytes>)>) {
+fn segment(batches: &[(Vec<Op>, usize)]) -> (Vec<u8>, Vec<Rec>) {
     const CODECS: [Compression; 3] = [Compression::None, Compression::Snappy, Compression::Zstd];
     let mut seg = Vec::new();
     let mut all = Vec::new();
@@ -98,7 +100,7 @@ proptest! {
             seen.key.is_none_or(|k| newest.get(k) == Some(&seen.offset))
         })
         .expect("compact");
-        let want: Vec<&(i64, Bytes, Option<Bytes>)> =
+        let want: Vec<&Rec> =
             all.iter().filter(|(o, k, _)| newest.get(k) == Some(o)).collect();
         prop_assert_eq!(compacted.records_in, all.len() as u64);
         prop_assert_eq!(compacted.records_kept, want.len() as u64);
@@ -112,7 +114,7 @@ proptest! {
             Ok(())
         })
         .expect("the compacted object rebuilds without damage");
-        let want: Vec<(i64, Bytes, Option<Bytes>)> = want.into_iter().cloned().collect();
+        let want: Vec<Rec> = want.into_iter().cloned().collect();
         prop_assert_eq!(got, want);
     }
 }
