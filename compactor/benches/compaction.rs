@@ -16,11 +16,10 @@
 use std::io::Write;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::Compression;
 use strata_compactor::{CompactionPolicy, compact};
+use strata_log::batch::{encode_records, plain_record};
 use strata_log::{LogConfig, PartitionLog};
 
 fn env(name: &str, default: u64) -> u64 {
@@ -31,37 +30,18 @@ fn env(name: &str, default: u64) -> u64 {
 }
 
 fn batch(first: u64, n: u64, keys: u64) -> Vec<u8> {
-    let records: Vec<Record> = (0..n)
+    let records: Vec<_> = (0..n)
         .map(|i| {
             let k = (first + i).wrapping_mul(2_654_435_761) % keys;
-            Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: i as i32 - 1,
-                timestamp: 1_700_000_000_000,
-                key: Some(Bytes::from(format!("key-{k:010}"))),
-                value: Some(Bytes::from(vec![b'v'; 100])),
-                headers: Vec::new(),
-            }
+            plain_record(
+                i as i64,
+                1_700_000_000_000,
+                Some(Bytes::from(format!("key-{k:010}"))),
+                Some(Bytes::from(vec![b'v'; 100])),
+            )
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.to_vec()
+    encode_records(&records, Compression::None)
 }
 
 fn vm_hwm_kib() -> u64 {

@@ -8,12 +8,11 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 use proptest::prelude::*;
 use strata_compactor::{CompactionPolicy, compact};
+use strata_log::batch::{encode_records, plain_record};
 use strata_log::{LogConfig, PartitionLog};
 
 /// `(key, value)`; `None` is a tombstone.
@@ -23,33 +22,16 @@ fn batch(ops: &[Op], compression: Compression) -> Vec<u8> {
     let records: Vec<Record> = ops
         .iter()
         .enumerate()
-        .map(|(i, (k, v))| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: i as i32 - 1,
-            timestamp: 1_000,
-            key: Some(Bytes::from(format!("key-{k}"))),
-            value: v.map(|v| Bytes::from(format!("value-{v}-{}", "x".repeat(20)))),
-            headers: Vec::new(),
+        .map(|(i, (k, v))| {
+            plain_record(
+                i as i64,
+                1_000,
+                Some(Bytes::from(format!("key-{k}"))),
+                v.map(|v| Bytes::from(format!("value-{v}-{}", "x".repeat(20)))),
+            )
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encode");
-    buf.to_vec()
+    encode_records(&records, compression)
 }
 
 /// `offset -> (key, value)` of everything in the log.
@@ -184,35 +166,21 @@ proptest! {
 fn idempotent(key: u8, n: usize, base_sequence: i32) -> Vec<u8> {
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
             producer_id: 7,
             producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
             sequence: base_sequence + i as i32,
-            timestamp: 1_000,
-            key: Some(Bytes::from(format!("key-{key}"))),
-            value: Some(Bytes::from(format!(
-                "value-{base_sequence}-{i}-{}",
-                "y".repeat(30)
-            ))),
-            headers: Vec::new(),
+            ..plain_record(
+                i as i64,
+                1_000,
+                Some(Bytes::from(format!("key-{key}"))),
+                Some(Bytes::from(format!(
+                    "value-{base_sequence}-{i}-{}",
+                    "y".repeat(30)
+                ))),
+            )
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .expect("encode");
-    buf.to_vec()
+    encode_records(&records, Compression::None)
 }
 
 /// An idempotent producer keeps its deduplication across compaction and a restart:

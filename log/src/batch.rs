@@ -366,6 +366,53 @@ pub fn record_with_max_timestamp(bytes: &[u8]) -> Result<Option<(i64, i64)>> {
     Ok(best)
 }
 
+/// A record as a non-idempotent producer sends it (no producer id, no headers), at
+/// `offset` of its batch: for building batches in tests and benchmarks. Its sequence
+/// follows on from -1, which keeps records of consecutive offsets in one batch (the
+/// encoder starts a new one unless sequences follow on) with base sequence -1.
+pub fn plain_record(
+    offset: i64,
+    timestamp: i64,
+    key: Option<Bytes>,
+    value: Option<Bytes>,
+) -> Record {
+    Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: kafka_protocol::records::TimestampType::Creation,
+        offset,
+        sequence: offset as i32 - 1,
+        timestamp,
+        key,
+        value,
+        headers: Vec::new(),
+    }
+}
+
+/// Encodes `records` as v2 batches (one, where their fields allow), as a producer would
+/// send them; for tests and benchmarks.
+pub fn encode_records(
+    records: &[Record],
+    compression: kafka_protocol::records::Compression,
+) -> Vec<u8> {
+    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions};
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encoding records in memory cannot fail");
+    buf.to_vec()
+}
+
 /// A batch of `n` records with `value_bytes`-byte values (keys `k0`, `k1`, …, one header
 /// each) and timestamps `ts0, ts0 + 1, …`, as a producer would send it; for benchmarks
 /// and tests.
@@ -376,41 +423,22 @@ pub fn example_batch(
     compression: kafka_protocol::records::Compression,
 ) -> Vec<u8> {
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{RecordBatchEncoder, RecordEncodeOptions};
     let value = Bytes::from(vec![b'v'; value_bytes]);
     let records: Vec<Record> = (0..n)
         .map(|i| Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: kafka_protocol::records::TimestampType::Creation,
-            offset: i as i64,
-            // The encoder starts a new batch unless sequences follow on; starting at -1
-            // keeps the batch's base sequence -1, as for a non-idempotent producer.
-            sequence: i as i32 - 1,
-            timestamp: ts0 + i as i64,
-            key: Some(Bytes::from(format!("k{i}"))),
-            value: Some(value.clone()),
             headers: vec![(
                 StrBytes::from_static_str("h"),
                 Some(Bytes::from_static(b"v")),
             )],
+            ..plain_record(
+                i as i64,
+                ts0 + i as i64,
+                Some(Bytes::from(format!("k{i}"))),
+                Some(value.clone()),
+            )
         })
         .collect();
-    let mut buf = bytes::BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression,
-        },
-    )
-    .expect("encoding records in memory cannot fail");
-    buf.to_vec()
+    encode_records(&records, compression)
 }
 
 #[cfg(test)]
@@ -418,30 +446,21 @@ pub(crate) mod tests {
     use super::*;
     use bytes::BytesMut;
     use kafka_protocol::protocol::StrBytes;
-    use kafka_protocol::records::{
-        Compression, RecordBatchEncoder, RecordEncodeOptions, TimestampType as WireTimestampType,
-    };
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
     use proptest::prelude::*;
 
     pub(crate) fn record(offset: i64, ts: i64, key: Option<&[u8]>, value: Option<&[u8]>) -> Record {
-        let headers = vec![(
-            StrBytes::from_static_str("h"),
-            Some(Bytes::from_static(b"v")),
-        )];
         Record {
-            transactional: false,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: -1,
-            producer_epoch: -1,
-            timestamp_type: WireTimestampType::Creation,
-            offset,
-            sequence: offset as i32 - 1,
-            timestamp: ts,
-            key: key.map(Bytes::copy_from_slice),
-            value: value.map(Bytes::copy_from_slice),
-            headers,
+            headers: vec![(
+                StrBytes::from_static_str("h"),
+                Some(Bytes::from_static(b"v")),
+            )],
+            ..plain_record(
+                offset,
+                ts,
+                key.map(Bytes::copy_from_slice),
+                value.map(Bytes::copy_from_slice),
+            )
         }
     }
 
@@ -457,17 +476,7 @@ pub(crate) mod tests {
                 )
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .expect("encode");
-        buf.to_vec()
+        encode_records(&records, compression)
     }
 
     #[test]

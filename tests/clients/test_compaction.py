@@ -88,6 +88,12 @@ def model(sent: list[tuple[bytes, bytes | None]], cleaned_below: int) -> list[tu
     return [(o, k, v) for o, (k, v) in enumerate(sent) if o >= cleaned_below or newest[k] == o]
 
 
+def history() -> list[tuple[bytes, bytes | None]]:
+    """600 updates of 40 keys, every 23rd a tombstone."""
+    return [(f"key-{(i * 7) % 40:02d}".encode(), None if i % 23 == 5 else f"value-{i:04d}".encode())
+            for i in range(600)]
+
+
 def produce_ops(bootstrap: str, topic: str, ops: list[tuple[bytes, bytes | None]]) -> None:
     produce_confluent(bootstrap, topic, [Out(0, k, v, [], now_ms()) for k, v in ops],
                       **{"linger.ms": 0, "batch.num.messages": 3})
@@ -106,11 +112,7 @@ def test_a_compacted_topic_reads_as_the_model(broker_factory):
     b.start()
     topic = unique_topic("compacted")
     create_topic(b.bootstrap, topic, 1, COMPACTED)
-    ops = []
-    for i in range(600):
-        key = f"key-{(i * 7) % 40:02d}".encode()
-        value = None if i % 23 == 5 else f"value-{i:04d}".encode()
-        ops.append((key, value))
+    ops = history()
     produce_ops(b.bootstrap, topic, ops)
 
     def cleaned():
@@ -186,11 +188,7 @@ def test_a_compacted_tiered_topic_reads_as_the_model_across_both_tiers(broker_fa
     b.start()
     topic = unique_topic("compacted-tiered")
     create_topic(b.bootstrap, topic, 1, {**COMPACTED, "local.retention.ms": "0"})
-    ops = []
-    for i in range(600):
-        key = f"key-{(i * 7) % 40:02d}".encode()
-        value = None if i % 23 == 5 else f"value-{i:04d}".encode()
-        ops.append((key, value))
+    ops = history()
     produce_ops(b.bootstrap, topic, ops)
 
     def cleaned():
@@ -232,8 +230,7 @@ def test_a_crash_at_any_step_of_compaction_loses_nothing(broker_factory, point):
     b.start()
     topic = unique_topic("compaction-crash")
     create_topic(b.bootstrap, topic, 1, {**COMPACTED, "local.retention.ms": "0"})
-    ops = [(f"key-{(i * 7) % 40:02d}".encode(), None if i % 23 == 5 else f"value-{i:04d}".encode())
-           for i in range(600)]
+    ops = history()
     produce_ops(b.bootstrap, topic, ops)
     wait_until(lambda: not b.is_running(), 60, f"the crash at {point}")
     assert b.proc.returncode != 0 and point in b.log_text(), b.log_tail()

@@ -362,63 +362,74 @@ pub fn encode_segment(segment: &[u8]) -> Result<(Vec<u8>, Summary)> {
     Ok((out, summary))
 }
 
+/// Calls `f` with each row group of an archived object as one Arrow batch (a Kafka
+/// batch never spans two), one in memory at a time.
+fn for_each_row_group(file: &Bytes, mut f: impl FnMut(&RecordBatch) -> Result<()>) -> Result<()> {
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let builder = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+        .map_err(|e| Error::Codec(format!("open archived object: {e}")))?;
+    for g in 0..builder.metadata().num_row_groups() {
+        let rows = builder.metadata().row_group(g).num_rows().max(1) as usize;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file.clone())
+            .and_then(|b| b.with_row_groups(vec![g]).with_batch_size(rows).build())
+            .map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
+        for batch in reader {
+            f(&batch.map_err(|e| Error::Codec(format!("read archived object: {e}")))?)?;
+        }
+    }
+    Ok(())
+}
+
 /// Merges archived objects (adjacent in offsets, oldest first) into one: their rows as
 /// they are, checksums included, in row groups that still end at Kafka batch
 /// boundaries. Every batch is rebuilt and checked first: objects with a damaged batch,
 /// or written before the row checksums existed, are not merged.
 pub fn merge_objects(files: &[Bytes]) -> Result<(Vec<u8>, Summary)> {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let mut out = Vec::new();
     let mut writer = ArrowWriter::try_new(&mut out, schema(), Some(writer_properties()))
         .map_err(|e| Error::Codec(format!("start parquet writer: {e}")))?;
     let mut summary: Option<Summary> = None;
     let mut rows_in_group = 0;
     for file in files {
-        let builder = ParquetRecordBatchReaderBuilder::try_new(file.clone())
-            .map_err(|e| Error::Codec(format!("open archived object: {e}")))?;
-        if builder.schema().as_ref() != schema().as_ref() {
+        let schema_of =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file.clone())
+                .map_err(|e| Error::Codec(format!("open archived object: {e}")))?
+                .schema()
+                .clone();
+        if schema_of.as_ref() != schema().as_ref() {
             return Err(Error::Codec(
                 "an archived object of another schema (no row checksums) is not merged".to_string(),
             ));
         }
-        let groups = builder.metadata().num_row_groups();
-        for g in 0..groups {
-            let rows = builder.metadata().row_group(g).num_rows().max(1) as usize;
-            let reader = ParquetRecordBatchReaderBuilder::try_new(file.clone())
-                .and_then(|b| b.with_row_groups(vec![g]).with_batch_size(rows).build())
-                .map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
-            for batch in reader {
-                let batch =
-                    batch.map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
-                if let Some(damaged) = rebuild(&batch)?.into_iter().find(|b| b.damage.is_some()) {
-                    return Err(Error::Codec(format!(
-                        "batch {}..={} is damaged, not merged: {}",
-                        damaged.base_offset,
-                        damaged.last_offset,
-                        damaged.damage.unwrap_or_default()
-                    )));
-                }
-                let offsets = column::<Int64Array>(&batch, "offset")?;
-                let times = column::<TimestampMillisecondArray>(&batch, "timestamp")?;
-                for i in 0..batch.num_rows() {
-                    let (o, t) = (offsets.value(i), times.value(i));
-                    let s = summary.get_or_insert(Summary {
-                        first_offset: o,
-                        last_offset: o,
-                        min_timestamp_ms: t,
-                        max_timestamp_ms: t,
-                        record_count: 0,
-                    });
-                    s.last_offset = o;
-                    s.min_timestamp_ms = s.min_timestamp_ms.min(t);
-                    s.max_timestamp_ms = s.max_timestamp_ms.max(t);
-                    s.record_count += 1;
-                }
-                writer
-                    .write(&batch)
-                    .map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
-                rows_in_group += batch.num_rows();
+        for_each_row_group(file, |batch| {
+            if let Some(damaged) = rebuild(batch)?.into_iter().find(|b| b.damage.is_some()) {
+                return Err(Error::Codec(format!(
+                    "batch {}..={} is damaged, not merged: {}",
+                    damaged.base_offset,
+                    damaged.last_offset,
+                    damaged.damage.unwrap_or_default()
+                )));
             }
+            let offsets = column::<Int64Array>(batch, "offset")?;
+            let times = column::<TimestampMillisecondArray>(batch, "timestamp")?;
+            for i in 0..batch.num_rows() {
+                let (o, t) = (offsets.value(i), times.value(i));
+                let s = summary.get_or_insert(Summary {
+                    first_offset: o,
+                    last_offset: o,
+                    min_timestamp_ms: t,
+                    max_timestamp_ms: t,
+                    record_count: 0,
+                });
+                s.last_offset = o;
+                s.min_timestamp_ms = s.min_timestamp_ms.min(t);
+                s.max_timestamp_ms = s.max_timestamp_ms.max(t);
+                s.record_count += 1;
+            }
+            writer
+                .write(batch)
+                .map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
+            rows_in_group += batch.num_rows();
             // Input row groups end at Kafka batch boundaries: so may the output's.
             if rows_in_group >= ROW_GROUP_ROWS {
                 writer
@@ -426,7 +437,8 @@ pub fn merge_objects(files: &[Bytes]) -> Result<(Vec<u8>, Summary)> {
                     .map_err(|e| Error::Codec(format!("write parquet: {e}")))?;
                 rows_in_group = 0;
             }
-        }
+            Ok(())
+        })?;
     }
     writer
         .close()
@@ -441,31 +453,20 @@ pub fn for_each_archived_batch(
     file: &Bytes,
     mut f: impl FnMut(&BatchHeader, &[u8]) -> Result<()>,
 ) -> Result<()> {
-    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-    let builder = ParquetRecordBatchReaderBuilder::try_new(file.clone())
-        .map_err(|e| Error::Codec(format!("open archived object: {e}")))?;
-    let groups = builder.metadata().num_row_groups();
-    for g in 0..groups {
-        let rows = builder.metadata().row_group(g).num_rows().max(1) as usize;
-        let reader = ParquetRecordBatchReaderBuilder::try_new(file.clone())
-            .and_then(|b| b.with_row_groups(vec![g]).with_batch_size(rows).build())
-            .map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
-        for batch in reader {
-            let batch = batch.map_err(|e| Error::Codec(format!("read archived object: {e}")))?;
-            for b in rebuild(&batch)? {
-                if let Some(damage) = &b.damage {
-                    return Err(Error::Codec(format!(
-                        "batch {}..={} is damaged: {damage}",
-                        b.base_offset, b.last_offset
-                    )));
-                }
-                let header = BatchHeader::parse(&b.bytes)
-                    .ok_or_else(|| Error::Codec("rebuilt batch too short".to_string()))?;
-                f(&header, &b.bytes)?;
+    for_each_row_group(file, |batch| {
+        for b in rebuild(batch)? {
+            if let Some(damage) = &b.damage {
+                return Err(Error::Codec(format!(
+                    "batch {}..={} is damaged: {damage}",
+                    b.base_offset, b.last_offset
+                )));
             }
+            let header = BatchHeader::parse(&b.bytes)
+                .ok_or_else(|| Error::Codec("rebuilt batch too short".to_string()))?;
+            f(&header, &b.bytes)?;
         }
-    }
-    Ok(())
+        Ok(())
+    })
 }
 
 /// What [`compact_object`] made of an object.

@@ -16,7 +16,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use strata_core::clock::Clock;
 
-use bytes::Bytes;
 use strata_metastore::{ManifestEntry, Metastore, Published};
 use tokio_util::sync::CancellationToken;
 
@@ -226,21 +225,16 @@ impl TieringWorker {
         let (file, summary) = tokio::task::spawn_blocking(move || encode_segment(&bytes))
             .await
             .map_err(|e| Error::Codec(format!("encoder task failed: {e}")))??;
-        let archive = self.reader.archive();
-        let unique = uuid::Uuid::new_v4().simple().to_string();
         let last = (seg.next_offset - 1).max(summary.last_offset);
-        let path = archive.object_path(topic, partition, first, last, &unique);
-        let entry = ManifestEntry {
-            first_offset: first,
-            last_offset: last,
-            min_timestamp_ms: summary.min_timestamp_ms,
-            max_timestamp_ms: summary.max_timestamp_ms,
-            record_count: summary.record_count,
-            size_bytes: file.len() as u64,
-            path: path.to_string(),
-            checksum: crc32c::crc32c(&file),
-        };
-        archive.put(&path, Bytes::from(file)).await?;
+        let entry = crate::merge::upload(
+            self.reader.archive(),
+            topic,
+            partition,
+            (first, last),
+            file,
+            &summary,
+        )
+        .await?;
         if self.failpoints.fire_before_publish() {
             return Err(Error::Injected("tiering.before_publish"));
         }

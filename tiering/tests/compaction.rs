@@ -6,11 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Compression, Record};
 use proptest::prelude::*;
+use strata_log::batch::{encode_records, plain_record};
 use strata_tiering::codec::{compact_object, encode_segment, for_each_archived_batch};
 
 type Op = (u8, Option<u16>);
@@ -27,20 +26,13 @@ fn segment(batches: &[(Vec<Op>, usize)]) -> (Vec<u8>, Vec<Rec>) {
         let records: Vec<Record> = ops
             .iter()
             .enumerate()
-            .map(|(i, (k, v))| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: i as i32 - 1,
-                timestamp: 1_000 + next + i as i64,
-                key: Some(Bytes::from(format!("key-{k}"))),
-                value: v.map(|v| Bytes::from(format!("value-{v}"))),
-                headers: Vec::new(),
+            .map(|(i, (k, v))| {
+                plain_record(
+                    i as i64,
+                    1_000 + next + i as i64,
+                    Some(Bytes::from(format!("key-{k}"))),
+                    v.map(|v| Bytes::from(format!("value-{v}"))),
+                )
             })
             .collect();
         for (i, r) in records.iter().enumerate() {
@@ -50,17 +42,7 @@ fn segment(batches: &[(Vec<Op>, usize)]) -> (Vec<u8>, Vec<Rec>) {
                 r.value.clone(),
             ));
         }
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: CODECS[*codec],
-            },
-        )
-        .expect("encode");
-        let mut bytes = buf.to_vec();
+        let mut bytes = encode_records(&records, CODECS[*codec]);
         strata_log::batch::assign(
             &mut bytes,
             next,

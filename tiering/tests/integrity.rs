@@ -8,12 +8,11 @@
 
 use std::sync::Arc;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Compression, Record};
 use parquet::file::metadata::ParquetMetaDataReader;
+use strata_log::batch::{encode_records, plain_record};
 use strata_metastore::{ManifestEntry, Metastore, SqliteStore};
 use strata_tiering::codec::encode_segment;
 use strata_tiering::{Archive, ArchiveReader};
@@ -36,40 +35,23 @@ fn segment(base: i64) -> Vec<u8> {
         let first = base + 6 * b as i64;
         let records: Vec<Record> = (0..6)
             .map(|i| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: i,
-                // The encoder keeps one batch while sequences run on from the first.
-                sequence: i as i32 - 1,
-                timestamp: 1_700_000_000_000 + first + i,
-                key: Some(Bytes::from(format!("key-{}", first + i))),
-                value: Some(Bytes::from(format!(
-                    "value-{}-{}",
-                    first + i,
-                    "x".repeat(40)
-                ))),
                 headers: vec![(
                     StrBytes::from_static_str("h"),
                     Some(Bytes::from(format!("header-{}", first + i))),
                 )],
+                ..plain_record(
+                    i,
+                    1_700_000_000_000 + first + i,
+                    Some(Bytes::from(format!("key-{}", first + i))),
+                    Some(Bytes::from(format!(
+                        "value-{}-{}",
+                        first + i,
+                        "x".repeat(40)
+                    ))),
+                )
             })
             .collect();
-        let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut buf,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression,
-            },
-        )
-        .expect("encode");
-        let mut bytes = buf.to_vec();
+        let mut bytes = encode_records(&records, compression);
         strata_log::batch::assign(
             &mut bytes,
             first,
