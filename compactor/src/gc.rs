@@ -30,7 +30,6 @@
 
 use std::collections::BTreeSet;
 
-use futures::TryStreamExt;
 use object_store::path::Path;
 use strata_metastore::Metastore;
 use strata_tiering::Archive;
@@ -88,28 +87,21 @@ pub async fn collect_garbage(
     Ok(done)
 }
 
-/// Deletes the objects under `dir` (a partition's directory in the store) that neither
-/// the partition's manifest nor the garbage list names and that were written at least
+/// Deletes the objects in a partition's directory of the store that neither the
+/// partition's manifest nor the garbage list names and that were written at least
 /// `grace_ms` before `now_ms`.
 pub async fn collect_orphans(
     metastore: &Metastore,
     archive: &Archive,
     topic: &str,
     partition: i32,
-    dir: &Path,
     now_ms: i64,
     grace_ms: i64,
 ) -> Result<Collected, Error> {
     // Listed before the manifest is read: an object published meanwhile is then named.
-    let listed: Vec<object_store::ObjectMeta> = archive
-        .store
-        .list(Some(dir))
-        .try_collect()
-        .await
-        .map_err(|source| strata_tiering::Error::Store {
-        context: format!("list {dir}"),
-        source,
-    })?;
+    let listed = archive
+        .list(&archive.partition_dir(topic, partition))
+        .await?;
     let mut named: BTreeSet<String> = metastore
         .manifest(topic, partition)
         .await?
@@ -208,14 +200,13 @@ mod tests {
         assert!(!exists(&a.path) && exists(&b.path));
         assert!(m.garbage(10).await.expect("list").is_empty());
 
-        let dir_path = Path::from(orphan.as_ref().rsplit_once('/').map_or("", |(d, _)| d));
         let written = std::fs::metadata(root.join(orphan.as_ref()))
             .and_then(|md| md.modified())
             .expect("mtime")
             .duration_since(std::time::UNIX_EPOCH)
             .expect("after 1970")
             .as_millis() as i64;
-        let young = collect_orphans(&m, &archive, "t", 0, &dir_path, written + 10, grace)
+        let young = collect_orphans(&m, &archive, "t", 0, written + 10, grace)
             .await
             .expect("orphans");
         assert_eq!(
@@ -223,17 +214,9 @@ mod tests {
             Collected::default(),
             "a young orphan may be an upload in flight"
         );
-        let old = collect_orphans(
-            &m,
-            &archive,
-            "t",
-            0,
-            &dir_path,
-            written + grace + 1_000,
-            grace,
-        )
-        .await
-        .expect("orphans");
+        let old = collect_orphans(&m, &archive, "t", 0, written + grace + 1_000, grace)
+            .await
+            .expect("orphans");
         assert_eq!(
             old,
             Collected {

@@ -88,6 +88,18 @@ def model(sent: list[tuple[bytes, bytes | None]], cleaned_below: int) -> list[tu
     return [(o, k, v) for o, (k, v) in enumerate(sent) if o >= cleaned_below or newest[k] == o]
 
 
+def tiered_broker(broker_factory, extra_args=(), extra_env=None):
+    """A started broker archiving to a local directory (returned beside it), with short
+    tiering and lifecycle intervals and a 1 s grace period for unnamed objects."""
+    b = broker_factory(extra_args=LIFECYCLE_ARGS + ["--archive-gc-grace-ms", "1000",
+                                                    "--tiering-interval-ms", "200", *extra_args],
+                       extra_env=extra_env)
+    archive = b.root / "archive"
+    b.extra_args += ["--archive-url", f"file://{archive}"]
+    b.start()
+    return b, archive
+
+
 def history() -> list[tuple[bytes, bytes | None]]:
     """600 updates of 40 keys, every 23rd a tombstone."""
     return [(f"key-{(i * 7) % 40:02d}".encode(), None if i % 23 == 5 else f"value-{i:04d}".encode())
@@ -180,12 +192,7 @@ def test_a_compacted_tiered_topic_reads_as_the_model_across_both_tiers(broker_fa
     per key."""
     import duckdb
 
-    b = broker_factory(extra_args=LIFECYCLE_ARGS + [
-        "--archive-gc-grace-ms", "1000", "--tiering-interval-ms", "200",
-        "--archive-url", "file://ARCHIVE"])
-    archive = b.root / "archive"
-    b.extra_args[-1] = f"file://{archive}"
-    b.start()
+    b, archive = tiered_broker(broker_factory)
     topic = unique_topic("compacted-tiered")
     create_topic(b.bootstrap, topic, 1, {**COMPACTED, "local.retention.ms": "0"})
     ops = history()
@@ -221,13 +228,8 @@ def test_a_crash_at_any_step_of_compaction_loses_nothing(broker_factory, point):
     segment, and the store ends up holding only what the manifest names."""
     import duckdb
 
-    b = broker_factory(extra_args=LIFECYCLE_ARGS + [
-        "--archive-gc-grace-ms", "1000", "--tiering-interval-ms", "200",
-        "--archive-merge-target-bytes", "20000", "--archive-url", "file://ARCHIVE"],
-        extra_env={"STRATA_FAILPOINT_CRASH": point})
-    archive = b.root / "archive"
-    b.extra_args[-1] = f"file://{archive}"
-    b.start()
+    b, archive = tiered_broker(broker_factory, ["--archive-merge-target-bytes", "20000"],
+                               {"STRATA_FAILPOINT_CRASH": point})
     topic = unique_topic("compaction-crash")
     create_topic(b.bootstrap, topic, 1, {**COMPACTED, "local.retention.ms": "0"})
     ops = history()

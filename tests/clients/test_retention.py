@@ -64,6 +64,16 @@ def compaction_status(broker) -> dict:
         return json.load(resp)
 
 
+def tiered_lifecycle_broker(broker_factory, kind: str = "file", weed=None, extra_args=(), extra_env=None):
+    """A started broker archiving to SeaweedFS or a local dir (see start_tiered_broker),
+    with the short lifecycle intervals and `extra_args`."""
+    ours = LIFECYCLE_ARGS + list(extra_args)
+
+    def factory(extra_args=None, extra_env=None):
+        return broker_factory(extra_args=ours + list(extra_args or []), extra_env=extra_env)
+    return start_tiered_broker(factory, kind, weed, extra_env=extra_env)
+
+
 def lifecycle_broker(broker_factory, extra_args: list[str] | None = None):
     b = broker_factory(extra_args=LIFECYCLE_ARGS + list(extra_args or []))
     b.start()
@@ -222,10 +232,7 @@ def test_retention_ms_takes_old_data_from_both_tiers(request, broker_factory, ki
     refused, and everything from it on reads back exactly."""
     weed = request.getfixturevalue("seaweedfs") if kind == "s3" else None
 
-    def factory(extra_args=None, extra_env=None):
-        return broker_factory(extra_args=LIFECYCLE_ARGS + list(extra_args or []), extra_env=extra_env)
-
-    b, arch = start_tiered_broker(factory, kind, weed)
+    b, arch = tiered_lifecycle_broker(broker_factory, kind, weed)
     topic = unique_topic(f"retain-ms-{kind}")
     create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
     old = records(0, 200, now_ms() - 2 * 3_600_000, "r")
@@ -293,10 +300,7 @@ def test_a_crash_at_any_step_of_retention_loses_and_duplicates_nothing(broker_fa
     crash point, it finishes the work: the log start is where retention put it, every
     record from there on is read exactly once, and nothing below it is left on disk or
     in the store."""
-    b, arch = start_tiered_broker(
-        lambda extra_args=None, extra_env=None: broker_factory(
-            extra_args=LIFECYCLE_ARGS + list(extra_args or []), extra_env=extra_env),
-        "file", extra_env={"STRATA_FAILPOINT_CRASH": point})
+    b, arch = tiered_lifecycle_broker(broker_factory, extra_env={"STRATA_FAILPOINT_CRASH": point})
     topic = unique_topic("retain-crash")
     create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
     old = records(0, 120, now_ms() - 2 * 3_600_000, "c")
@@ -334,11 +338,7 @@ def test_small_archived_objects_are_merged(broker_factory):
     DuckDB over the store sees each record once."""
     import duckdb
 
-    b, arch = start_tiered_broker(
-        lambda extra_args=None, extra_env=None: broker_factory(
-            extra_args=LIFECYCLE_ARGS + ["--archive-merge-target-bytes", "20000"] + list(extra_args or []),
-            extra_env=extra_env),
-        "file")
+    b, arch = tiered_lifecycle_broker(broker_factory, extra_args=["--archive-merge-target-bytes", "20000"])
     topic = unique_topic("merge")
     create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
     sent = records(0, 300, now_ms(), "m")
@@ -378,12 +378,8 @@ def test_strata_compactor_works_on_the_archive_from_its_own_process(broker_facto
 
     from conftest import strata_bin
 
-    b, arch = start_tiered_broker(
-        lambda extra_args=None, extra_env=None: broker_factory(
-            extra_args=LIFECYCLE_ARGS + ["--compactor-enabled", "false",
-                                         "--archive-merge-target-bytes", "20000"] + list(extra_args or []),
-            extra_env=extra_env),
-        "file")
+    b, arch = tiered_lifecycle_broker(broker_factory, extra_args=[
+        "--compactor-enabled", "false", "--archive-merge-target-bytes", "20000"])
     topic = unique_topic("compactor-process")
     create_topic(b.bootstrap, topic, 1, {"segment.bytes": SEGMENT_BYTES})
     sent = records(0, 300, now_ms(), "p")

@@ -19,7 +19,7 @@ use futures::future::BoxFuture;
 use futures::{FutureExt, TryStreamExt};
 use moka::future::Cache;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ParquetRecordBatchStreamBuilder;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::AsyncFileReader;
@@ -390,20 +390,6 @@ impl ArchiveReader {
             }
         }
         Ok(None)
-    }
-
-    /// Lists the objects under a partition's directory (for tests and garbage collection).
-    pub async fn list_objects(&self, topic: &str, partition: i32) -> Result<Vec<ObjectMeta>> {
-        let parent = self.archive.partition_dir(topic, partition);
-        self.archive
-            .store
-            .list(Some(&parent))
-            .try_collect()
-            .await
-            .map_err(|source| Error::Store {
-                context: format!("list {parent}"),
-                source,
-            })
     }
 }
 

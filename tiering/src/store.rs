@@ -118,6 +118,20 @@ impl Archive {
         }
     }
 
+    /// The objects under `dir`.
+    pub async fn list(&self, dir: &Path) -> Result<Vec<object_store::ObjectMeta>> {
+        use futures::TryStreamExt;
+        let call = self.store.list(Some(dir)).try_collect::<Vec<_>>();
+        match tokio::time::timeout(CALL_TIMEOUT, call).await {
+            Ok(Ok(objects)) => Ok(objects),
+            Ok(Err(source)) => Err(Error::Store {
+                context: format!("list {dir}"),
+                source,
+            }),
+            Err(_) => Err(Error::Timeout(format!("list {dir}"))),
+        }
+    }
+
     /// Deletes an object; one already gone counts as deleted (a retried collection).
     pub async fn delete(&self, path: &Path) -> Result<()> {
         match tokio::time::timeout(CALL_TIMEOUT, self.store.delete(path)).await {

@@ -347,14 +347,11 @@ impl ArchiveWork {
         partition: i32,
         now_ms: i64,
     ) -> Result<Collected, Error> {
-        let archive = &self.reader.archive();
-        let dir = archive.partition_dir(topic, partition);
         strata_compactor::collect_orphans(
             &self.metastore,
-            archive,
+            self.reader.archive(),
             topic,
             partition,
-            &dir,
             now_ms,
             self.config.archive_grace_ms,
         )
