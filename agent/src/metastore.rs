@@ -30,7 +30,6 @@ pub fn open_store(settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
     Ok(kv)
 }
 
-#[cfg(feature = "fdb")]
 fn open_fdb(settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
     let cluster_file = match &settings.fdb_cluster_file {
         Some(path) => Some(
@@ -39,25 +38,14 @@ fn open_fdb(settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
         ),
         None => None,
     };
-    let store = strata_metastore::fdb::FdbStore::open(cluster_file, &settings.fdb_prefix)
-        .context("cannot open the FoundationDB metastore")?;
-    Ok(Arc::new(store))
-}
-
-#[cfg(not(feature = "fdb"))]
-fn open_fdb(_settings: &Settings) -> anyhow::Result<Arc<dyn KvStore>> {
-    anyhow::bail!(
-        "metastore = \"fdb\" needs a strata built with FoundationDB support: \
-         `cargo build --release --features fdb` (with libfdb_c 7.3 installed); \
-         this binary has only the embedded metastore"
-    )
+    strata_metastore::open_fdb(cluster_file, &settings.fdb_prefix)
+        .context("cannot open the FoundationDB metastore")
 }
 
 /// Releases process-wide metastore resources (FoundationDB's network thread); call as the
 /// process ends, after every agent has stopped.
 pub fn close() {
-    #[cfg(feature = "fdb")]
-    strata_metastore::fdb::stop_network();
+    strata_metastore::close();
 }
 
 #[cfg(all(test, not(feature = "fdb")))]

@@ -28,6 +28,36 @@ pub use manifest::{ArchiveCleaner, Garbage, ManifestEntry, Published};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};
 
+/// The FoundationDB backend on the cluster `cluster_file` names (the client's default
+/// file when `None`), its keys under the subspace `(prefix,)`. A build without the `fdb`
+/// feature answers an error that names the way out.
+pub fn open_fdb(cluster_file: Option<&str>, prefix: &str) -> Result<std::sync::Arc<dyn KvStore>> {
+    #[cfg(feature = "fdb")]
+    {
+        Ok(std::sync::Arc::new(fdb::FdbStore::open(
+            cluster_file,
+            prefix,
+        )?))
+    }
+    #[cfg(not(feature = "fdb"))]
+    {
+        let _ = (cluster_file, prefix);
+        Err(Error::Invalid(
+            "metastore = \"fdb\" needs a strata built with FoundationDB support: \
+             `cargo build --release --features fdb` (with libfdb_c 7.3 installed); \
+             this binary has only the embedded metastore"
+                .to_string(),
+        ))
+    }
+}
+
+/// Releases process-wide backend resources (FoundationDB's network thread, when this
+/// build has it); call as the process ends, after every user of the metastore stopped.
+pub fn close() {
+    #[cfg(feature = "fdb")]
+    fdb::stop_network();
+}
+
 /// Metastores for the typed layer's tests: plain SQLite, and SQLite behind the
 /// fault-injecting wrapper (conflicts and "maybe committed" results on 40% of commits);
 /// with the `fdb` feature and `FDB_CLUSTER_FILE` set, FoundationDB both ways as well.
