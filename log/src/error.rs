@@ -36,6 +36,14 @@ pub enum Error {
         current: i16,
         got: i16,
     },
+    /// A transaction marker from a coordinator older than the last one that wrote a
+    /// marker for the producer (TRANSACTION_COORDINATOR_FENCED).
+    #[error("producer {producer_id}: coordinator epoch {got} is older than the current {current}")]
+    CoordinatorFenced {
+        producer_id: i64,
+        current: i32,
+        got: i32,
+    },
     /// A read below the log start or above the log end (OFFSET_OUT_OF_RANGE).
     #[error("offset {offset} is outside the log [{log_start}, {log_end}]")]
     OffsetOutOfRange {

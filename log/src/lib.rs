@@ -13,6 +13,7 @@ pub mod index;
 pub mod partition_log;
 pub mod producer_state;
 pub mod segment;
+pub mod txn;
 
 pub use batch::{BatchHeader, TimestampType};
 pub use epochs::{Cut, EpochHistory};

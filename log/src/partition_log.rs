@@ -426,6 +426,11 @@ impl PartitionLog {
         let mut last = None;
         for bytes in &batches {
             let header = batch::BatchHeader::parse(bytes).expect("validated");
+            if header.is_transactional() && header.producer_id < 0 {
+                return Err(Error::InvalidRecord {
+                    reason: "a transactional batch needs a producer id".to_string(),
+                });
+            }
             if let Check::Duplicate {
                 first_offset,
                 last_offset,
@@ -475,6 +480,51 @@ impl PartitionLog {
         })
     }
 
+    /// Appends, as leader, the marker that ends `producer_id`'s transaction here (a
+    /// control batch; see [`crate::txn`]). Refused from an older producer epoch or an
+    /// older coordinator ([`ProducerState::check_marker`]). Returns its offset.
+    pub fn append_marker(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        control: crate::txn::ControlRecord,
+        now_ms: i64,
+    ) -> Result<i64> {
+        self.producers
+            .check_marker(producer_id, producer_epoch, control.coordinator_epoch)?;
+        let mut bytes = crate::txn::marker_batch(producer_id, producer_epoch, control, now_ms);
+        let summary = batch::assign(
+            &mut bytes,
+            self.log_end_offset(),
+            self.leader_epoch,
+            TimestampType::CreateTime,
+            now_ms,
+        );
+        self.maybe_roll(bytes.len() as u64, now_ms)?;
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("active segment")
+            .append(&bytes)?;
+        let header = batch::BatchHeader::parse(&bytes).expect("assigned");
+        self.producers.record_marker(&header, control);
+        self.epochs.note(self.leader_epoch, summary.base_offset);
+        Ok(summary.base_offset)
+    }
+
+    /// The last stable offset under `high_watermark` (see
+    /// [`crate::txn::Transactions::last_stable_offset`]).
+    pub fn last_stable_offset(&mut self, high_watermark: i64) -> i64 {
+        self.producers
+            .transactions_mut()
+            .last_stable_offset(high_watermark)
+    }
+
+    /// The aborted transactions with records in `[from, upto)`.
+    pub fn aborted_between(&self, from: i64, upto: i64) -> Vec<crate::txn::AbortedTxn> {
+        self.producers.transactions().aborted_between(from, upto)
+    }
+
     /// Appends batches copied from the leader, offsets and all, as they are. Each must
     /// start at or after the log end (after it where the leader's log was compacted)
     /// and pass its CRC; the batches before a bad one are kept. Returns the new log end
@@ -495,7 +545,14 @@ impl PartitionLog {
                 .next_back()
                 .expect("active segment")
                 .append(bytes)?;
-            self.producers.record(&header);
+            match header
+                .is_control()
+                .then(|| crate::txn::parse_marker(bytes))
+                .flatten()
+            {
+                Some(control) => self.producers.record_marker(&header, control),
+                None => self.producers.record(&header),
+            }
             self.epochs
                 .note(header.partition_leader_epoch, header.base_offset);
         }
@@ -620,8 +677,12 @@ impl PartitionLog {
             tracing::warn!(snapshot = %path.display(), "ignoring a damaged producer snapshot");
         }
         for segment in self.segments.values().filter(|s| s.next_offset() > from) {
-            segment.for_each_header(from, |h| state.record(h))?;
+            segment.for_each_batch(from, |h, control| match control {
+                Some(control) => state.record_marker(h, control),
+                None => state.record(h),
+            })?;
         }
+        state.forget_below(self.log_start_offset());
         self.producers = state;
         Ok(())
     }
@@ -860,6 +921,10 @@ impl PartitionLog {
         }
         // Producer state keeps its entries: a retried batch must still be recognised,
         // and answered with its original offsets, after its segment left the disk.
+        // Aborted transactions below the start go: their markers are no longer here
+        // (an archived object carries its own).
+        let start = self.log_start_offset();
+        self.producers.forget_below(start);
         Ok(deleted)
     }
 

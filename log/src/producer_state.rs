@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::BatchHeader;
 use crate::error::{Error, IoContext, Result};
+use crate::txn::{ControlRecord, Transactions};
 
 /// How many batches per producer are remembered for duplicate detection (Kafka's 5,
 /// which is also the most `max.in.flight.requests.per.connection` allows).
@@ -35,6 +36,9 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchRange>,
     /// Max timestamp of its last batch, for expiry.
     pub last_timestamp_ms: i64,
+    /// The coordinator epoch of the last marker written for it (-1 before any):
+    /// markers from an older coordinator are refused.
+    pub coordinator_epoch: i32,
 }
 
 /// What checking a batch against the state decided.
@@ -63,6 +67,7 @@ fn last_sequence(header: &BatchHeader) -> i32 {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProducerState {
     producers: BTreeMap<i64, ProducerEntry>,
+    txns: Transactions,
 }
 
 impl ProducerState {
@@ -76,6 +81,72 @@ impl ProducerState {
 
     pub fn is_empty(&self) -> bool {
         self.producers.is_empty()
+    }
+
+    /// Every producer known, by id.
+    pub fn iter(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(&p, e)| (p, e))
+    }
+
+    /// The partition's transactions.
+    pub fn transactions(&self) -> &Transactions {
+        &self.txns
+    }
+
+    pub fn transactions_mut(&mut self) -> &mut Transactions {
+        &mut self.txns
+    }
+
+    /// Whether a marker from `producer_epoch` and `coordinator_epoch` may end
+    /// `producer_id`'s transaction: not from an epoch older than the producer's
+    /// (INVALID_PRODUCER_EPOCH), nor from a coordinator older than the last one that
+    /// wrote a marker for it (TRANSACTION_COORDINATOR_FENCED).
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<()> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if producer_epoch < entry.epoch {
+            return Err(Error::InvalidProducerEpoch {
+                producer_id,
+                current: entry.epoch,
+                got: producer_epoch,
+            });
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(Error::CoordinatorFenced {
+                producer_id,
+                current: entry.coordinator_epoch,
+                got: coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records a marker now in the log (`header` with its offset assigned): the
+    /// producer's transaction ends here, and its epoch is the marker's from now on.
+    pub fn record_marker(&mut self, header: &BatchHeader, control: ControlRecord) {
+        let entry = self
+            .producers
+            .entry(header.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: header.producer_epoch,
+                batches: VecDeque::new(),
+                last_timestamp_ms: header.max_timestamp,
+                coordinator_epoch: -1,
+            });
+        if header.producer_epoch > entry.epoch {
+            entry.epoch = header.producer_epoch;
+            entry.batches.clear();
+        }
+        entry.coordinator_epoch = entry.coordinator_epoch.max(control.coordinator_epoch);
+        entry.last_timestamp_ms = entry.last_timestamp_ms.max(header.max_timestamp);
+        self.txns
+            .note_marker(header.producer_id, control.marker, header.base_offset);
     }
 
     /// Decides what to do with a produced batch (its header as sent, before offsets
@@ -166,6 +237,7 @@ impl ProducerState {
                 epoch: header.producer_epoch,
                 batches: VecDeque::new(),
                 last_timestamp_ms: header.max_timestamp,
+                coordinator_epoch: -1,
             });
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
@@ -176,14 +248,19 @@ impl ProducerState {
             entry.batches.pop_front();
         }
         entry.last_timestamp_ms = entry.last_timestamp_ms.max(header.max_timestamp);
+        if header.is_transactional() {
+            self.txns.note_data(header);
+        }
     }
 
     /// Forgets producers whose last batch is older than `cutoff_ms`
     /// (`producer.id.expiration.ms`). Returns how many were forgotten.
     pub fn expire(&mut self, cutoff_ms: i64) -> usize {
         let before = self.producers.len();
-        self.producers
-            .retain(|_, e| e.last_timestamp_ms >= cutoff_ms);
+        let txns = &self.txns;
+        self.producers.retain(|&pid, e| {
+            e.last_timestamp_ms >= cutoff_ms || txns.open_first_offset(pid).is_some()
+        });
         before - self.producers.len()
     }
 
@@ -194,6 +271,11 @@ impl ProducerState {
         }
         self.producers.retain(|_, e| !e.batches.is_empty());
     }
+
+    /// Forgets what lies wholly below the log start `log_start`.
+    pub fn forget_below(&mut self, log_start: i64) {
+        self.txns.forget_below(log_start);
+    }
 }
 
 /// File name of the snapshot taken at log offset `offset`.
@@ -201,7 +283,10 @@ pub fn snapshot_name(offset: i64) -> String {
     format!("{offset:020}.snapshot")
 }
 
-const SNAPSHOT_MAGIC: &[u8; 8] = b"STRPS001";
+/// Version 2 adds each producer's coordinator epoch and the transactions; version 1
+/// snapshots (no transactions) are still read.
+const SNAPSHOT_MAGIC: &[u8; 8] = b"STRPS002";
+const SNAPSHOT_MAGIC_V1: &[u8; 8] = b"STRPS001";
 
 impl ProducerState {
     /// Writes the state as of log offset `offset` (every batch below it is included),
@@ -224,6 +309,7 @@ impl ProducerState {
             body.extend_from_slice(&pid.to_be_bytes());
             body.extend_from_slice(&e.epoch.to_be_bytes());
             body.extend_from_slice(&e.last_timestamp_ms.to_be_bytes());
+            body.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
             body.push(e.batches.len() as u8);
             for b in &e.batches {
                 body.extend_from_slice(&b.first_sequence.to_be_bytes());
@@ -232,6 +318,7 @@ impl ProducerState {
                 body.extend_from_slice(&b.last_offset.to_be_bytes());
             }
         }
+        self.txns.encode(&mut body);
         let crc = crc32c::crc32c(&body);
         body.extend_from_slice(&crc.to_be_bytes());
         let path = dir.join(snapshot_name(offset));
@@ -258,15 +345,18 @@ impl ProducerState {
         if crc32c::crc32c(body) != u32::from_be_bytes(crc.try_into().ok()?) {
             return None;
         }
-        let mut r = Reader {
-            b: body.strip_prefix(SNAPSHOT_MAGIC)?,
+        let (v1, rest) = match body.strip_prefix(SNAPSHOT_MAGIC) {
+            Some(rest) => (false, rest),
+            None => (true, body.strip_prefix(SNAPSHOT_MAGIC_V1)?),
         };
+        let mut r = Reader { b: rest };
         let n = r.u32()?;
         let mut producers = BTreeMap::new();
         for _ in 0..n {
             let pid = r.i64()?;
             let epoch = r.i16()?;
             let last_timestamp_ms = r.i64()?;
+            let coordinator_epoch = if v1 { -1 } else { r.i32()? };
             let count = r.u8()?;
             let mut batches = VecDeque::with_capacity(usize::from(count).min(BATCHES_KEPT));
             for _ in 0..count {
@@ -283,10 +373,16 @@ impl ProducerState {
                     epoch,
                     batches,
                     last_timestamp_ms,
+                    coordinator_epoch,
                 },
             );
         }
-        Some(ProducerState { producers })
+        let txns = if v1 {
+            Transactions::default()
+        } else {
+            Transactions::decode(&mut r)?
+        };
+        Some(ProducerState { producers, txns })
     }
 }
 
@@ -308,8 +404,8 @@ pub fn list_snapshots(dir: &Path) -> Result<Vec<(i64, PathBuf)>> {
     Ok(out)
 }
 
-struct Reader<'a> {
-    b: &'a [u8],
+pub(crate) struct Reader<'a> {
+    pub(crate) b: &'a [u8],
 }
 
 impl Reader<'_> {
@@ -318,19 +414,19 @@ impl Reader<'_> {
         self.b = rest;
         head.try_into().ok()
     }
-    fn u8(&mut self) -> Option<u8> {
+    pub(crate) fn u8(&mut self) -> Option<u8> {
         self.take::<1>().map(|b| b[0])
     }
-    fn i16(&mut self) -> Option<i16> {
+    pub(crate) fn i16(&mut self) -> Option<i16> {
         self.take().map(i16::from_be_bytes)
     }
-    fn i32(&mut self) -> Option<i32> {
+    pub(crate) fn i32(&mut self) -> Option<i32> {
         self.take().map(i32::from_be_bytes)
     }
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         self.take().map(u32::from_be_bytes)
     }
-    fn i64(&mut self) -> Option<i64> {
+    pub(crate) fn i64(&mut self) -> Option<i64> {
         self.take().map(i64::from_be_bytes)
     }
 }

@@ -404,6 +404,55 @@ impl Segment {
             .find_batch(start.map_or(0, |e| u64::from(e.position)), wanted)
     }
 
+    /// Calls `f` with the header of every batch whose base offset is at least `from`,
+    /// and for a transaction marker the marker it carries (read from its batch).
+    pub fn for_each_batch(
+        &self,
+        from: i64,
+        mut f: impl FnMut(&BatchHeader, Option<crate::txn::ControlRecord>),
+    ) -> Result<()> {
+        let file = self.handle()?;
+        let mut positions = self.reader();
+        let mut position = self.index_start(from);
+        let mut failed = None;
+        positions.find_batch(position, |h| {
+            let at = position;
+            position += h.total_bytes() as u64;
+            if h.base_offset < from {
+                return false;
+            }
+            let control = if h.is_control() {
+                let mut buf = vec![0u8; h.total_bytes()];
+                if let Err(e) = file.read_exact_at(&mut buf, at) {
+                    failed = Some(e);
+                    return true;
+                }
+                crate::txn::parse_marker(&buf)
+            } else {
+                None
+            };
+            f(h, control);
+            false
+        })?;
+        match failed {
+            Some(e) => Err(e).context("read segment", &self.path),
+            None => Ok(()),
+        }
+    }
+
+    /// Where a walk of the batches at or after `from` may start: the position of the
+    /// index entry at or below it.
+    fn index_start(&self, from: i64) -> u64 {
+        if from <= self.base_offset {
+            return 0;
+        }
+        index::lookup_offset(
+            &self.index,
+            (from - self.base_offset).min(i64::from(u32::MAX)) as u32,
+        )
+        .map_or(0, |e| u64::from(e.position))
+    }
+
     /// Calls `f` with the header of every batch whose base offset is at least `from`.
     pub fn for_each_header(&self, from: i64, mut f: impl FnMut(&BatchHeader)) -> Result<()> {
         let start = if from <= self.base_offset {
