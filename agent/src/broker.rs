@@ -17,6 +17,7 @@ use crate::group::state::GroupConfig;
 use crate::membership::Membership;
 use crate::open_files::FileBudget;
 use crate::producer_ids::ProducerIds;
+use crate::txn::{Transactions, TxnConfig};
 use crate::replicas::{ReplicaConfig, ReplicaManager};
 use crate::service::admin::Admin;
 use crate::service::fetch::Fetching;
@@ -41,7 +42,9 @@ pub struct Broker {
     membership: Arc<Membership>,
     /// The consumer-group coordinator (for the groups hashed to this agent).
     groups: Arc<Coordinator>,
-    producer_ids: ProducerIds,
+    producer_ids: Arc<ProducerIds>,
+    /// The transaction coordinator (for the transactional ids hashed to this agent).
+    transactions: Arc<Transactions>,
     replicas: Arc<ReplicaManager>,
     producing: Producing,
     fetching: Fetching,
@@ -122,8 +125,22 @@ impl Broker {
                 archive_work: settings.compactor_enabled,
             },
         ));
+        let producer_ids = Arc::new(ProducerIds::new(metastore.clone()));
+        let transactions = Arc::new(Transactions::new(
+            metastore.clone(),
+            Arc::clone(&membership),
+            Arc::clone(&replicas),
+            Arc::clone(&producer_ids),
+            TxnConfig {
+                max_timeout_ms: settings.transaction_max_timeout_ms,
+                abort_check_interval_ms: settings
+                    .transaction_abort_timed_out_transaction_cleanup_interval_ms,
+                id_expiration_ms: settings.transactional_id_expiration_ms,
+            },
+        ));
         Ok(Arc::new(Broker {
-            producer_ids: ProducerIds::new(metastore.clone()),
+            producer_ids,
+            transactions,
             identity: Identity {
                 node_id,
                 advertised_host,
@@ -170,6 +187,11 @@ impl Broker {
 
     pub fn producer_ids(&self) -> &ProducerIds {
         &self.producer_ids
+    }
+
+    /// The transaction coordinator ([`crate::txn`]).
+    pub fn transactions(&self) -> &Arc<Transactions> {
+        &self.transactions
     }
 
     pub fn replicas(&self) -> &Arc<ReplicaManager> {

@@ -89,6 +89,15 @@ pub struct Settings {
     /// Kafka's `log.cleaner.dedupe.buffer.size`: the most a log-compaction pass holds
     /// in its key map (allocated as keys come, not up front).
     pub log_cleaner_dedupe_buffer_size: usize,
+    /// Kafka's `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a
+    /// transactional producer may ask for.
+    pub transaction_max_timeout_ms: i64,
+    /// Kafka's `transaction.abort.timed.out.transaction.cleanup.interval.ms`: how often
+    /// the coordinator aborts transactions open past their timeout.
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    /// Kafka's `transactional.id.expiration.ms`: how long a transactional id with no
+    /// transaction is remembered.
+    pub transactional_id_expiration_ms: i64,
     /// Archived objects smaller than this (low-traffic partitions) are merged with their
     /// neighbours into objects of at most this size; 0 turns merging off.
     pub archive_merge_target_bytes: u64,
@@ -192,6 +201,9 @@ impl Default for Settings {
             archive_gc_grace_ms: 600_000,
             log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
             archive_merge_target_bytes: 64 * 1024 * 1024,
+            transaction_max_timeout_ms: 900_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transactional_id_expiration_ms: 7 * 24 * 3600 * 1000,
             archive_cache_bytes: 256 * 1024 * 1024,
             lease_ms: 10_000,
             replica_lag_time_max_ms: 30_000,

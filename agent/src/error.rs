@@ -17,8 +17,8 @@ pub enum Error {
     LeaseLapsed,
     #[error("acks must be -1, 0 or 1, not {0}")]
     InvalidAcks(i16),
-    #[error("transactions are not supported yet")]
-    TransactionsUnsupported,
+    #[error(transparent)]
+    Transaction(#[from] crate::txn::TxnError),
     #[error("the request holds no record batch")]
     NoRecords,
     /// A write was appended but not replicated to the in-sync replicas in time.

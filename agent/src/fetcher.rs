@@ -16,24 +16,21 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
-use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
 use kafka_protocol::messages::{
-    BrokerId, FetchRequest, OffsetForLeaderEpochRequest, RequestHeader, ResponseHeader, TopicName,
+    BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::now_ms;
 use crate::membership::Membership;
 use crate::partition::{Partition, PartitionError};
+use crate::peer::Peer;
 use crate::tasks::Stopped;
 use strata_replication::{FetchAnswer, Follower, Request as CycleRequest, Step};
 
@@ -41,95 +38,8 @@ use strata_replication::{FetchAnswer, Follower, Request as CycleRequest, Step};
 const FETCH_MAX_WAIT_MS: i32 = 500;
 /// Bytes per fetch.
 const FETCH_MAX_BYTES: i32 = 8 * 1024 * 1024;
-/// Any single response; a fetch waits at most `FETCH_MAX_WAIT_MS` at the leader.
-const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Pause before trying again after an error or a refusal.
 const RETRY_AFTER: Duration = Duration::from_millis(100);
-
-/// Bytes a response may hold besides the records (headers, topic and partition fields).
-const RESPONSE_OVERHEAD_BYTES: usize = 1024 * 1024;
-
-/// One connection to another agent's Kafka listener.
-struct Peer {
-    stream: TcpStream,
-    correlation_id: i32,
-    client_id: StrBytes,
-    /// The largest response frame accepted: a peer that declares more is refused before
-    /// anything is allocated for it.
-    max_frame_bytes: usize,
-}
-
-impl Peer {
-    /// `max_record_bytes`: the most record bytes one response may carry (a fetch returns
-    /// at least one whole batch, which may exceed the fetch's byte limit).
-    async fn connect(address: &str, node_id: i32, max_record_bytes: usize) -> anyhow::Result<Peer> {
-        let stream = tokio::time::timeout(RESPONSE_TIMEOUT, TcpStream::connect(address))
-            .await
-            .context("connect timed out")??;
-        stream.set_nodelay(true)?;
-        Ok(Peer {
-            stream,
-            correlation_id: 0,
-            client_id: StrBytes::from_string(format!("strata-replica-{node_id}")),
-            max_frame_bytes: max_record_bytes.max(FETCH_MAX_BYTES as usize)
-                + RESPONSE_OVERHEAD_BYTES,
-        })
-    }
-
-    async fn send<R: Request>(&mut self, version: i16, request: &R) -> anyhow::Result<R::Response> {
-        self.correlation_id = self.correlation_id.wrapping_add(1);
-        let mut header = RequestHeader::default();
-        header.request_api_key = R::KEY;
-        header.request_api_version = version;
-        header.correlation_id = self.correlation_id;
-        header.client_id = Some(self.client_id.clone());
-        let mut buf = BytesMut::new();
-        buf.put_i32(0);
-        header.encode(&mut buf, R::header_version(version))?;
-        request.encode(&mut buf, version)?;
-        let size = i32::try_from(buf.len() - 4)?;
-        buf[..4].copy_from_slice(&size.to_be_bytes());
-        let max = self.max_frame_bytes;
-        let exchange = async {
-            self.stream.write_all(&buf).await?;
-            read_frame(&mut self.stream, max).await
-        };
-        let mut frame = tokio::time::timeout(RESPONSE_TIMEOUT, exchange)
-            .await
-            .context("no response in time")??;
-        let response_header =
-            ResponseHeader::decode(&mut frame, R::Response::header_version(version))?;
-        if response_header.correlation_id != self.correlation_id {
-            bail!(
-                "response to request {} where {} was expected",
-                response_header.correlation_id,
-                self.correlation_id
-            );
-        }
-        let response = R::Response::decode(&mut frame, version)?;
-        if frame.has_remaining() {
-            bail!("{} bytes after the response", frame.remaining());
-        }
-        Ok(response)
-    }
-}
-
-/// Reads one size-prefixed response frame of at most `max` bytes.
-async fn read_frame(
-    reader: &mut (impl AsyncReadExt + Unpin),
-    max: usize,
-) -> anyhow::Result<bytes::Bytes> {
-    let mut size = [0u8; 4];
-    reader.read_exact(&mut size).await?;
-    let size = i32::from_be_bytes(size);
-    let size = usize::try_from(size)
-        .ok()
-        .filter(|s| *s <= max)
-        .with_context(|| format!("response frame of {size} bytes exceeds the limit of {max}"))?;
-    let mut body = BytesMut::zeroed(size);
-    reader.read_exact(&mut body).await?;
-    Ok(body.freeze())
-}
 
 /// Why a fetcher stopped copying for a while.
 enum Pause {
@@ -184,7 +94,8 @@ async fn follow_once(
     let Some(address) = membership.address_of(leader) else {
         return Pause::Retry(format!("leader {leader} is not live"));
     };
-    let mut peer = match Peer::connect(&address, node_id, max_record_bytes).await {
+    let max_response = max_record_bytes.max(FETCH_MAX_BYTES as usize);
+    let mut peer = match Peer::connect(&address, node_id, max_response).await {
         Ok(p) => p,
         Err(e) => return Pause::Retry(format!("cannot connect to {address}: {e:#}")),
     };

@@ -3,7 +3,9 @@
 //! (archive progress), `/v1/partitions` (this agent's replicas: role, epoch,
 //! offsets, and for leaders the ISR and each follower's progress) and
 //! `/v1/compaction` (the data lifecycle of the partitions led here: log start, dirty
-//! ratio, last and next pass, bytes reclaimed).
+//! ratio, last and next pass, bytes reclaimed), and `/v1/transactions` (the
+//! coordinator's transactions, those open on partitions led here, and the abort of a
+//! hanging one: `docs/transactions.md`).
 
 use std::sync::Arc;
 
@@ -22,6 +24,9 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/v1/tiering", get(tiering))
         .route("/v1/partitions", get(partitions))
         .route("/v1/compaction", get(compaction))
+        .route("/v1/transactions", get(transactions))
+        .route("/v1/transactions/abort", axum::routing::post(abort_transaction))
+        .route("/v1/transactions/{id}", get(transaction))
         .with_state(broker)
 }
 
@@ -76,7 +81,7 @@ async fn compaction(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
         "retention_check_interval_ms": broker.settings().log_retention_check_interval_ms,
         "archive_gc_grace_ms": broker.settings().archive_gc_grace_ms,
         "partitions": lifecycle.status(),
-        "note": "dirty_ratio is shown for compacted topics (cleanup.policy=compact); archived objects are not compacted (compacted topics are not tiered)",
+        "note": "dirty_ratio is shown for compacted topics (cleanup.policy=compact)",
     }))
 }
 
@@ -94,6 +99,139 @@ async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
         })
         .collect();
     axum::Json(serde_json::json!({ "node_id": broker.node_id(), "partitions": replicas }))
+}
+
+fn record_json(id: &str, r: &strata_metastore::TxnRecord) -> serde_json::Value {
+    serde_json::json!({
+        "transactional_id": id,
+        "producer_id": r.producer_id,
+        "producer_epoch": r.producer_epoch,
+        "state": r.state.name(),
+        "timeout_ms": r.timeout_ms,
+        "start_ms": r.start_ms,
+        "last_update_ms": r.last_update_ms,
+        "coordinator_epoch": r.coordinator_epoch,
+        "transaction_version": r.version,
+        "partitions": r.partitions.iter().map(|(t, p)| serde_json::json!({"topic": t, "partition": p})).collect::<Vec<_>>(),
+        "groups": r.groups,
+    })
+}
+
+fn error(status: StatusCode, message: impl Into<String>) -> (StatusCode, axum::Json<serde_json::Value>) {
+    (status, axum::Json(serde_json::json!({ "error": message.into() })))
+}
+
+/// Every transaction the metastore holds, and the transactions open on partitions led
+/// here (`hanging`: the coordinator does not count the partition in an open
+/// transaction of that producer, so no marker will come).
+async fn transactions(
+    State(broker): State<Arc<Broker>>,
+) -> (StatusCode, axum::Json<serde_json::Value>) {
+    let txns = broker.transactions();
+    let records = match txns.list(false).await {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    };
+    let open: Vec<_> = txns
+        .open_on_partitions()
+        .await
+        .into_iter()
+        .map(|o| {
+            serde_json::json!({
+                "topic": o.topic,
+                "partition": o.partition,
+                "producer_id": o.open.producer_id,
+                "producer_epoch": o.open.producer_epoch,
+                "first_offset": o.open.first_offset,
+                "last_timestamp_ms": o.open.last_timestamp_ms,
+                "hanging": o.hanging,
+            })
+        })
+        .collect();
+    let listed: Vec<_> = records.iter().map(|(id, r)| record_json(id, r)).collect();
+    (
+        StatusCode::OK,
+        axum::Json(serde_json::json!({ "transactions": listed, "open": open })),
+    )
+}
+
+async fn transaction(
+    State(broker): State<Arc<Broker>>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> (StatusCode, axum::Json<serde_json::Value>) {
+    match broker.transactions().describe(&id, false).await {
+        Ok(r) => (StatusCode::OK, axum::Json(record_json(&id, &r))),
+        Err(crate::txn::TxnError::TransactionalIdNotFound) => error(
+            StatusCode::NOT_FOUND,
+            format!("no transaction has the transactional id {id:?}"),
+        ),
+        Err(e) => error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
+    }
+}
+
+/// Ends a transaction open on one partition led here with an abort marker (KIP-664's
+/// AbortTransaction): `{"topic", "partition", "producer_id", "producer_epoch"}`, and
+/// optionally `"coordinator_epoch"` (default: the partition's last one, which it
+/// accepts).
+async fn abort_transaction(
+    State(broker): State<Arc<Broker>>,
+    body: axum::body::Bytes,
+) -> (StatusCode, axum::Json<serde_json::Value>) {
+    let parsed: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+    };
+    let topic = parsed.get("topic").and_then(|v| v.as_str());
+    let partition = parsed.get("partition").and_then(|v| v.as_i64());
+    let producer_id = parsed.get("producer_id").and_then(|v| v.as_i64());
+    let producer_epoch = parsed.get("producer_epoch").and_then(|v| v.as_i64());
+    let (Some(topic), Some(partition), Some(producer_id), Some(producer_epoch)) =
+        (topic, partition, producer_id, producer_epoch)
+    else {
+        return error(
+            StatusCode::BAD_REQUEST,
+            "the body needs \"topic\" (a string) and \"partition\", \"producer_id\", \"producer_epoch\" (integers)",
+        );
+    };
+    let (Ok(partition), Ok(producer_epoch)) = (i32::try_from(partition), i16::try_from(producer_epoch))
+    else {
+        return error(StatusCode::BAD_REQUEST, "partition or producer_epoch is out of range");
+    };
+    let state = broker.replicas().topic(topic);
+    let Some(replica) = state.as_ref().and_then(|t| t.replica(partition)) else {
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("no partition {topic}-{partition} has a replica on this agent"),
+        );
+    };
+    let coordinator_epoch = match parsed.get("coordinator_epoch").and_then(|v| v.as_i64()) {
+        Some(e) => e as i32,
+        None => replica
+            .producers()
+            .into_iter()
+            .find(|p| p.0 == producer_id)
+            .map_or(0, |p| p.4.max(0)),
+    };
+    match broker
+        .transactions()
+        .abort_on_partition(topic, partition, producer_id, producer_epoch, coordinator_epoch)
+        .await
+    {
+        Ok(offset) => (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({ "marker_offset": offset })),
+        ),
+        Err(e) => {
+            let api = crate::api::errors::ApiError::from(&e);
+            let status = match api.code {
+                kafka_protocol::error::ResponseError::NotLeaderOrFollower => StatusCode::MISDIRECTED_REQUEST,
+                kafka_protocol::error::ResponseError::InvalidProducerEpoch
+                | kafka_protocol::error::ResponseError::TransactionCoordinatorFenced => StatusCode::CONFLICT,
+                _ => StatusCode::SERVICE_UNAVAILABLE,
+            };
+            error(status, api.message)
+        }
+    }
 }
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {

@@ -21,6 +21,7 @@ pub mod membership;
 pub mod metastore;
 pub mod open_files;
 pub mod partition;
+mod peer;
 pub mod producer_ids;
 pub mod replicas;
 pub mod server;
@@ -28,6 +29,7 @@ pub mod service;
 pub mod tasks;
 pub mod tiering_process;
 pub mod topic_config;
+pub mod txn;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -152,6 +154,11 @@ pub async fn start_on(
         Arc::clone(replicas).maintenance(Duration::from_secs(5)),
     );
     tasks.spawn("data lifecycle", Arc::clone(broker.lifecycle()).run());
+    tasks.spawn("transaction coordinator", {
+        let transactions = Arc::clone(broker.transactions());
+        let shutdown = shutdown.clone();
+        async move { transactions.run(shutdown).await }
+    });
     tasks.spawn(
         "follow topic changes",
         Arc::clone(replicas).follow_topic_changes(),

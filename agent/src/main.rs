@@ -105,6 +105,17 @@ struct AgentArgs {
     /// (default 600000).
     #[arg(long, env = "STRATA_ARCHIVE_GC_GRACE_MS")]
     archive_gc_grace_ms: Option<i64>,
+    /// Kafka's transaction.max.timeout.ms: the longest transaction.timeout.ms a producer
+    /// may ask for (default 900000).
+    #[arg(long, env = "STRATA_TRANSACTION_MAX_TIMEOUT_MS")]
+    transaction_max_timeout_ms: Option<i64>,
+    /// Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often
+    /// transactions open past their timeout are aborted (default 10000).
+    #[arg(long, env = "STRATA_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS")]
+    transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
+    /// Kafka's transactional.id.expiration.ms (default 604800000, 7 days).
+    #[arg(long, env = "STRATA_TRANSACTIONAL_ID_EXPIRATION_MS")]
+    transactional_id_expiration_ms: Option<i64>,
     /// Archived objects smaller than this are merged into objects of at most this size
     /// (default 67108864; 0: never).
     #[arg(long, env = "STRATA_ARCHIVE_MERGE_TARGET_BYTES")]
@@ -203,6 +214,15 @@ impl AgentArgs {
         }
         if let Some(v) = self.archive_gc_grace_ms {
             s.archive_gc_grace_ms = v;
+        }
+        if let Some(v) = self.transaction_max_timeout_ms {
+            s.transaction_max_timeout_ms = v;
+        }
+        if let Some(v) = self.transaction_abort_timed_out_transaction_cleanup_interval_ms {
+            s.transaction_abort_timed_out_transaction_cleanup_interval_ms = v;
+        }
+        if let Some(v) = self.transactional_id_expiration_ms {
+            s.transactional_id_expiration_ms = v;
         }
         if let Some(v) = self.archive_merge_target_bytes {
             s.archive_merge_target_bytes = v;

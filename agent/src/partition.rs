@@ -28,6 +28,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::tasks::{Stopped, Tasks};
 
+mod txn;
+pub use txn::{Bound, OpenTransaction};
+
 /// What waiters on a partition watch: it changes on every append, watermark move and
 /// role change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +59,9 @@ pub struct Partition {
     stop: CancellationToken,
     /// Stops the task copying from the leader, while this replica follows.
     fetcher: Mutex<Option<CancellationToken>>,
+    /// KIP-890 verifications in flight, by producer id (see `partition/txn.rs`).
+    verifications: Mutex<std::collections::HashMap<i64, u64>>,
+    next_verification: std::sync::atomic::AtomicU64,
 }
 
 /// What a read returns besides the bytes.
@@ -63,7 +69,11 @@ pub struct Partition {
 pub struct ReadOutcome {
     pub records: Vec<u8>,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// For a read up to the last stable offset: the aborted transactions with records
+    /// in what was read.
+    pub aborted: Vec<strata_log::txn::AbortedTxn>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +175,8 @@ impl Partition {
             flush_wanted: Notify::new(),
             stop: tasks.shutdown().child_token(),
             fetcher: Mutex::new(None),
+            verifications: Mutex::new(std::collections::HashMap::new()),
+            next_verification: std::sync::atomic::AtomicU64::new(1),
         });
         tasks.spawn(
             format!("flusher {topic}-{index}"),
@@ -320,37 +332,51 @@ impl Partition {
     /// than `min_insync` (acks=all only) nothing is appended. It writes to the page
     /// cache and never waits for the disk: a segment it fills is sealed later by the
     /// flusher.
+    ///
+    /// `verified`: for a transactional batch that needed KIP-890 verification, the
+    /// producer id and the token [`Partition::start_verification`] gave; the append is
+    /// refused if a marker ended the producer's transaction since.
     pub fn append(
         &self,
         records: &[u8],
         now_ms: i64,
         min_insync: Option<usize>,
+        verified: Option<(i64, u64)>,
     ) -> Result<(AppendOutcome, i32), PartitionError> {
         if self.offsets.borrow().failed {
             return Err(PartitionError::Offline(self.name()));
         }
-        let mut replica = self.replica();
+        let replica = self.replica();
         let epoch = replica.admit(min_insync).map_err(|r| self.refused(r, -1))?;
         let (outcome, end, ack_after_fsync) = {
             let mut log = self.log();
+            if let Some((producer_id, token)) = verified {
+                self.check_verification(producer_id, token)?;
+            }
             let outcome = log.append(records, now_ms)?;
             (outcome, log.log_end_offset(), log.config().ack_after_fsync)
         };
+        if !outcome.duplicate {
+            self.appended(replica, end, ack_after_fsync);
+        }
+        Ok((outcome, epoch))
+    }
+
+    /// Publishes what an append as leader wrote (the log now ends at `end`) and wakes
+    /// the flusher.
+    fn appended(&self, mut replica: MutexGuard<'_, Replica>, end: i64, ack_after_fsync: bool) {
         // Page-cache durability (`ack_durability = page-cache`): written counts as durable.
         let hw = (!ack_after_fsync && replica.on_durable(end)).then(|| replica.high_watermark());
         drop(replica);
-        if !outcome.duplicate {
-            self.offsets.send_if_modified(|o| {
-                let moved = o.log_end_offset < end || hw.is_some_and(|hw| hw > o.high_watermark);
-                o.log_end_offset = o.log_end_offset.max(end);
-                if let Some(hw) = hw {
-                    o.high_watermark = o.high_watermark.max(hw);
-                }
-                moved
-            });
-            self.flush_wanted.notify_one();
-        }
-        Ok((outcome, epoch))
+        self.offsets.send_if_modified(|o| {
+            let moved = o.log_end_offset < end || hw.is_some_and(|hw| hw > o.high_watermark);
+            o.log_end_offset = o.log_end_offset.max(end);
+            if let Some(hw) = hw {
+                o.high_watermark = o.high_watermark.max(hw);
+            }
+            moved
+        });
+        self.flush_wanted.notify_one();
     }
 
     /// Runs `f` on the blocking pool: for disk work that holds the log's lock (a
@@ -465,6 +491,7 @@ impl Partition {
             "log_start_offset": log_start,
             "log_end_offset": log_end,
             "high_watermark": offsets.high_watermark,
+            "last_stable_offset": self.log().last_stable_offset(offsets.high_watermark),
             "offline": offsets.failed,
         });
         match self.replica().role() {
@@ -633,16 +660,19 @@ impl Partition {
         self.log().log_start_offset()
     }
 
-    /// Reads from `offset` up to the high watermark (`committed_only`, for consumers) or
-    /// the log end (for followers): whole batches, at most `max_bytes` unless the first
-    /// batch alone is larger.
+    /// Reads from `offset` up to `bound`: the high watermark or the last stable offset
+    /// (for consumers, read_uncommitted and read_committed) or the log end (for
+    /// followers): whole batches, at most `max_bytes` unless the first batch alone is
+    /// larger. Up to the last stable offset, the aborted transactions in what was read
+    /// come with it.
     pub fn read(
         &self,
         offset: i64,
         max_bytes: usize,
-        committed_only: bool,
+        bound: Bound,
     ) -> Result<ReadOutcome, PartitionError> {
         let high_watermark = self.high_watermark();
+        let last_stable_offset = self.log().last_stable_offset(high_watermark);
         // The lock is held only to plan the read; the file is read after it is
         // released, and the read is planned again if the log was cut back meanwhile.
         let (mut records, log_start_offset, limit) = loop {
@@ -658,10 +688,10 @@ impl Partition {
                     }
                     .into());
                 }
-                let limit = if committed_only {
-                    high_watermark
-                } else {
-                    log_end_offset
+                let limit = match bound {
+                    Bound::HighWatermark => high_watermark,
+                    Bound::LastStable => last_stable_offset,
+                    Bound::LogEnd => log_end_offset,
                 };
                 // Between the limit and the log end there is nothing to read yet.
                 let plan = if offset >= limit {
@@ -689,10 +719,18 @@ impl Partition {
             cut += header.total_bytes();
         }
         records.truncate(cut);
+        let aborted = match strata_log::batch::BatchIter::new(&records).last() {
+            Some((last, _)) if bound == Bound::LastStable => {
+                self.log().aborted_between(offset, last.next_offset())
+            }
+            _ => Vec::new(),
+        };
         Ok(ReadOutcome {
             records,
             high_watermark,
+            last_stable_offset,
             log_start_offset,
+            aborted,
         })
     }
 
@@ -1044,6 +1082,21 @@ impl strata_tiering::LocalPartition for Partition {
     fn high_watermark(&self) -> i64 {
         Partition::high_watermark(self)
     }
+
+    fn aborted_markers(&self, from: i64, to: i64) -> Vec<strata_metastore::ArchivedAbort> {
+        self.log()
+            .producers()
+            .transactions()
+            .aborted()
+            .filter(|a| from <= a.last_offset && a.last_offset < to)
+            .map(|a| strata_metastore::ArchivedAbort {
+                producer_id: a.producer_id,
+                first_offset: a.first_offset,
+                last_offset: a.last_offset,
+                last_stable_offset: a.last_stable_offset,
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -1079,7 +1132,7 @@ mod tests {
             let p = Partition::open("t", 0, 1, dir.path(), config, 0, &tasks).expect("open");
             p.apply(&sole_leader(), 0);
             let batch = example_batch(3, 10, 1_700_000_000_000, Compression::None);
-            let (out, epoch) = p.append(&batch, 0, Some(1)).expect("append");
+            let (out, epoch) = p.append(&batch, 0, Some(1), None).expect("append");
             // Nothing has awaited yet: the flusher task has not run.
             let counted_at_once = p.high_watermark() == out.last_offset + 1;
             assert_eq!(

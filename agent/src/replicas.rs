@@ -28,7 +28,7 @@ use crate::error::Error;
 pub use crate::error::SyncError;
 use crate::membership::Membership;
 use crate::open_files::FileBudget;
-use crate::partition::{Partition, PartitionError, ReadOutcome};
+use crate::partition::{Bound, Partition, PartitionError, ReadOutcome};
 use crate::tasks::{Stopped, Tasks};
 use crate::topic_config::TopicConfig;
 
@@ -689,10 +689,11 @@ impl ReplicaManager {
         partition: &Partition,
         offset: i64,
         max_bytes: usize,
+        bound: Bound,
     ) -> Result<ReadOutcome, PartitionError> {
         let local_start = partition.log_start_offset();
         if offset >= local_start {
-            let mut out = partition.read(offset, max_bytes, true)?;
+            let mut out = partition.read(offset, max_bytes, bound)?;
             out.log_start_offset = self.log_start_offset(partition).await;
             return Ok(out);
         }
@@ -711,15 +712,35 @@ impl ReplicaManager {
         match archived {
             // Compacted away up to the end of the archive: the local log goes on.
             Ok(Some(records)) if records.is_empty() => {
-                let mut out = partition.read(local_start, max_bytes, true)?;
+                let mut out = partition.read(local_start, max_bytes, bound)?;
                 out.log_start_offset = log_start;
                 Ok(out)
             }
-            Ok(Some(records)) => Ok(ReadOutcome {
-                records,
-                high_watermark: partition.high_watermark(),
-                log_start_offset: self.log_start_offset(partition).await,
-            }),
+            Ok(Some(mut records)) => {
+                let high_watermark = partition.high_watermark();
+                let last_stable_offset = partition.last_stable_offset();
+                let mut aborted = Vec::new();
+                if bound == Bound::LastStable {
+                    // A transaction still open may have begun in the archive.
+                    cut_at(&mut records, last_stable_offset);
+                    if let Some((last, _)) = strata_log::batch::BatchIter::new(&records).last() {
+                        let upto = last.next_offset();
+                        aborted = self
+                            .archive
+                            .aborted_between(&partition.topic, partition.index, offset, upto)
+                            .await
+                            .map_err(|e| PartitionError::Archive(e.to_string()))?;
+                        aborted.extend(partition.aborted_between(offset, upto));
+                    }
+                }
+                Ok(ReadOutcome {
+                    records,
+                    high_watermark,
+                    last_stable_offset,
+                    log_start_offset: self.log_start_offset(partition).await,
+                    aborted,
+                })
+            }
             Ok(None) => Err(PartitionError::Log(strata_log::Error::OffsetOutOfRange {
                 offset,
                 log_start: self.log_start_offset(partition).await,
@@ -844,4 +865,16 @@ impl ReplicaManager {
         }
         self.tasks.wait().await;
     }
+}
+
+/// Drops the batches of `records` at or above `limit`.
+fn cut_at(records: &mut Vec<u8>, limit: i64) {
+    let mut keep = 0;
+    for (header, _) in strata_log::batch::BatchIter::new(records) {
+        if header.base_offset >= limit {
+            break;
+        }
+        keep += header.total_bytes();
+    }
+    records.truncate(keep);
 }

@@ -294,7 +294,7 @@ async fn connection(
                     info.learn(&request);
                     shared = Arc::new(info.clone());
                 }
-                handle(&broker, &shared, header, *request, request_timeout)
+                handle(&broker, &shared, header, *request, request_timeout).await
             }
             Ok(Parsed::UnknownApiVersions { correlation_id }) => {
                 Ok(unknown_api_versions(correlation_id))
@@ -455,7 +455,7 @@ fn unknown_api_versions(correlation_id: i32) -> Pending {
 }
 
 /// Starts handling a decoded request, in its context.
-fn handle(
+async fn handle(
     broker: &Arc<Broker>,
     connection: &Arc<ConnectionInfo>,
     header: RequestHeader,
@@ -472,7 +472,9 @@ fn handle(
         request_timeout,
     );
     let reply =
-        api::dispatch(broker, &ctx, request).ok_or(ConnectionError::UnknownApi(api as i16))?;
+        api::dispatch(broker, &ctx, request)
+            .await
+            .ok_or(ConnectionError::UnknownApi(api as i16))?;
     Ok(Pending {
         correlation_id: header.correlation_id,
         api_key: api,

@@ -147,6 +147,7 @@ mod tests {
             size_bytes: 3,
             path: archive.object_path("t", 0, first, last, unique).to_string(),
             checksum: 0,
+            aborted: Vec::new(),
         }
     }
 

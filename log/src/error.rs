@@ -44,6 +44,10 @@ pub enum Error {
         current: i32,
         got: i32,
     },
+    /// A transactional write the partition cannot take in the transaction's state
+    /// (INVALID_TXN_STATE).
+    #[error("invalid transaction state: {reason}")]
+    InvalidTxnState { reason: String },
     /// A read below the log start or above the log end (OFFSET_OUT_OF_RANGE).
     #[error("offset {offset} is outside the log [{log_start}, {log_end}]")]
     OffsetOutOfRange {

@@ -212,7 +212,7 @@ impl Metastore {
 }
 
 /// Decodes one tuple string element at the start of `b`; returns it and the rest.
-fn decode_str(b: &[u8]) -> Option<(String, &[u8])> {
+pub(crate) fn decode_str(b: &[u8]) -> Option<(String, &[u8])> {
     let body = b.strip_prefix(&[0x02])?;
     let mut out = Vec::new();
     let mut i = 0;
@@ -232,7 +232,7 @@ fn decode_str(b: &[u8]) -> Option<(String, &[u8])> {
     None
 }
 
-fn decode_topic_partition(b: &[u8]) -> Option<TopicPartition> {
+pub(crate) fn decode_topic_partition(b: &[u8]) -> Option<TopicPartition> {
     let (topic, rest) = decode_str(b)?;
     let n = rest.strip_prefix(&[0x15])?;
     let partition = u32::from_be_bytes(n.try_into().ok()?);

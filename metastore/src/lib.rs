@@ -18,15 +18,17 @@ pub mod kv;
 pub mod manifest;
 pub mod sqlite;
 pub mod topics;
+pub mod transactions;
 
 pub use agents::AgentRecord;
 pub use controller::ControllerLease;
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
 pub use kv::{CallLimits, KvStore, KvTransaction, transact, transact_within};
-pub use manifest::{ArchiveCleaner, Garbage, ManifestEntry, Published};
+pub use manifest::{ArchiveCleaner, ArchivedAbort, Garbage, ManifestEntry, Published};
 pub use sqlite::SqliteStore;
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};
+pub use transactions::{Change, Settle, TxnRecord, TxnState};
 
 /// The FoundationDB backend on the cluster `cluster_file` names (the client's default
 /// file when `None`), its keys under the subspace `(prefix,)`. A build without the `fdb`

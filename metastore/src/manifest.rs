@@ -34,6 +34,20 @@ pub struct ManifestEntry {
     pub path: String,
     /// CRC32C of the object's bytes.
     pub checksum: u32,
+    /// The aborted transactions whose abort markers the object holds, for read_committed
+    /// fetches of archived offsets (a transaction's records may lie in earlier objects).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub aborted: Vec<ArchivedAbort>,
+}
+
+/// One aborted transaction of an archived object: Kafka's transaction-index entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArchivedAbort {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    /// The offset of the abort marker.
+    pub last_offset: i64,
+    pub last_stable_offset: i64,
 }
 
 /// An archived object that no manifest names any more (retired below the log start, or
@@ -482,6 +496,7 @@ mod tests {
             size_bytes: 10,
             path: format!("p/{first}"),
             checksum: 0,
+            aborted: Vec::new(),
         }
     }
 

@@ -36,7 +36,11 @@ pub async fn merge_and_upload(
         .await
         .map_err(|e| Error::Codec(format!("merge task failed: {e}")))??;
     let (first, last) = (run[0].first_offset, run[run.len() - 1].last_offset);
-    upload(archive, topic, partition, (first, last), merged, &summary).await
+    let entry = upload(archive, topic, partition, (first, last), merged, &summary).await?;
+    Ok(ManifestEntry {
+        aborted: run.iter().flat_map(|e| e.aborted.iter().copied()).collect(),
+        ..entry
+    })
 }
 
 /// Uploads a rewritten object (merged or compacted) under a fresh name; returns its
@@ -61,6 +65,7 @@ pub async fn upload(
         size_bytes: object.len() as u64,
         path: path.to_string(),
         checksum: crc32c::crc32c(&object),
+        aborted: Vec::new(),
     };
     archive.put(&path, Bytes::from(object)).await?;
     Ok(entry)

@@ -166,6 +166,31 @@ impl ArchiveReader {
             .map(|e| e.first_offset))
     }
 
+    /// The aborted transactions of the archive with records in `[from, upto)`: those
+    /// whose abort markers were archived at or after `from` and that began below
+    /// `upto` (a read_committed fetch of archived offsets returns them).
+    pub async fn aborted_between(
+        &self,
+        topic: &str,
+        partition: i32,
+        from: i64,
+        upto: i64,
+    ) -> Result<Vec<strata_log::txn::AbortedTxn>> {
+        let m = self.manifest(topic, partition, false).await?;
+        let start = m.partition_point(|e| e.last_offset < from);
+        Ok(m[start..]
+            .iter()
+            .flat_map(|e| e.aborted.iter())
+            .filter(|a| a.last_offset >= from && a.first_offset < upto)
+            .map(|a| strata_log::txn::AbortedTxn {
+                producer_id: a.producer_id,
+                first_offset: a.first_offset,
+                last_offset: a.last_offset,
+                last_stable_offset: a.last_stable_offset,
+            })
+            .collect())
+    }
+
     /// The entry holding `offset`, refreshing the manifest once if it is not found.
     async fn entry_for(
         &self,

@@ -42,6 +42,12 @@ pub trait LocalPartition: Send + Sync {
     /// segments wholly below it are archived (a follower may still cut back anything
     /// above, and the archive must never hold what the log later drops).
     fn high_watermark(&self) -> i64;
+    /// The aborted transactions whose abort markers lie in `[from, to)`, for the
+    /// manifest entry of the segment that holds them.
+    fn aborted_markers(&self, from: i64, to: i64) -> Vec<strata_metastore::ArchivedAbort> {
+        let _ = (from, to);
+        Vec::new()
+    }
 }
 
 /// Tiering progress of one partition.
@@ -168,8 +174,14 @@ impl TieringWorker {
             if seg.next_offset - 1 <= archived_upto || seg.next_offset == seg.base_offset {
                 continue;
             }
+            let covered_from = if archived_upto >= 0 {
+                archived_upto + 1
+            } else {
+                seg.base_offset
+            };
+            let aborted = p.aborted_markers(covered_from, seg.next_offset);
             match self
-                .tier_segment(&topic, partition, &seg, archived_upto)
+                .tier_segment(&topic, partition, &seg, archived_upto, &aborted)
                 .await
             {
                 Ok(None) => {}
@@ -207,6 +219,7 @@ impl TieringWorker {
         partition: i32,
         seg: &ClosedSegment,
         archived_upto: i64,
+        aborted: &[strata_metastore::ArchivedAbort],
     ) -> Result<Option<ManifestEntry>> {
         let bytes = tokio::fs::read(&seg.path)
             .await
@@ -226,15 +239,18 @@ impl TieringWorker {
             .await
             .map_err(|e| Error::Codec(format!("encoder task failed: {e}")))??;
         let last = (seg.next_offset - 1).max(summary.last_offset);
-        let entry = crate::merge::upload(
-            self.reader.archive(),
-            topic,
-            partition,
-            (first, last),
-            file,
-            &summary,
-        )
-        .await?;
+        let entry = ManifestEntry {
+            aborted: aborted.to_vec(),
+            ..crate::merge::upload(
+                self.reader.archive(),
+                topic,
+                partition,
+                (first, last),
+                file,
+                &summary,
+            )
+            .await?
+        };
         if self.failpoints.fire_before_publish() {
             return Err(Error::Injected("tiering.before_publish"));
         }

@@ -58,6 +58,10 @@ impl From<&PartitionError> for ApiError {
             PartitionError::Log(L::InvalidProducerEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch
             }
+            PartitionError::Log(L::InvalidTxnState { .. }) => ResponseError::InvalidTxnState,
+            PartitionError::Log(L::CoordinatorFenced { .. }) => {
+                ResponseError::TransactionCoordinatorFenced
+            }
             PartitionError::NotLeader(_) => ResponseError::NotLeaderOrFollower,
             PartitionError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
             PartitionError::UnknownLeaderEpoch { .. } => ResponseError::UnknownLeaderEpoch,
@@ -134,10 +138,7 @@ impl From<&Error> for ApiError {
             Error::InvalidAcks(_) => {
                 ApiError::new(ResponseError::InvalidRequiredAcks, e.to_string())
             }
-            Error::TransactionsUnsupported => ApiError::new(
-                ResponseError::TransactionalIdAuthorizationFailed,
-                e.to_string(),
-            ),
+            Error::Transaction(e) => ApiError::from(e),
             Error::NoRecords => ApiError::new(
                 ResponseError::InvalidRecord,
                 "produce request holds no record batch",
@@ -196,6 +197,29 @@ impl From<GroupError> for ApiError {
             GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
         };
         ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<&crate::txn::TxnError> for ApiError {
+    fn from(e: &crate::txn::TxnError) -> Self {
+        use crate::txn::TxnError as T;
+        let code = match e {
+            T::NotCoordinator => ResponseError::NotCoordinator,
+            T::CoordinatorNotAvailable(_) => ResponseError::CoordinatorNotAvailable,
+            T::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+            T::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+            T::ProducerFenced => ResponseError::ProducerFenced,
+            T::InvalidTxnState(..) => ResponseError::InvalidTxnState,
+            T::InvalidTimeout { .. } => ResponseError::InvalidTransactionTimeout,
+            T::TransactionalIdNotFound => ResponseError::TransactionalIdNotFound,
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<crate::txn::TxnError> for ApiError {
+    fn from(e: crate::txn::TxnError) -> Self {
+        ApiError::from(&e)
     }
 }
 

@@ -14,8 +14,10 @@
 use bytes::Bytes;
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
+use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId};
 use tokio::sync::watch;
 use tokio::time::Instant;
 
@@ -104,7 +106,14 @@ async fn read_once(
             };
             let limit = (p.partition_max_bytes.max(0) as usize).min(remaining);
             let read = fetching
-                .read(&partition, reader, epoch, p.fetch_offset, limit)
+                .read(
+                    &partition,
+                    reader,
+                    epoch,
+                    p.fetch_offset,
+                    limit,
+                    req.isolation_level == 1,
+                )
                 .await;
             match read {
                 Ok(mut r) => {
@@ -115,17 +124,27 @@ async fn read_once(
                     total += r.records.len();
                     remaining = remaining.saturating_sub(r.records.len());
                     data.high_watermark = r.high_watermark;
-                    data.last_stable_offset = r.high_watermark;
+                    data.last_stable_offset = r.last_stable_offset;
                     if version >= 5 {
                         data.log_start_offset = r.log_start_offset;
                     }
-                    data.aborted_transactions = Some(Vec::new());
+                    data.aborted_transactions = Some(
+                        r.aborted
+                            .iter()
+                            .map(|a| {
+                                let mut t = AbortedTransaction::default();
+                                t.producer_id = ProducerId(a.producer_id);
+                                t.first_offset = a.first_offset;
+                                t
+                            })
+                            .collect(),
+                    );
                     data.records = Some(Bytes::from(r.records));
                 }
                 Err(failed) => {
                     data.error_code = ApiError::from(&failed.error).code();
                     data.high_watermark = failed.high_watermark;
-                    data.last_stable_offset = failed.high_watermark;
+                    data.last_stable_offset = failed.last_stable_offset;
                     if version >= 5 {
                         data.log_start_offset = failed.log_start_offset;
                     }

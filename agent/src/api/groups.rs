@@ -376,10 +376,15 @@ pub async fn offset_fetch(
                 }
                 Err(e) => out.error_code = group_code(e),
             }
+            if req.require_stable {
+                mark_unstable(broker, &mut out).await;
+            }
             response.groups.push(out);
         }
         return response;
     }
+    let require_stable = version >= 7 && req.require_stable;
+    let group_id = req.group_id.0.to_string();
     let wanted = req.topics.map(|ts| {
         ts.into_iter()
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
@@ -413,7 +418,40 @@ pub async fn offset_fetch(
         Err(e) if version >= 2 => response.error_code = group_code(e),
         Err(_) => {}
     }
+    if require_stable
+        && let Ok(unstable) = broker.groups().unstable_partitions(&group_id).await
+    {
+        for t in &mut response.topics {
+            for p in &mut t.partitions {
+                if unstable.contains(&(t.name.0.to_string(), p.partition_index)) {
+                    p.error_code = ResponseError::UnstableOffsetCommit.code();
+                    p.committed_offset = -1;
+                }
+            }
+        }
+    }
     response
+}
+
+/// KIP-447: with `require_stable`, a partition whose offset an open transaction has
+/// staged answers UNSTABLE_OFFSET_COMMIT (retriable) rather than an offset that may be
+/// about to change.
+async fn mark_unstable(broker: &Broker, group: &mut OffsetFetchResponseGroup) {
+    let Ok(unstable) = broker
+        .groups()
+        .unstable_partitions(group.group_id.0.as_str())
+        .await
+    else {
+        return;
+    };
+    for t in &mut group.topics {
+        for p in &mut t.partitions {
+            if unstable.contains(&(t.name.0.to_string(), p.partition_index)) {
+                p.error_code = ResponseError::UnstableOffsetCommit.code();
+                p.committed_offset = -1;
+            }
+        }
+    }
 }
 
 pub async fn list_groups(

@@ -1,4 +1,5 @@
-//! ListOffsets: earliest (-2), latest (-1), max timestamp (-3), and by timestamp (the
+//! ListOffsets: earliest (-2), latest (-1: the high watermark, or for read_committed the
+//! last stable offset), max timestamp (-3), and by timestamp (the
 //! first offset whose record timestamp is at or after the one given). Earliest and
 //! by-timestamp look in the archive too; max timestamp looks at the local log only.
 //! A new leader answers OFFSET_NOT_AVAILABLE until its watermark reached the start of
@@ -27,6 +28,8 @@ pub async fn list_offsets(
     version: i16,
 ) -> ListOffsetsResponse {
     let mut response = ListOffsetsResponse::default();
+    // read_committed (v2+): the latest offset is the last stable one.
+    let committed = version >= 2 && req.isolation_level == 1;
     for t in req.topics {
         let topic = broker.replicas().topic(t.name.0.as_str());
         let mut out = ListOffsetsTopicResponse::default();
@@ -53,7 +56,7 @@ pub async fn list_offsets(
                     .and_then(|()| partition.offsets_settled())
                 {
                     Err(e) => r.error_code = ApiError::from(e).code(),
-                    Ok(()) => match lookup(broker, partition, p.timestamp).await {
+                    Ok(()) => match lookup(broker, partition, p.timestamp, committed).await {
                         Ok((offset, timestamp)) => {
                             r.offset = offset;
                             r.timestamp = timestamp;
@@ -74,8 +77,10 @@ async fn lookup(
     broker: &Broker,
     partition: &Arc<Partition>,
     timestamp: i64,
+    read_committed: bool,
 ) -> Result<(i64, i64), ApiError> {
     Ok(match timestamp {
+        LATEST if read_committed => (partition.last_stable_offset(), -1),
         LATEST => (partition.high_watermark(), -1),
         EARLIEST => (broker.replicas().log_start_offset(partition).await, -1),
         MAX_TIMESTAMP => partition.max_timestamp_record().await?.unwrap_or((-1, -1)),

@@ -19,6 +19,7 @@ mod producer;
 mod reassign;
 mod records;
 mod topics;
+mod transactions;
 pub mod versions;
 
 use std::sync::Arc;
@@ -42,7 +43,11 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 /// Starts handling one request in its context. The caller has checked that the version
 /// is supported; `None` means the API has no handler here, and the connection should be
 /// closed.
-pub fn dispatch(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind) -> Option<Reply> {
+pub async fn dispatch(
+    broker: &Arc<Broker>,
+    ctx: &RequestContext,
+    request: RequestKind,
+) -> Option<Reply> {
     let version = ctx.api_version;
     let b = Arc::clone(broker);
     let client_id = ctx.client_id.clone();
@@ -50,7 +55,7 @@ pub fn dispatch(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
     let deadline = ctx.deadline;
     Some(match request {
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
-        RequestKind::Produce(req) => produce::produce(broker, req, version, deadline),
+        RequestKind::Produce(req) => produce::produce(broker, req, version, deadline).await,
         RequestKind::Fetch(req) => {
             async move { Some(fetch::fetch(&b, req, version, deadline).await.into()) }.boxed()
         }
@@ -131,7 +136,46 @@ pub fn dispatch(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             ready(leader_epochs::offset_for_leader_epoch(broker, req))
         }
         RequestKind::InitProducerId(req) => {
-            async move { Some(producer::init_producer_id(&b, req).await.into()) }.boxed()
+            async move { Some(producer::init_producer_id(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::AddPartitionsToTxn(req) => async move {
+            Some(
+                transactions::add_partitions_to_txn(&b, req, version)
+                    .await
+                    .into(),
+            )
+        }
+        .boxed(),
+        RequestKind::AddOffsetsToTxn(req) => async move {
+            Some(
+                transactions::add_offsets_to_txn(&b, req, version)
+                    .await
+                    .into(),
+            )
+        }
+        .boxed(),
+        RequestKind::EndTxn(req) => {
+            async move { Some(transactions::end_txn(&b, req, version).await.into()) }.boxed()
+        }
+        RequestKind::TxnOffsetCommit(req) => async move {
+            Some(
+                transactions::txn_offset_commit(&b, req, version)
+                    .await
+                    .into(),
+            )
+        }
+        .boxed(),
+        RequestKind::WriteTxnMarkers(req) => {
+            async move { Some(transactions::write_txn_markers(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DescribeTransactions(req) => {
+            async move { Some(transactions::describe_transactions(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::ListTransactions(req) => {
+            async move { Some(transactions::list_transactions(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DescribeProducers(req) => {
+            ready(transactions::describe_producers(broker, req))
         }
         _ => return None,
     })

@@ -3,9 +3,11 @@
 //! append in arrival order; the reply then waits, for acks=all, until each partition's
 //! write is committed, with one deadline (the request's `timeout_ms`) for all of them.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
@@ -64,21 +66,85 @@ fn routine(e: &Error) -> bool {
     )
 }
 
+/// KIP-890 verification of the transactional partitions that need it: for each, the
+/// producer id and partition token to append with, or why the write is refused.
+type Verified = HashMap<(usize, usize), Result<(i64, u64), ApiError>>;
+
+/// Asks the coordinator's record, for each partition whose first write in the
+/// producer's transaction this is, whether the partition is in the transaction (v2
+/// producers, Produce v12+: adds it). Awaited before anything is appended, so the
+/// connection's next request waits too and pipelined writes keep their order.
+async fn verify(broker: &Broker, req: &ProduceRequest, version: i16) -> Verified {
+    let mut verified = Verified::new();
+    let transactional_id = req.transactional_id.as_ref().map(|t| t.as_str());
+    for (ti, t) in req.topic_data.iter().enumerate() {
+        for (pi, p) in t.partition_data.iter().enumerate() {
+            let topic = t.name.0.as_str();
+            let records = p.records.as_deref();
+            let transactional = records
+                .and_then(|r| strata_log::batch::BatchIter::new(r).next())
+                .is_some_and(|(h, _)| h.is_transactional());
+            if !transactional {
+                continue;
+            }
+            let Some(transactional_id) = transactional_id.filter(|id| !id.is_empty()) else {
+                verified.insert(
+                    (ti, pi),
+                    Err(ApiError::new(
+                        ResponseError::InvalidRecord,
+                        "transactional records need the producer's transactional id",
+                    )),
+                );
+                continue;
+            };
+            let Some((producer_id, producer_epoch, replica)) =
+                broker.producing().needs_verification(topic, p.index, records)
+            else {
+                continue;
+            };
+            let token = replica.start_verification(producer_id);
+            let checked = broker
+                .transactions()
+                .verify_partition(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    (topic.to_string(), p.index),
+                    version >= 12,
+                )
+                .await;
+            verified.insert(
+                (ti, pi),
+                checked
+                    .map(|()| (producer_id, token))
+                    .map_err(|e| ApiError::from(&e)),
+            );
+        }
+    }
+    verified
+}
+
 /// `deadline`: when the request's `timeout_ms` runs out.
-pub fn produce(
+pub async fn produce(
     broker: &Arc<Broker>,
     req: ProduceRequest,
     version: i16,
     deadline: tokio::time::Instant,
 ) -> Reply {
     let acks = Acks::from_kafka(req.acks);
+    let mut verified = verify(broker, &req, version).await;
     let now = now_ms();
-    let transactional_id = req.transactional_id.as_ref().map(|t| t.as_str());
     let mut topics: Vec<(TopicName, Vec<Appended>)> = Vec::new();
-    for t in &req.topic_data {
+    for (ti, t) in req.topic_data.iter().enumerate() {
         let mut results = Vec::with_capacity(t.partition_data.len());
-        for p in &t.partition_data {
+        for (pi, p) in t.partition_data.iter().enumerate() {
+            let guard = match verified.remove(&(ti, pi)) {
+                Some(Ok(guard)) => Ok(Some(guard)),
+                Some(Err(e)) => Err(e),
+                None => Ok(None),
+            };
             let outcome = acks.as_ref().map_err(ApiError::from).and_then(|acks| {
+                let guard = guard?;
                 broker
                     .producing()
                     .append(
@@ -86,7 +152,7 @@ pub fn produce(
                         p.index,
                         p.records.as_deref(),
                         *acks,
-                        transactional_id,
+                        guard,
                         now,
                     )
                     .map_err(|e| {

@@ -1,13 +1,16 @@
 //! Which API versions strata answers, and ApiVersions itself (including KIP-511: a client
 //! that asks with a version we do not know gets a v0 answer listing what we do).
 
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
 
 /// Every API answered, with the version range. Each range lies within what the
 /// `kafka-protocol` crate can decode; `docs/COMPATIBILITY.md` lists the tests.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
+    (ApiKey::Produce, 3, 12),
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::DeleteRecords, 0, 2),
@@ -32,7 +35,15 @@ pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::InitProducerId, 0, 5),
+    (ApiKey::AddPartitionsToTxn, 0, 5),
+    (ApiKey::AddOffsetsToTxn, 0, 4),
+    (ApiKey::EndTxn, 0, 5),
+    (ApiKey::WriteTxnMarkers, 1, 1),
+    (ApiKey::TxnOffsetCommit, 0, 5),
+    (ApiKey::DescribeTransactions, 0, 0),
+    (ApiKey::ListTransactions, 0, 1),
+    (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::ElectLeaders, 0, 2),
     (ApiKey::AlterPartitionReassignments, 0, 0),
     (ApiKey::ListPartitionReassignments, 0, 0),
@@ -64,8 +75,24 @@ pub fn api_versions(error_code: i16) -> ApiVersionsResponse {
             v
         })
         .collect();
+    // KIP-890: transactions v2 is on, so clients that speak it (the Java client from
+    // 4.0) use it: Produce v12 adds partitions implicitly, EndTxn v5 bumps the epoch.
+    let mut supported = SupportedFeatureKey::default();
+    supported.name = StrBytes::from_static_str(TRANSACTION_VERSION);
+    supported.min_version = 0;
+    supported.max_version = 2;
+    response.supported_features = vec![supported];
+    let mut finalized = FinalizedFeatureKey::default();
+    finalized.name = StrBytes::from_static_str(TRANSACTION_VERSION);
+    finalized.min_version_level = 2;
+    finalized.max_version_level = 2;
+    response.finalized_features = vec![finalized];
+    response.finalized_features_epoch = 1;
     response
 }
+
+/// The feature flag of KIP-890's transaction protocol versions.
+const TRANSACTION_VERSION: &str = "transaction.version";
 
 #[cfg(test)]
 mod tests {

@@ -268,6 +268,52 @@ impl Coordinator {
             })
     }
 
+    /// TxnOffsetCommit: validates the member's generation (when it sends one, KIP-447)
+    /// and stages the offsets under `producer_id`; they become the group's when the
+    /// transaction commits ([`strata_metastore::Metastore::change_transaction`]).
+    pub async fn stage_txn_commit(
+        &self,
+        group_id: &str,
+        member_id: &str,
+        group_instance_id: Option<&str>,
+        generation_id: i32,
+        producer_id: i64,
+        offsets: Vec<(TopicPartition, CommittedOffset)>,
+    ) -> Result<(), GroupError> {
+        self.check_owner(group_id)?;
+        let unchecked = generation_id < 0 && member_id.is_empty() && group_instance_id.is_none();
+        if !unchecked {
+            self.with_existing(group_id, |slot| {
+                slot.group
+                    .validate_commit(member_id, group_instance_id, generation_id)
+            })
+            .unwrap_or(Err(GroupError::IllegalGeneration))?;
+        }
+        self.metastore
+            .stage_txn_offsets(group_id, producer_id, offsets)
+            .await
+            .map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot stage transactional offsets");
+                GroupError::CoordinatorNotAvailable
+            })
+    }
+
+    /// The partitions of the group with offsets a transaction has staged and not yet
+    /// committed or dropped.
+    pub async fn unstable_partitions(
+        &self,
+        group_id: &str,
+    ) -> Result<std::collections::BTreeSet<TopicPartition>, GroupError> {
+        self.metastore
+            .pending_txn_offsets(group_id)
+            .await
+            .map(|m| m.into_keys().collect())
+            .map_err(|e| {
+                tracing::warn!(group = group_id, error = %e, "cannot read staged offsets");
+                GroupError::CoordinatorNotAvailable
+            })
+    }
+
     pub async fn offsets(
         &self,
         group_id: &str,

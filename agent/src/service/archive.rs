@@ -294,16 +294,20 @@ impl ArchiveWork {
                 continue;
             }
             let entry = match compacted.object {
-                Some((object, summary)) => strata_tiering::merge::upload(
-                    archive,
-                    topic,
-                    partition,
-                    (e.first_offset, e.last_offset),
-                    object,
-                    &summary,
-                )
-                .await
-                .map_err(archive_error)?,
+                // Compaction keeps every marker, so the aborted transactions stay.
+                Some((object, summary)) => strata_metastore::ManifestEntry {
+                    aborted: e.aborted.clone(),
+                    ..strata_tiering::merge::upload(
+                        archive,
+                        topic,
+                        partition,
+                        (e.first_offset, e.last_offset),
+                        object,
+                        &summary,
+                    )
+                    .await
+                    .map_err(archive_error)?
+                },
                 // Nothing stays: an entry with no object keeps the range covered.
                 None => strata_metastore::ManifestEntry {
                     record_count: 0,
@@ -401,6 +405,7 @@ mod tests {
             size_bytes: size,
             path: format!("p/{first}"),
             checksum: 0,
+            aborted: Vec::new(),
         }
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use crate::error::{Error, Result};
-use crate::partition::{Offsets, Partition, ReadOutcome};
+use crate::partition::{Bound, Offsets, Partition, ReadOutcome};
 use crate::replicas::{ReplicaManager, TopicState};
 
 /// Who reads.
@@ -28,6 +28,7 @@ pub enum Reader {
 pub struct Failed {
     pub error: Error,
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
 }
 
@@ -57,7 +58,8 @@ impl Fetching {
         Ok((Arc::clone(replica), rx))
     }
 
-    /// Reads from `offset`, at most `max_bytes` (unless the first batch alone is larger).
+    /// Reads from `offset`, at most `max_bytes` (unless the first batch alone is larger);
+    /// a consumer with `read_committed` up to the last stable offset only.
     pub async fn read(
         &self,
         replica: &Partition,
@@ -65,6 +67,7 @@ impl Fetching {
         current_leader_epoch: i32,
         offset: i64,
         max_bytes: usize,
+        read_committed: bool,
     ) -> Result<ReadOutcome, Failed> {
         let checked = match reader {
             Reader::Follower(id) => replica.on_replica_fetch(
@@ -80,12 +83,20 @@ impl Fetching {
                 return Err(Failed {
                     error: e.into(),
                     high_watermark: -1,
+                    last_stable_offset: -1,
                     log_start_offset: -1,
                 });
             }
             Ok(()) => match reader {
-                Reader::Follower(_) => replica.read(offset, max_bytes, false),
-                Reader::Consumer => self.replicas.read(replica, offset, max_bytes).await,
+                Reader::Follower(_) => replica.read(offset, max_bytes, Bound::LogEnd),
+                Reader::Consumer => {
+                    let bound = if read_committed {
+                        Bound::LastStable
+                    } else {
+                        Bound::HighWatermark
+                    };
+                    self.replicas.read(replica, offset, max_bytes, bound).await
+                }
             },
         };
         match read {
@@ -93,6 +104,7 @@ impl Fetching {
             Err(e) => Err(Failed {
                 error: e.into(),
                 high_watermark: replica.high_watermark(),
+                last_stable_offset: replica.last_stable_offset(),
                 log_start_offset: match reader {
                     Reader::Follower(_) => replica.log_start_offset(),
                     Reader::Consumer => self.replicas.log_start_offset(replica).await,

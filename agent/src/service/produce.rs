@@ -86,19 +86,18 @@ impl Producing {
     }
 
     /// Validates `records` (one or more batches) and appends them to `partition` of
-    /// `topic`, which this agent must lead.
+    /// `topic`, which this agent must lead. `verified`: for a transactional write that
+    /// needed KIP-890 verification ([`Producing::needs_verification`]), the producer id
+    /// and the partition's token.
     pub fn append(
         &self,
         topic: &str,
         partition: i32,
         records: Option<&[u8]>,
         acks: Acks,
-        transactional_id: Option<&str>,
+        verified: Option<(i64, u64)>,
         now_ms: i64,
     ) -> Result<Appended> {
-        if transactional_id.is_some() {
-            return Err(Error::TransactionsUnsupported);
-        }
         let state = self.replicas.topic(topic);
         let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
         if !self.replicas.membership().holds_lease() {
@@ -109,8 +108,12 @@ impl Producing {
             Some(r) => r,
         };
         let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
-        let (out, epoch) =
-            replica.append(records, now_ms, (acks == Acks::All).then_some(min_insync))?;
+        let (out, epoch) = replica.append(
+            records,
+            now_ms,
+            (acks == Acks::All).then_some(min_insync),
+            verified,
+        )?;
         Ok(Appended {
             base_offset: out.base_offset,
             log_append_time_ms: out.log_append_time_ms,
@@ -122,5 +125,61 @@ impl Producing {
                 min_insync,
             }),
         })
+    }
+
+    /// For a produce with a transactional id: the producer id and epoch of the first
+    /// transactional batch in `records`, if the partition has no transaction of that
+    /// producer open yet (so the coordinator must confirm the partition is in it, or,
+    /// for v2 producers, add it), and the partition to verify on. `None` when no
+    /// verification is needed.
+    pub fn needs_verification(
+        &self,
+        topic: &str,
+        partition: i32,
+        records: Option<&[u8]>,
+    ) -> Option<(i64, i16, Arc<Partition>)> {
+        let (header, _) = strata_log::batch::BatchIter::new(records?).next()?;
+        if !header.is_transactional() || header.producer_id < 0 {
+            return None;
+        }
+        let state = self.replicas.topic(topic);
+        let replica = TopicState::served_in(state.as_ref(), topic, partition).ok()?;
+        (!replica.in_transaction(header.producer_id, header.producer_epoch)).then(|| {
+            (
+                header.producer_id,
+                header.producer_epoch,
+                Arc::clone(replica),
+            )
+        })
+    }
+
+    /// Appends, as leader, a transaction marker (WriteTxnMarkers): its offset, and the
+    /// commit to wait for (markers are written as acks=all writes are).
+    pub fn append_marker(
+        &self,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        control: strata_log::txn::ControlRecord,
+    ) -> Result<(i64, Commit)> {
+        let state = self.replicas.topic(topic);
+        let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
+        if !self.replicas.membership().holds_lease() {
+            return Err(Error::LeaseLapsed);
+        }
+        let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
+        let now_ms = self.replicas.membership().clock().wall_ms();
+        let (offset, epoch) =
+            replica.append_marker(producer_id, producer_epoch, control, now_ms, min_insync)?;
+        Ok((
+            offset,
+            Commit {
+                partition: Arc::clone(replica),
+                end_offset: offset + 1,
+                epoch,
+                min_insync,
+            },
+        ))
     }
 }

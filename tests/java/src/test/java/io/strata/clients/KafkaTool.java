@@ -28,6 +28,7 @@ public final class KafkaTool {
     public static final String CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer";
     public static final String VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer";
     public static final String VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer";
+    public static final String TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand";
 
     private KafkaTool() {
     }

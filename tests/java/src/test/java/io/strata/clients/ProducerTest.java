@@ -26,7 +26,6 @@ import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RecordTooLargeException;
-import org.apache.kafka.common.errors.TransactionalIdAuthorizationException;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.internals.RecordHeader;
 import org.apache.kafka.common.record.DefaultRecord;
@@ -175,28 +174,6 @@ class ProducerTest {
             }
         }
         checkRoundTrip(topic, 1, outs, acked);
-    }
-
-    /**
-     * Transactions are not supported yet: InitProducerId with a transactional id gets
-     * TRANSACTIONAL_ID_AUTHORIZATION_FAILED (docs/COMPATIBILITY.md), so the Java client
-     * fails initTransactions() at once instead of retrying until max.block.ms. This pins
-     * today's answer; it must become a real transaction test when strata supports them.
-     */
-    @Test
-    void transactionalProducerIsRefusedAtInitTransactionsSinceTransactionsAreNotSupportedYet() {
-        Properties props = Clients.producerProps(strata.bootstrap());
-        props.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, Clients.uniqueTopic("java-tx"));
-        props.put(ProducerConfig.MAX_BLOCK_MS_CONFIG, "20000");
-        long t0 = System.nanoTime();
-        try (KafkaProducer<byte[], byte[]> p = Clients.producer(props)) {
-            Throwable e = org.junit.jupiter.api.Assertions.assertThrows(Throwable.class, p::initTransactions,
-                    "initTransactions() must fail while transactions are not supported");
-            long ms = (System.nanoTime() - t0) / 1_000_000;
-            System.out.println("[transactions] initTransactions: " + e + " after " + ms + " ms");
-            assertInstanceOf(TransactionalIdAuthorizationException.class, e, "initTransactions()");
-            assertTrue(ms < 15_000, "refused at once, not after max.block.ms: " + ms + " ms");
-        }
     }
 
     @ParameterizedTest(name = "compression.type={0}")

@@ -5,6 +5,7 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
+import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
@@ -25,6 +26,7 @@ import java.util.stream.Collectors;
 
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.Config;
+import org.apache.kafka.clients.admin.ListOffsetsOptions;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.RecordsToDelete;
 import org.apache.kafka.clients.admin.TopicDescription;
@@ -34,9 +36,9 @@ import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.IsolationLevel;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
-import org.apache.kafka.common.errors.TransactionalIdAuthorizationException;
 import org.apache.kafka.common.serialization.LongDeserializer;
 import org.apache.kafka.common.serialization.Serdes;
 import org.apache.kafka.common.serialization.StringDeserializer;
@@ -61,14 +63,18 @@ import org.junit.jupiter.api.io.TempDir;
  * Kafka Streams 4.1 against one agent: a word count (source topic, repartition through
  * an internal topic, a RocksDB count store with its compacted changelog, a sink topic)
  * with {@code at_least_once}, stopped cleanly and resumed twice (once on its local state,
- * once restoring the store from the changelog); and what {@code exactly_once_v2} gets today.
+ * once restoring the store from the changelog); and the same with {@code exactly_once_v2}
+ * (transactions: each task's output, changelog and repartition writes and its input
+ * offsets commit together), checked with read_committed consumers.
  *
  * <p>Streams creates its internal topics itself (Admin: Metadata, CreateTopics with
  * {@code cleanup.policy=compact} for the changelog and replication factor -1, i.e. the
  * broker's default), runs a classic consumer group with its own assignor (FindCoordinator,
  * JoinGroup, SyncGroup, Heartbeat, OffsetCommit, OffsetFetch), produces with an
  * idempotent producer (InitProducerId, Produce) and reads end offsets for the restore
- * (ListOffsets).
+ * (ListOffsets). Under exactly_once_v2 it uses one transactional producer per stream
+ * thread (InitProducerId with a transactional.id, transactions v2 Produce,
+ * TxnOffsetCommit, EndTxn) and reads with isolation.level=read_committed (restores too).
  */
 class StreamsTest {
     @RegisterExtension
@@ -232,7 +238,12 @@ class StreamsTest {
         final Map<String, List<Long>> updates = new TreeMap<>();
 
         OutputReader(String topic) {
+            this(topic, "read_uncommitted");
+        }
+
+        OutputReader(String topic, String isolation) {
             Properties p = Clients.consumerProps(strata.bootstrap(), null);
+            p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation);
             consumer = new KafkaConsumer<>(p, new StringDeserializer(), new LongDeserializer());
             List<TopicPartition> tps = Clients.partitions(topic, PARTITIONS);
             consumer.assign(tps);
@@ -486,56 +497,185 @@ class StreamsTest {
         }
     }
 
+    static Map<TopicPartition, Long> lastStableOffsets(Admin admin, String topic) throws Exception {
+        Map<TopicPartition, OffsetSpec> req = new HashMap<>();
+        for (TopicPartition tp : Clients.partitions(topic, PARTITIONS)) {
+            req.put(tp, OffsetSpec.latest());
+        }
+        return Clients.get(admin.listOffsets(req, new ListOffsetsOptions(IsolationLevel.READ_COMMITTED)).all())
+                .entrySet().stream().collect(Collectors.toMap(Map.Entry::getKey, e -> e.getValue().offset()));
+    }
+
+    /** Waits until no transaction is open on the topic (LSO == high watermark per partition). */
+    static Map<TopicPartition, Long> awaitNoOpenTransaction(Admin admin, String topic) {
+        return Wait.until(Duration.ofSeconds(30), Duration.ofMillis(100), "no open transaction on " + topic, () -> {
+            try {
+                Map<TopicPartition, Long> hw = endOffsets(admin, topic);
+                Map<TopicPartition, Long> lso = lastStableOffsets(admin, topic);
+                return hw.equals(lso) ? Wait.Check.done(hw)
+                        : Wait.Check.notYet("high watermarks " + hw + ", last stable offsets " + lso);
+            } catch (Exception e) {
+                return Wait.Check.notYet(e.toString());
+            }
+        });
+    }
+
+    /** Waits until the group's committed offsets on the topic are its end offsets (under
+     *  exactly_once_v2 they are committed in the transaction, and become the group's
+     *  when its markers are written). */
+    static void awaitCommittedAtEnd(Admin admin, String group, String topic) throws Exception {
+        Map<TopicPartition, Long> end = endOffsets(admin, topic);
+        Wait.until(STREAMS_TIMEOUT, "the group's offsets on " + topic + " to be its end offsets " + end, () -> {
+            try {
+                Map<TopicPartition, Long> c = committed(admin, group, topic);
+                return c.equals(end) ? Wait.Check.done(c) : Wait.Check.notYet(c.toString());
+            } catch (Exception e) {
+                return Wait.Check.notYet(e.toString());
+            }
+        });
+    }
+
+    static Topology mapValues(String input, String output) {
+        StreamsBuilder b = new StreamsBuilder();
+        b.stream(input, Consumed.with(Serdes.String(), Serdes.String()))
+                .mapValues(v -> "mapped-" + v)
+                .to(output, Produced.with(Serdes.String(), Serdes.String()));
+        return b.build();
+    }
+
     /**
-     * exactly_once_v2 needs transactions (InitProducerId with a transactional.id, then
-     * AddPartitionsToTxn, AddOffsetsToTxn, TxnOffsetCommit, EndTxn), which strata does not
-     * support yet: it answers InitProducerId with TRANSACTIONAL_ID_AUTHORIZATION_FAILED. This
-     * pins what an application gets today: its stream thread dies at once with
-     * TransactionalIdAuthorizationException and the client goes to ERROR, rather than
-     * hanging. It must become a real exactly-once test with the transactions issue.
+     * exactly_once_v2, a stateless map: 3,000 input records, and a read_committed
+     * consumer reads exactly 3,000 output records, each input's mapped value exactly
+     * once; the group's committed offsets (committed in the transactions) are the
+     * input's end offsets; the output topic holds transaction markers besides the
+     * records (so the writes really were transactional), and the Streams producer's
+     * transactional id is listed by the broker.
      */
     @Test
-    void exactlyOnceV2FailsFastSinceTransactionsAreNotSupportedYet() throws Exception {
-        String appId = Clients.uniqueTopic("java-streams-eos");
-        String input = appId + "-lines";
-        String output = appId + "-counts";
+    void exactlyOnceV2MapsEveryInputRecordToExactlyOneCommittedOutputRecord() throws Exception {
+        String appId = Clients.uniqueTopic("java-streams-eos-map");
+        String input = appId + "-in";
+        String output = appId + "-out";
+        int n = 3_000;
+        Path stateDir = Files.createDirectories(tmp.resolve("state-eos-map"));
         try (Admin admin = Clients.admin(strata.bootstrap())) {
             Clients.createTopic(admin, input, PARTITIONS, 1, Map.of());
             Clients.createTopic(admin, output, PARTITIONS, 1, Map.of());
+            Map<String, String> expected = new TreeMap<>();
+            try (KafkaProducer<String, String> p = new KafkaProducer<>(Clients.producerProps(strata.bootstrap()),
+                    new StringSerializer(), new StringSerializer())) {
+                for (int i = 0; i < n; i++) {
+                    p.send(new ProducerRecord<>(input, "key-" + i, "value-" + i));
+                    expected.put("key-" + i, "mapped-value-" + i);
+                }
+                p.flush();
+            }
+            long t0 = System.nanoTime();
+            Properties rc = Clients.consumerProps(strata.bootstrap(), null);
+            rc.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+            Map<String, List<String>> seen = new TreeMap<>();
+            try (KafkaConsumer<String, String> out = new KafkaConsumer<>(rc, new StringDeserializer(),
+                    new StringDeserializer());
+                 App app = new App(mapValues(input, output), streamsProps(appId, stateDir, "exactly_once_v2"))) {
+                List<TopicPartition> outTps = Clients.partitions(output, PARTITIONS);
+                out.assign(outTps);
+                out.seekToBeginning(outTps);
+                app.start().awaitRunning();
+                long[] count = {0};
+                Wait.untilTrue(STREAMS_TIMEOUT, n + " committed output records", () -> {
+                    app.assertHealthy();
+                    for (ConsumerRecord<String, String> r : out.poll(Duration.ofMillis(200))) {
+                        seen.computeIfAbsent(r.key(), k -> new ArrayList<>()).add(r.value());
+                        count[0]++;
+                    }
+                    return count[0] >= n;
+                }, () -> count[0] + " records, Streams state " + app.streams.state());
+                System.out.println("[streams] exactly_once_v2 map: " + count[0] + " committed records after "
+                        + (System.nanoTime() - t0) / 1_000_000 + " ms");
+                awaitCommittedAtEnd(admin, appId, input);
+                List<String> ids = Clients.get(admin.listTransactions().all()).stream()
+                        .map(l -> l.transactionalId()).filter(id -> id.startsWith(appId + "-")).toList();
+                System.out.println("[streams] exactly_once_v2 transactional ids: " + ids);
+                assertEquals(1, ids.size(), "one transactional id (one stream thread) of " + appId + ": " + ids);
+                app.assertHealthy();
+            }
+            // Once the client is closed, nothing is open; read everything once more.
+            Map<TopicPartition, Long> hw = awaitNoOpenTransaction(admin, output);
+            List<String> dup = seen.entrySet().stream().filter(e -> e.getValue().size() != 1)
+                    .map(e -> e.getKey() + "=" + e.getValue()).limit(20).toList();
+            assertEquals(List.of(), dup, "keys seen more than once by the live read_committed consumer");
+            Map<String, String> live = new TreeMap<>();
+            seen.forEach((k, vs) -> live.put(k, vs.get(0)));
+            assertEquals(expected, live, "what the live read_committed consumer saw");
+            Properties extra = new Properties();
+            extra.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+            List<ConsumerRecord<byte[], byte[]>> all = Clients.readAll(strata.bootstrap(),
+                    Clients.partitions(output, PARTITIONS), extra);
+            Map<String, List<String>> again = new TreeMap<>();
+            for (ConsumerRecord<byte[], byte[]> r : all) {
+                again.computeIfAbsent(new String(r.key(), StandardCharsets.UTF_8), k -> new ArrayList<>())
+                        .add(new String(r.value(), StandardCharsets.UTF_8));
+            }
+            assertEquals(n, all.size(), "read_committed output records after the close");
+            assertEquals(expected.keySet(), again.keySet(), "keys of the output");
+            assertTrue(again.entrySet().stream().allMatch(e -> e.getValue().equals(List.of(expected.get(e.getKey())))),
+                    "each key once with its mapped value");
+            long end = hw.values().stream().mapToLong(Long::longValue).sum();
+            System.out.println("[streams] exactly_once_v2 map: output end offsets " + hw + " for " + n + " records");
+            assertTrue(end > n, "the output has transaction markers besides its " + n + " records: end offsets " + hw);
+            awaitCommittedAtEnd(admin, appId, input);
         }
-        produceLines(input, lines(17, 100), 0);
-        Path stateDir = Files.createDirectories(tmp.resolve("state-eos"));
-        App app = new App(wordCount(input, output), streamsProps(appId, stateDir, "exactly_once_v2"));
+    }
+
+    /**
+     * The word count with exactly_once_v2, checked with read_committed: 1,000 lines
+     * counted exactly, each word's updates exactly 1, 2, ..., n; the client closed; 300
+     * more lines; a new client with an empty state dir restores the count store from the
+     * transactional changelog (a read_committed restore up to the last stable offset,
+     * past the markers) and goes on counting exactly.
+     */
+    @Test
+    void exactlyOnceV2WordCountIsExactAndRestoresFromTheTransactionalChangelog() throws Exception {
+        String appId = Clients.uniqueTopic("java-streams-eos-wc");
+        String input = appId + "-lines";
+        String output = appId + "-counts";
+        String changelog = appId + "-" + STORE + "-changelog";
         long t0 = System.nanoTime();
-        try {
-            app.start();
-            Wait.untilTrue(Duration.ofSeconds(60), "the exactly_once_v2 client to go to ERROR",
-                    () -> app.streams.state() == KafkaStreams.State.ERROR,
-                    () -> "state " + app.streams.state() + ", transitions " + app.states
-                            + ", uncaught " + app.uncaught.get());
-            long ms = (System.nanoTime() - t0) / 1_000_000;
-            Throwable e = app.uncaught.get();
-            assertNotNull(e, "the uncaught exception handler saw the failure");
-            System.out.println("[streams] exactly_once_v2: ERROR after " + ms + " ms; " + chain(e));
-            assertTrue(causes(e).stream().anyMatch(c -> c instanceof TransactionalIdAuthorizationException),
-                    "TransactionalIdAuthorizationException in the cause chain: " + chain(e));
-            assertTrue(ms < 30_000, "failed fast, not after a timeout: " + ms + " ms");
-        } finally {
-            app.streams.close(Duration.ofSeconds(30));
-        }
-        // Nothing was written to the output: no transaction could begin.
-        assertEquals(List.of(), Clients.readAll(strata.bootstrap(), output, PARTITIONS), "output records");
-    }
+        try (Admin admin = Clients.admin(strata.bootstrap())) {
+            Clients.createTopic(admin, input, PARTITIONS, 1, Map.of());
+            Clients.createTopic(admin, output, PARTITIONS, 1, Map.of());
+            Map<String, Long> expected = new TreeMap<>();
+            List<String> first = lines(27, 1_000);
+            addCounts(first, expected);
+            produceLines(input, first, 0);
+            Path stateDir = Files.createDirectories(tmp.resolve("state-eos-wc-1"));
+            try (OutputReader out = new OutputReader(output, "read_committed");
+                 App app = new App(wordCount(input, output), streamsProps(appId, stateDir, "exactly_once_v2"))) {
+                app.start().awaitRunning();
+                out.awaitCounts(expected, app);
+                out.assertEveryUpdateOnce(expected);
+                System.out.println("[streams] exactly_once_v2 word count, phase 1: "
+                        + (System.nanoTime() - t0) / 1_000_000 + " ms");
+            }
+            awaitCommittedAtEnd(admin, appId, input);
+            Map<TopicPartition, Long> changelogEnd = awaitNoOpenTransaction(admin, changelog);
+            System.out.println("[streams] exactly_once_v2 changelog end offsets " + changelogEnd);
 
-    static List<Throwable> causes(Throwable e) {
-        List<Throwable> out = new ArrayList<>();
-        for (Throwable c = e; c != null && !out.contains(c); c = c.getCause()) {
-            out.add(c);
+            List<String> second = lines(28, 300);
+            addCounts(second, expected);
+            produceLines(input, second, first.size());
+            Path stateDir2 = Files.createDirectories(tmp.resolve("state-eos-wc-2"));
+            try (OutputReader out = new OutputReader(output, "read_committed");
+                 App app = new App(wordCount(input, output), streamsProps(appId, stateDir2, "exactly_once_v2"))) {
+                app.start().awaitRunning();
+                out.awaitCounts(expected, app);
+                out.assertEveryUpdateOnce(expected);
+                System.out.println("[streams] exactly_once_v2 word count, phase 2 (empty state dir): restored "
+                        + app.restored.get() + " changelog records; " + (System.nanoTime() - t0) / 1_000_000 + " ms");
+                assertTrue(app.restored.get() > 0, "restored the store from the changelog");
+            }
+            awaitCommittedAtEnd(admin, appId, input);
+            awaitNoOpenTransaction(admin, output);
         }
-        return out;
-    }
-
-    static String chain(Throwable e) {
-        return causes(e).stream().map(Throwable::toString).collect(Collectors.joining(" <- caused by "));
     }
 }
