@@ -17,12 +17,12 @@ use crate::group::state::GroupConfig;
 use crate::membership::Membership;
 use crate::open_files::FileBudget;
 use crate::producer_ids::ProducerIds;
-use crate::txn::{Transactions, TxnConfig};
 use crate::replicas::{ReplicaConfig, ReplicaManager};
 use crate::service::admin::Admin;
 use crate::service::fetch::Fetching;
 use crate::service::lifecycle::{Lifecycle, LifecycleConfig};
 use crate::service::produce::Producing;
+use crate::txn::{Transactions, TxnConfig};
 
 /// How this agent names itself to clients.
 #[derive(Debug, Clone)]

@@ -21,9 +21,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
     OffsetForLeaderPartition, OffsetForLeaderTopic,
 };
-use kafka_protocol::messages::{
-    BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName,
-};
+use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use tokio_util::sync::CancellationToken;
 
@@ -245,6 +243,7 @@ async fn leader_epoch_end(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::peer::read_frame;
 
     /// A peer that declares an enormous response is refused before anything is
     /// allocated for it, however the rest of the frame goes.

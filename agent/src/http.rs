@@ -25,7 +25,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/v1/partitions", get(partitions))
         .route("/v1/compaction", get(compaction))
         .route("/v1/transactions", get(transactions))
-        .route("/v1/transactions/abort", axum::routing::post(abort_transaction))
+        .route(
+            "/v1/transactions/abort",
+            axum::routing::post(abort_transaction),
+        )
         .route("/v1/transactions/{id}", get(transaction))
         .with_state(broker)
 }
@@ -117,8 +120,14 @@ fn record_json(id: &str, r: &strata_metastore::TxnRecord) -> serde_json::Value {
     })
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> (StatusCode, axum::Json<serde_json::Value>) {
-    (status, axum::Json(serde_json::json!({ "error": message.into() })))
+fn error(
+    status: StatusCode,
+    message: impl Into<String>,
+) -> (StatusCode, axum::Json<serde_json::Value>) {
+    (
+        status,
+        axum::Json(serde_json::json!({ "error": message.into() })),
+    )
 }
 
 /// Every transaction the metastore holds, and the transactions open on partitions led
@@ -179,7 +188,12 @@ async fn abort_transaction(
 ) -> (StatusCode, axum::Json<serde_json::Value>) {
     let parsed: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return error(StatusCode::BAD_REQUEST, format!("the body is not JSON: {e}")),
+        Err(e) => {
+            return error(
+                StatusCode::BAD_REQUEST,
+                format!("the body is not JSON: {e}"),
+            );
+        }
     };
     let topic = parsed.get("topic").and_then(|v| v.as_str());
     let partition = parsed.get("partition").and_then(|v| v.as_i64());
@@ -193,9 +207,13 @@ async fn abort_transaction(
             "the body needs \"topic\" (a string) and \"partition\", \"producer_id\", \"producer_epoch\" (integers)",
         );
     };
-    let (Ok(partition), Ok(producer_epoch)) = (i32::try_from(partition), i16::try_from(producer_epoch))
+    let (Ok(partition), Ok(producer_epoch)) =
+        (i32::try_from(partition), i16::try_from(producer_epoch))
     else {
-        return error(StatusCode::BAD_REQUEST, "partition or producer_epoch is out of range");
+        return error(
+            StatusCode::BAD_REQUEST,
+            "partition or producer_epoch is out of range",
+        );
     };
     let state = broker.replicas().topic(topic);
     let Some(replica) = state.as_ref().and_then(|t| t.replica(partition)) else {
@@ -214,7 +232,13 @@ async fn abort_transaction(
     };
     match broker
         .transactions()
-        .abort_on_partition(topic, partition, producer_id, producer_epoch, coordinator_epoch)
+        .abort_on_partition(
+            topic,
+            partition,
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+        )
         .await
     {
         Ok(offset) => (
@@ -224,9 +248,13 @@ async fn abort_transaction(
         Err(e) => {
             let api = crate::api::errors::ApiError::from(&e);
             let status = match api.code {
-                kafka_protocol::error::ResponseError::NotLeaderOrFollower => StatusCode::MISDIRECTED_REQUEST,
+                kafka_protocol::error::ResponseError::NotLeaderOrFollower => {
+                    StatusCode::MISDIRECTED_REQUEST
+                }
                 kafka_protocol::error::ResponseError::InvalidProducerEpoch
-                | kafka_protocol::error::ResponseError::TransactionCoordinatorFenced => StatusCode::CONFLICT,
+                | kafka_protocol::error::ResponseError::TransactionCoordinatorFenced => {
+                    StatusCode::CONFLICT
+                }
                 _ => StatusCode::SERVICE_UNAVAILABLE,
             };
             error(status, api.message)

@@ -111,7 +111,10 @@ struct AgentArgs {
     transaction_max_timeout_ms: Option<i64>,
     /// Kafka's transaction.abort.timed.out.transaction.cleanup.interval.ms: how often
     /// transactions open past their timeout are aborted (default 10000).
-    #[arg(long, env = "STRATA_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS")]
+    #[arg(
+        long,
+        env = "STRATA_TRANSACTION_ABORT_TIMED_OUT_TRANSACTION_CLEANUP_INTERVAL_MS"
+    )]
     transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
     /// Kafka's transactional.id.expiration.ms (default 604800000, 7 days).
     #[arg(long, env = "STRATA_TRANSACTIONAL_ID_EXPIRATION_MS")]

@@ -824,30 +824,36 @@ impl Partition {
         now_ms: i64,
     ) -> Result<(f64, Option<strata_compactor::Cleaned>), PartitionError> {
         self.blocking(move |p| {
+            // Below the last stable offset every transaction has ended, and the log's
+            // aborted index says which records were aborted: those go.
             let cleanable = || {
                 let hw = p.high_watermark();
-                let log = p.log();
+                let mut log = p.log();
+                let lso = log.last_stable_offset(hw);
                 let segments: Vec<ClosedSegmentInfo> = log
                     .closed_segments()
                     .into_iter()
-                    .filter(|s| s.next_offset <= hw)
+                    .filter(|s| s.next_offset <= lso)
                     .collect();
-                (log.dir().to_path_buf(), segments)
+                let txns = log.producers().transactions().clone();
+                (log.dir().to_path_buf(), segments, txns)
             };
-            let (dir, segments) = cleanable();
+            let (dir, segments, txns) = cleanable();
+            let aborted = |pid: i64, offset: i64| txns.is_aborted(pid, offset);
             let cleaned = strata_compactor::compact(
                 &dir,
                 &segments,
                 policy,
                 key_map_bytes,
                 now_ms,
+                strata_compactor::compaction::Txns::Known(&aborted),
                 |rewritten| p.log().swap_compacted(rewritten, now_ms),
             )
             .map_err(|e| match e {
                 strata_compactor::compaction::CompactionError::Log(e) => PartitionError::Log(e),
                 other => PartitionError::Compaction(other.to_string()),
             })?;
-            let (_, segments) = cleanable();
+            let (_, segments, _) = cleanable();
             let checkpoint = strata_log::compaction::Checkpoint::load(&dir);
             let ratio =
                 strata_compactor::compaction::cleanable(&segments, &checkpoint, now_ms, policy)

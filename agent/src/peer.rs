@@ -31,7 +31,11 @@ pub(crate) struct Peer {
 impl Peer {
     /// `max_record_bytes`: the most record bytes one response may carry (a fetch returns
     /// at least one whole batch, which may exceed the fetch's byte limit).
-    pub(crate) async fn connect(address: &str, node_id: i32, max_record_bytes: usize) -> anyhow::Result<Peer> {
+    pub(crate) async fn connect(
+        address: &str,
+        node_id: i32,
+        max_record_bytes: usize,
+    ) -> anyhow::Result<Peer> {
         let stream = tokio::time::timeout(RESPONSE_TIMEOUT, TcpStream::connect(address))
             .await
             .context("connect timed out")??;
@@ -40,12 +44,15 @@ impl Peer {
             stream,
             correlation_id: 0,
             client_id: StrBytes::from_string(format!("strata-replica-{node_id}")),
-            max_frame_bytes: max_record_bytes
-                + RESPONSE_OVERHEAD_BYTES,
+            max_frame_bytes: max_record_bytes + RESPONSE_OVERHEAD_BYTES,
         })
     }
 
-    pub(crate) async fn send<R: Request>(&mut self, version: i16, request: &R) -> anyhow::Result<R::Response> {
+    pub(crate) async fn send<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+    ) -> anyhow::Result<R::Response> {
         self.correlation_id = self.correlation_id.wrapping_add(1);
         let mut header = RequestHeader::default();
         header.request_api_key = R::KEY;
@@ -99,4 +106,3 @@ pub(crate) async fn read_frame(
     reader.read_exact(&mut body).await?;
     Ok(body.freeze())
 }
-

@@ -471,10 +471,9 @@ async fn handle(
         &request,
         request_timeout,
     );
-    let reply =
-        api::dispatch(broker, &ctx, request)
-            .await
-            .ok_or(ConnectionError::UnknownApi(api as i16))?;
+    let reply = api::dispatch(broker, &ctx, request)
+        .await
+        .ok_or(ConnectionError::UnknownApi(api as i16))?;
     Ok(Pending {
         correlation_id: header.correlation_id,
         api_key: api,

@@ -117,7 +117,9 @@ fn main() {
         let segments = log.closed_segments();
         // After the records' timestamps (2023), as a real clock would be.
         let now = 2_000_000_000_000;
-        let done = compact(&log_dir, &segments, policy, key_map, now, |rw| {
+        let no_aborts = |_: i64, _: i64| false;
+        let txns = strata_compactor::compaction::Txns::Known(&no_aborts);
+        let done = compact(&log_dir, &segments, policy, key_map, now, txns, |rw| {
             log.swap_compacted(rw, now)
         })
         .expect("compaction pass");

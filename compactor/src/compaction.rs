@@ -93,15 +93,56 @@ impl KeyMap {
     }
 }
 
+/// What compaction knows of the transactions of what it cleans.
+#[derive(Clone, Copy)]
+pub enum Txns<'a> {
+    /// Every transaction below the cleanable end has ended, and this says which
+    /// records were aborted (`(producer id, offset)`): a local log cleaned below its
+    /// last stable offset. Aborted records go and never shadow a key; committed ones
+    /// are like any other.
+    Known(&'a dyn Fn(i64, i64) -> bool),
+    /// Some markers may lie beyond what is cleaned (an archive): transactional records
+    /// all stay, and none shadows a key.
+    Unknown,
+}
+
+impl std::fmt::Debug for Txns<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Txns::Known(_) => "Known",
+            Txns::Unknown => "Unknown",
+        })
+    }
+}
+
+impl Txns<'_> {
+    /// Whether the record may enter the key map (shadow older records of its key).
+    pub fn may_map(&self, transactional: bool, producer_id: i64, offset: i64) -> bool {
+        match self {
+            _ if !transactional => true,
+            Txns::Known(aborted) => !aborted(producer_id, offset),
+            Txns::Unknown => false,
+        }
+    }
+}
+
 /// Whether a record stays, given the newest offsets of the keys (`map`), when passes
-/// first covered each offset (`checkpoint`), and the time.
+/// first covered each offset (`checkpoint`), the time, and the transactions (`txns`).
 pub fn keep(
     seen: &Seen,
     map: &KeyMap,
     checkpoint: &Checkpoint,
     now_ms: i64,
     delete_retention_ms: i64,
+    txns: Txns<'_>,
 ) -> bool {
+    if seen.transactional {
+        match txns {
+            Txns::Known(aborted) if aborted(seen.producer_id, seen.offset) => return false,
+            Txns::Known(_) => {}
+            Txns::Unknown => return true,
+        }
+    }
     let Some(key) = seen.key else {
         return true;
     };
@@ -212,6 +253,7 @@ pub fn compact(
     policy: CompactionPolicy,
     key_map_bytes: usize,
     now_ms: i64,
+    txns: Txns<'_>,
     mut swap: impl FnMut(&Rewritten) -> strata_log::Result<bool>,
 ) -> Result<Option<Cleaned>, CompactionError> {
     let mut checkpoint = Checkpoint::load(dir);
@@ -230,8 +272,11 @@ pub fn compact(
         .iter()
         .filter(|s| s.next_offset <= plan.upto && s.next_offset > first_dirty)
     {
-        for_each_record(&s.path, |_, r| {
-            if full || r.offset < first_dirty {
+        for_each_record(&s.path, |h, r| {
+            if full
+                || r.offset < first_dirty
+                || !txns.may_map(h.is_transactional(), h.producer_id, r.offset)
+            {
                 return;
             }
             if let Some(k) = &r.key
@@ -271,7 +316,14 @@ pub fn compact(
     };
     for s in segments.iter().filter(|s| s.base_offset < mapped_upto) {
         let rewritten = rewrite_segment(s, |seen| {
-            keep(seen, &map, &checkpoint, now_ms, policy.delete_retention_ms)
+            keep(
+                seen,
+                &map,
+                &checkpoint,
+                now_ms,
+                policy.delete_retention_ms,
+                txns,
+            )
         })?;
         done.bytes_before += s.size_bytes;
         if rewritten.records_kept == rewritten.records_in {

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 use proptest::prelude::*;
+use strata_compactor::compaction::Txns;
 use strata_compactor::{CompactionPolicy, compact};
 use strata_log::batch::{encode_records, plain_record};
 use strata_log::{LogConfig, PartitionLog};
@@ -82,9 +83,16 @@ fn passes(
             .into_iter()
             .filter(|s| s.next_offset <= hw)
             .collect();
-        match compact(dir, &segments, p, map_bytes, now, |rw| {
-            log.swap_compacted(rw, now)
-        })
+        let no_aborts = |_: i64, _: i64| false;
+        match compact(
+            dir,
+            &segments,
+            p,
+            map_bytes,
+            now,
+            Txns::Known(&no_aborts),
+            |rw| log.swap_compacted(rw, now),
+        )
         .expect("compaction pass")
         {
             Some(done) => upto = upto.max(done.upto),

@@ -35,6 +35,9 @@ pub struct Seen<'a> {
     pub key: Option<&'a [u8]>,
     /// A null value: a delete marker for its key.
     pub tombstone: bool,
+    /// The record's batch is transactional, from this producer.
+    pub transactional: bool,
+    pub producer_id: i64,
 }
 
 /// A segment's rewritten copy, ready for [`crate::PartitionLog::swap_compacted`].
@@ -174,6 +177,8 @@ pub fn filter_batch(
                 offset: r.offset,
                 key: r.key.as_deref(),
                 tombstone: r.value.is_none(),
+                transactional: header.is_transactional(),
+                producer_id: header.producer_id,
             })
         })
         .cloned()

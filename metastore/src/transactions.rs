@@ -159,12 +159,13 @@ impl Metastore {
             async move {
                 let mut out = Vec::new();
                 for (k, v) in txn.get_range(&begin, &prefix_end(&begin), 0, false).await? {
-                    let (id, _) = crate::groups::decode_str(&k[begin.len()..]).ok_or_else(|| {
-                        Error::Corrupt {
-                            key: String::from_utf8_lossy(&k).into_owned(),
-                            reason: "transaction key does not end in a string".to_string(),
-                        }
-                    })?;
+                    let (id, _) =
+                        crate::groups::decode_str(&k[begin.len()..]).ok_or_else(|| {
+                            Error::Corrupt {
+                                key: String::from_utf8_lossy(&k).into_owned(),
+                                reason: "transaction key does not end in a string".to_string(),
+                            }
+                        })?;
                     out.push((id, decode(&k, &v)?));
                 }
                 Ok(out)
@@ -272,7 +273,11 @@ impl Metastore {
             let (prefix, offsets) = (prefix.clone(), offsets.clone());
             async move {
                 for ((topic, partition), committed) in &offsets {
-                    let k = prefix.clone().str(topic).u32(*partition as u32).into_bytes();
+                    let k = prefix
+                        .clone()
+                        .str(topic)
+                        .u32(*partition as u32)
+                        .into_bytes();
                     txn.set(&k, &encode(committed));
                 }
                 Ok(())
@@ -385,7 +390,12 @@ mod tests {
             .await
             .expect("end");
         }
-        assert!(m.pending_txn_offsets("g").await.expect("pending").is_empty());
+        assert!(
+            m.pending_txn_offsets("g")
+                .await
+                .expect("pending")
+                .is_empty()
+        );
         let committed = m.group_offsets("g").await.expect("offsets");
         assert_eq!(
             committed.keys().cloned().collect::<Vec<_>>(),
@@ -397,7 +407,10 @@ mod tests {
             all.iter()
                 .map(|(id, r)| (id.as_str(), r.state))
                 .collect::<Vec<_>>(),
-            [("aborts", TxnState::PrepareAbort), ("commits", TxnState::PrepareCommit)]
+            [
+                ("aborts", TxnState::PrepareAbort),
+                ("commits", TxnState::PrepareCommit)
+            ]
         );
         m.delete_transaction("aborts").await.expect("delete");
         assert_eq!(m.transaction("aborts").await.expect("get"), None);

@@ -1,20 +1,26 @@
 """Exactly-once under SIGKILL: the transactions acceptance test (three agents, RF 3).
 
 An input topic (3 partitions, RF 3, min.insync.replicas 2) holds N records with unique
-values. A consume-transform-produce app (librdkafka, in a thread of this process) runs as
-a real EOS application does: a group consumer with isolation.level=read_committed and no
-auto commit, a transactional producer; per poll batch it begins a transaction, writes one
-output record per input record to the same partition of the output topic (3 partitions,
-RF 3) with the value "<input value>|<txn seq>|<records in txn>", sends the batch's
-offsets with send_offsets_to_transaction and commits. On an abortable error it aborts
-and rewinds the consumer to the committed offsets; on a fatal one (fenced, or an abort
-that cannot complete) it builds a new producer with the same transactional.id (whose
-init_transactions fences the old one) and rewinds. A retriable commit error is retried.
+values. A consume-transform-produce app (librdkafka) runs as a real EOS application
+does, in its own process (this file run as a script, restarted by the test if it ever
+dies, as a supervisor would): a group consumer with isolation.level=read_committed and
+no auto commit, a transactional producer; per poll batch it begins a transaction, writes
+one output record per input record to the same partition of the output topic (3
+partitions, RF 3) with the value "<input value>|<txn seq>|<records in txn>", sends the
+batch's offsets with send_offsets_to_transaction and commits. Retriable errors of
+send_offsets/commit/abort are retried as librdkafka documents; on an abortable error it
+aborts and rewinds the consumer to the committed offsets; on a fatal one (fenced, or an
+abort that cannot complete) it builds a new producer with the same transactional.id
+(whose init_transactions fences the old one) and rewinds.
 
-While it runs, and after it made progress each time, three agents are SIGKILLed and
-restarted in turn: the leader of an output partition, the leader of an input partition
-and the transaction coordinator of the transactional.id (FindCoordinator key_type=1). A
-sampler reads the group's committed offsets (require_stable) every 0.3 s.
+While it runs, three agents are SIGKILLed in turn: the leader of an output partition, the
+leader of an input partition and the transaction coordinator of the transactional.id
+(FindCoordinator key_type=1); each stays down until the app committed more input (so its
+roles failed over), then is restarted and rejoins the ISRs. Then the app process itself
+is SIGKILLed (and restarted). The app paces itself inside its transactions, so that the
+kills land in open ones. A
+sampler reads the group's committed offsets (raw OffsetFetch with require_stable) every
+0.3 s.
 
 Then the whole output is read with read_committed and read_uncommitted and checked as
 Jepsen's Kafka queue workload does:
@@ -36,6 +42,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import struct
 import subprocess
 import sys
@@ -167,6 +174,8 @@ class EosLoop:
         deadline = time.monotonic() + 60
         while not self.stopping():
             p = Producer(txn_producer_conf(self.o.servers, self.o.tid, **{
+                "logger": None,  # librdkafka's own log lines straight to stderr (the app's log)
+                "debug": "eos",
                 "transaction.timeout.ms": TXN_TIMEOUT_MS,
                 "message.timeout.ms": TXN_TIMEOUT_MS - 1000,
                 "socket.timeout.ms": 5000,
@@ -250,6 +259,15 @@ class EosLoop:
                     continue
                 raise
 
+    def pace(self, n: int) -> None:
+        """Pacing (not a wait for a condition), inside the transaction: while the kills
+        happen, a transaction is open most of the time, so that they hit open ones."""
+        if (self.control / "fast").exists():
+            return
+        ahead = (self.committed_here + n) / self.o.rate - (time.monotonic() - self.t0)
+        if ahead > 0:
+            time.sleep(min(ahead, 1.0))
+
     def transact(self, producer: Producer, consumer: Consumer, msgs, seq: int) -> str:
         """'committed', 'aborted' or 'fatal' (outcome unknown: replace the producer)."""
         self.emit(ev="begin", seq=seq)
@@ -266,6 +284,8 @@ class EosLoop:
                         break
                     except BufferError:
                         producer.poll(0.05)
+            producer.poll(0)
+            self.pace(len(msgs))
             group_metadata = consumer.consumer_group_metadata()
             self.retrying("send_offsets_to_transaction", seq, lambda: producer.send_offsets_to_transaction(
                 [TopicPartition(self.o.src, p, o) for p, o in sorted(offsets.items())], group_metadata, 30))
@@ -307,10 +327,6 @@ class EosLoop:
                         data.append(m)
                 if not data:
                     continue
-                if not (self.control / "fast").exists():  # pacing (not a wait for a condition)
-                    ahead = self.committed_here / self.o.rate - (time.monotonic() - self.t0)
-                    if ahead > 0:
-                        time.sleep(min(ahead, 1.0))
                 self.seq += 1
                 outcome = self.transact(producer, consumer, data, self.seq)
                 if outcome == "aborted":
@@ -341,6 +357,9 @@ def app_main(argv: list[str]) -> int:
         ap.add_argument(a, required=True)
     ap.add_argument("--seq-base", type=int, default=0)
     ap.add_argument("--rate", type=float, default=RATE)
+    import faulthandler
+    import signal
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # EosApp.stacks()
     return EosLoop(ap.parse_args(argv)).run()
 
 
@@ -369,6 +388,8 @@ class EosApp:
         self.error: str | None = None
         self._stopping = threading.Event()
         self._begun: set[int] = set()
+        self._killed_on_purpose = False
+        self.kills = 0
         self._files: dict[int, tuple] = {}
         self.monitor = threading.Thread(target=self._monitor, name="eos-app-monitor", daemon=True)
 
@@ -431,7 +452,11 @@ class EosApp:
                     with self.lock:
                         self.unknown_txns |= self._begun
                         self._begun.clear()
-                        self.crashes.append(f"incarnation {self.incarnation} exited {rc}: {tail}")
+                        if self._killed_on_purpose:
+                            self._killed_on_purpose = False
+                            self.kills += 1
+                        else:
+                            self.crashes.append(f"incarnation {self.incarnation} exited {rc}: {tail}")
                         self.events.append((round(time.monotonic(), 3), f"app exited {rc}; restarted"))
                     if len(self.crashes) > self.MAX_CRASHES or self._stopping.is_set():
                         self.error = f"the app process exited {len(self.crashes)} times; last: {self.crashes[-1]}"
@@ -462,8 +487,21 @@ class EosApp:
         self.monitor.join(timeout=10)
         self._read_events()
 
+    def sigkill(self) -> int:
+        """SIGKILL the app process (the monitor restarts it); returns the incarnation
+        killed."""
+        with self.lock:
+            self._killed_on_purpose = True
+            k = self.incarnation
+            self.proc.kill()
+        return k
+
     def kill(self) -> None:
-        """Teardown: no app process left behind."""
+        """Teardown: no app process left behind (and none restarted)."""
+        self._stopping.set()
+        (self.control / "stop").touch()
+        if self.monitor.is_alive():
+            self.monitor.join(timeout=10)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
@@ -478,9 +516,26 @@ class EosApp:
     def check(self) -> None:
         assert self.error is None, f"the EOS app failed: {self.error} [{self.describe()}]"
 
+    def stacks(self) -> str:
+        """The app's Python stacks (faulthandler on SIGUSR1) and the end of its log."""
+        log = self.root / f"stderr-{self.incarnation}.log"
+        if self.proc is None or self.proc.poll() is not None:
+            return "(the app is not running)"
+        size = log.stat().st_size
+        self.proc.send_signal(signal.SIGUSR1)
+        try:
+            wait_for(lambda: (b"most recent call first" in log.read_bytes()[size:], None), 5, "a stack dump")
+        except AssertionError:
+            pass
+        text = log.read_bytes().decode("utf-8", "replace")
+        return text[-6000:]
+
     def wait_committed(self, n: int, timeout: float, what: str) -> None:
-        wait_for(lambda: (self.committed_records >= n or self.error is not None, self.describe()),
-                 timeout, what, interval=0.05)
+        try:
+            wait_for(lambda: (self.committed_records >= n or self.error is not None, self.describe()),
+                     timeout, what, interval=0.05)
+        except AssertionError as e:
+            raise AssertionError(f"{e}\n----- the app's stacks and log -----\n{self.stacks()}") from None
         self.check()
 
 
@@ -687,16 +742,21 @@ def test_exactly_once_through_leader_and_coordinator_kills(cluster, capsys, reco
         app.wait_committed(PROGRESS, 45, "the EOS app committing its first transactions")
 
         def kill_and_restart(node: int, why: str) -> None:
+            """SIGKILL; the app must go on without the agent (its partitions and
+            coordinator roles fail over); then restart it and wait for the full ISRs."""
             cluster.wait_healthy(src, PARTITIONS, 30, f"the input topic before killing {why}")
             cluster.wait_healthy(dst, PARTITIONS, 30, f"the output topic before killing {why}")
             mark = app.committed_records
             t_kill = time.monotonic()
             cluster.agents[node].kill()
-            cluster.agents[node].start()
             app.wait_committed(mark + PROGRESS, 60,
-                               f"the EOS app committing {PROGRESS} more input records after "
-                               f"SIGKILL of agent {node} ({why})")
-            kills.append(f"agent {node} ({why}): +{PROGRESS} committed {time.monotonic() - t_kill:.1f}s later")
+                               f"the EOS app committing {PROGRESS} more input records while agent "
+                               f"{node} ({why}) is down after SIGKILL")
+            gap = time.monotonic() - t_kill
+            cluster.agents[node].start()
+            cluster.wait_healthy(src, PARTITIONS, 30, f"agent {node} back in the input topic's ISRs")
+            cluster.wait_healthy(dst, PARTITIONS, 30, f"agent {node} back in the output topic's ISRs")
+            kills.append(f"agent {node} ({why}): +{PROGRESS} committed {gap:.1f}s after the kill")
 
         leaders = cluster.wait_healthy(dst, PARTITIONS, 30, "the output topic")
         out_victim = leaders[0].leader
@@ -717,6 +777,14 @@ def test_exactly_once_through_leader_and_coordinator_kills(cluster, capsys, reco
             return False, "no agent up"
         _err, coord = wait_for(coordinator, 20, f"FindCoordinator(transaction, {tid})")
         kill_and_restart(coord, f"transaction coordinator of {tid}")
+
+        # and the app itself, mid-transaction: its successor fences it and its open
+        # transaction is aborted
+        mark = app.committed_records
+        t_kill = time.monotonic()
+        app.sigkill()
+        app.wait_committed(mark + PROGRESS, 60, f"the restarted EOS app committing {PROGRESS} more input records")
+        kills.append(f"the app: +{PROGRESS} committed {time.monotonic() - t_kill:.1f}s after the kill")
 
         wait_all_consumed(app, servers.split(","), group, src, input_ends)
         app.stop()

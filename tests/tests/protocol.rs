@@ -23,6 +23,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use strata_agent::api::versions::SUPPORTED;
+#[path = "cases/transactions.rs"]
+mod txn_cases;
+
 use strata_tests::{Client, TestAgent, batch, create, create_topic, name, produce, simple_batch};
 
 /// Produces and returns (error code, base offset).
@@ -613,6 +616,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert!(r.producer_id.0 >= 0, "{ctx}");
                 }
+                api if txn_cases::handles(api) => txn_cases::check(&mut c, api, v).await,
                 other => panic!("no test for advertised API {other:?}"),
             }
         }

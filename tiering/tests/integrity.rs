@@ -137,6 +137,7 @@ async fn archive() -> Archived {
             size_bytes: file.len() as u64,
             path: path.to_string(),
             checksum: crc32c::crc32c(&file),
+            aborted: Vec::new(),
         };
         // What the object reads as before it is damaged (through a reader of its own,
         // whose caches the damaged reads never see).

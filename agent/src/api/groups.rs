@@ -418,9 +418,7 @@ pub async fn offset_fetch(
         Err(e) if version >= 2 => response.error_code = group_code(e),
         Err(_) => {}
     }
-    if require_stable
-        && let Ok(unstable) = broker.groups().unstable_partitions(&group_id).await
-    {
+    if require_stable && let Ok(unstable) = broker.groups().unstable_partitions(&group_id).await {
         for t in &mut response.topics {
             for p in &mut t.partitions {
                 if unstable.contains(&(t.name.0.to_string(), p.partition_index)) {

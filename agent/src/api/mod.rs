@@ -174,9 +174,7 @@ pub async fn dispatch(
         RequestKind::ListTransactions(req) => {
             async move { Some(transactions::list_transactions(&b, req).await.into()) }.boxed()
         }
-        RequestKind::DescribeProducers(req) => {
-            ready(transactions::describe_producers(broker, req))
-        }
+        RequestKind::DescribeProducers(req) => ready(transactions::describe_producers(broker, req)),
         _ => return None,
     })
 }

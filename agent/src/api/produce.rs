@@ -97,8 +97,9 @@ async fn verify(broker: &Broker, req: &ProduceRequest, version: i16) -> Verified
                 );
                 continue;
             };
-            let Some((producer_id, producer_epoch, replica)) =
-                broker.producing().needs_verification(topic, p.index, records)
+            let Some((producer_id, producer_epoch, replica)) = broker
+                .producing()
+                .needs_verification(topic, p.index, records)
             else {
                 continue;
             };
@@ -117,11 +118,26 @@ async fn verify(broker: &Broker, req: &ProduceRequest, version: i16) -> Verified
                 (ti, pi),
                 checked
                     .map(|()| (producer_id, token))
-                    .map_err(|e| ApiError::from(&e)),
+                    .map_err(produce_error),
             );
         }
     }
     verified
+}
+
+/// How a failed verification is told to a producer, in the errors Produce answers (as
+/// Kafka does): fenced is INVALID_PRODUCER_EPOCH, and a coordinator that is busy or
+/// moving is NOT_ENOUGH_REPLICAS, which producers retry.
+fn produce_error(e: crate::txn::TxnError) -> ApiError {
+    use crate::txn::TxnError as T;
+    let code = match &e {
+        T::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        T::ConcurrentTransactions | T::NotCoordinator | T::CoordinatorNotAvailable(_) => {
+            ResponseError::NotEnoughReplicas
+        }
+        _ => return ApiError::from(&e),
+    };
+    ApiError::new(code, e.to_string())
 }
 
 /// `deadline`: when the request's `timeout_ms` runs out.

@@ -6,10 +6,10 @@
 use std::collections::BTreeSet;
 
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
     AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
 };
-use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
@@ -25,8 +25,8 @@ use kafka_protocol::messages::{
     AddOffsetsToTxnRequest, AddOffsetsToTxnResponse, AddPartitionsToTxnRequest,
     AddPartitionsToTxnResponse, DescribeProducersRequest, DescribeProducersResponse,
     DescribeTransactionsRequest, DescribeTransactionsResponse, EndTxnRequest, EndTxnResponse,
-    ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName,
-    TransactionalId, TxnOffsetCommitRequest, TxnOffsetCommitResponse, WriteTxnMarkersRequest,
+    ListTransactionsRequest, ListTransactionsResponse, ProducerId, TopicName, TransactionalId,
+    TxnOffsetCommitRequest, TxnOffsetCommitResponse, WriteTxnMarkersRequest,
     WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
@@ -117,7 +117,13 @@ async fn add_one(
     if verify_only {
         for tp in known {
             let checked = transactions
-                .verify_partition(transactional_id, producer_id, producer_epoch, tp.clone(), false)
+                .verify_partition(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    tp.clone(),
+                    false,
+                )
                 .await;
             codes.push((tp, checked.err().map_or(0, |e| code(&e, legacy))));
         }
@@ -239,7 +245,10 @@ pub async fn txn_offset_commit(
         let state = broker.replicas().topic(t.name.0.as_str());
         for p in &t.partitions {
             let tp = (t.name.0.to_string(), p.partition_index);
-            if !state.as_ref().is_some_and(|s| s.has_partition(p.partition_index)) {
+            if !state
+                .as_ref()
+                .is_some_and(|s| s.has_partition(p.partition_index))
+            {
                 per_partition.push((tp, ResponseError::UnknownTopicOrPartition.code()));
                 continue;
             }
@@ -306,7 +315,11 @@ pub async fn txn_offset_commit(
         let mut r = TxnOffsetCommitResponsePartition::default();
         r.partition_index = partition;
         r.error_code = code;
-        match response.topics.iter_mut().find(|t| t.name.0.as_str() == topic) {
+        match response
+            .topics
+            .iter_mut()
+            .find(|t| t.name.0.as_str() == topic)
+        {
             Some(t) => t.partitions.push(r),
             None => {
                 let mut t = TxnOffsetCommitResponseTopic::default();
@@ -435,11 +448,11 @@ pub async fn list_transactions(
     match broker.transactions().list(true).await {
         Ok(all) => {
             for (id, record) in all {
-                let keep = (wanted_states.is_empty() || wanted_states.contains(record.state.name()))
+                let keep = (wanted_states.is_empty()
+                    || wanted_states.contains(record.state.name()))
                     && (wanted_ids.is_empty() || wanted_ids.contains(&record.producer_id))
                     && (req.duration_filter < 0
-                        || (record.start_ms >= 0 && now - record.start_ms >= req.duration_filter))
-                    ;
+                        || (record.start_ms >= 0 && now - record.start_ms >= req.duration_filter));
                 if keep {
                     let mut t = ListedState::default();
                     t.transactional_id = TransactionalId(s(id));

@@ -4,8 +4,8 @@
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
-use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::messages::{ApiKey, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 
 /// Every API answered, with the version range. Each range lies within what the
 /// `kafka-protocol` crate can decode; `docs/COMPATIBILITY.md` lists the tests.

@@ -126,7 +126,10 @@ impl Partition {
                     e.batches.back().map_or(-1, |b| b.last_sequence),
                     e.last_timestamp_ms,
                     e.coordinator_epoch,
-                    producers.transactions().open_first_offset(pid).unwrap_or(-1),
+                    producers
+                        .transactions()
+                        .open_first_offset(pid)
+                        .unwrap_or(-1),
                 )
             })
             .collect()
@@ -142,7 +145,11 @@ impl Partition {
 
     /// Refuses an append whose verification a marker withdrew (called under the log's
     /// lock, where markers are written).
-    pub(super) fn check_verification(&self, producer_id: i64, token: u64) -> Result<(), PartitionError> {
+    pub(super) fn check_verification(
+        &self,
+        producer_id: i64,
+        token: u64,
+    ) -> Result<(), PartitionError> {
         let mut verifications = self.verifications();
         if verifications.get(&producer_id) == Some(&token) {
             verifications.remove(&producer_id);
@@ -157,8 +164,6 @@ impl Partition {
     }
 
     fn verifications(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<i64, u64>> {
-        self.verifications
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
+        self.verifications.lock().unwrap_or_else(|p| p.into_inner())
     }
 }

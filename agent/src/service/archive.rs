@@ -245,7 +245,12 @@ impl ArchiveWork {
                 let file = download(archive, e).await.map_err(archive_error)?;
                 let mut full = false;
                 let mut stopped = mapped_upto;
-                strata_tiering::codec::for_each_archived_batch(&file, |_, bytes| {
+                strata_tiering::codec::for_each_archived_batch(&file, |header, bytes| {
+                    // Markers are no keys; transactional records never shadow one here
+                    // (their markers may not be archived yet: `Txns::Unknown`).
+                    if header.is_control() || header.is_transactional() {
+                        return Ok(());
+                    }
                     for r in strata_log::batch::decode_records(bytes)
                         .map_err(|e| strata_tiering::Error::Codec(e.to_string()))?
                     {
@@ -286,6 +291,7 @@ impl ArchiveWork {
                     &checkpoint,
                     now_ms,
                     policy.delete_retention_ms,
+                    strata_compactor::compaction::Txns::Unknown,
                 )
             })
             .map_err(archive_error)?;

@@ -55,8 +55,7 @@ fn classify(code: i16) -> Outcome {
 /// marker is never written, yet counted as written (a hanging transaction, for the
 /// drill in `docs/transactions.md`).
 fn lost_by_failpoint(tp: &TopicPartition) -> bool {
-    std::env::var("STRATA_FAILPOINT_LOSE_MARKER")
-        .is_ok_and(|v| v == format!("{}:{}", tp.0, tp.1))
+    std::env::var("STRATA_FAILPOINT_LOSE_MARKER").is_ok_and(|v| v == format!("{}:{}", tp.0, tp.1))
 }
 
 fn control(record: &TxnRecord) -> ControlRecord {
@@ -193,8 +192,7 @@ async fn write_remote(
     let Some(address) = membership.address_of(leader) else {
         return retry_all();
     };
-    let mut peer = match Peer::connect(&address, membership.node_id(), MAX_RESPONSE_BYTES).await
-    {
+    let mut peer = match Peer::connect(&address, membership.node_id(), MAX_RESPONSE_BYTES).await {
         Ok(p) => p,
         Err(e) => {
             tracing::debug!(leader, error = %e, "cannot reach a partition leader for markers");

@@ -175,7 +175,15 @@ impl Transactions {
         }
         let now = self.now_ms();
         self.change(transactional_id, move |r| {
-            state::add(r, producer_id, producer_epoch, &partitions, None, version, now)
+            state::add(
+                r,
+                producer_id,
+                producer_epoch,
+                &partitions,
+                None,
+                version,
+                now,
+            )
         })
         .await?
     }
@@ -196,7 +204,15 @@ impl Transactions {
         let now = self.now_ms();
         let group = group.to_string();
         self.change(transactional_id, move |r| {
-            state::add(r, producer_id, producer_epoch, &[], Some(&group), version, now)
+            state::add(
+                r,
+                producer_id,
+                producer_epoch,
+                &[],
+                Some(&group),
+                version,
+                now,
+            )
         })
         .await?
     }
@@ -396,19 +412,17 @@ impl Transactions {
                 return;
             }
         };
-        let written = markers::write_all(
-            &self.replicas,
-            &self.membership,
-            &self.metastore,
-            &record,
-        )
-        .await;
+        let written =
+            markers::write_all(&self.replicas, &self.membership, &self.metastore, &record).await;
         if !written {
             return;
         }
         let now = self.now_ms();
         let done = record.clone();
-        match self.change(id, move |r| state::complete(r, &done, now)).await {
+        match self
+            .change(id, move |r| state::complete(r, &done, now))
+            .await
+        {
             Ok(true) => tracing::debug!(
                 transactional_id = id,
                 state = record.state.name(),
@@ -416,7 +430,9 @@ impl Transactions {
                 "transaction complete"
             ),
             Ok(false) => {}
-            Err(e) => tracing::debug!(transactional_id = id, error = %e, "cannot complete a transaction"),
+            Err(e) => {
+                tracing::debug!(transactional_id = id, error = %e, "cannot complete a transaction")
+            }
         }
     }
 

@@ -61,7 +61,11 @@ fn with_epoch(record: &TxnRecord, (producer_id, producer_epoch): (i64, i16)) -> 
 }
 
 /// Checks that a request's producer id and epoch are the record's.
-fn check_producer(record: &TxnRecord, producer_id: i64, producer_epoch: i16) -> Result<(), TxnError> {
+fn check_producer(
+    record: &TxnRecord,
+    producer_id: i64,
+    producer_epoch: i16,
+) -> Result<(), TxnError> {
     if producer_id != record.producer_id {
         return Err(TxnError::InvalidProducerIdMapping);
     }
@@ -110,13 +114,15 @@ pub fn init(current: Option<&TxnRecord>, req: Init) -> Change<Result<(i64, i16),
         let last = (record.last_producer_id, record.last_producer_epoch);
         let asked = (req.producer_id, req.producer_epoch);
         if asked != current && asked != last {
-            return Change::answer(Err(if req.producer_id != record.producer_id
-                && req.producer_id != record.last_producer_id
-            {
-                TxnError::InvalidProducerIdMapping
-            } else {
-                TxnError::ProducerFenced
-            }));
+            return Change::answer(Err(
+                if req.producer_id != record.producer_id
+                    && req.producer_id != record.last_producer_id
+                {
+                    TxnError::InvalidProducerIdMapping
+                } else {
+                    TxnError::ProducerFenced
+                },
+            ));
         }
     }
     match record.state {
@@ -133,10 +139,7 @@ pub fn init(current: Option<&TxnRecord>, req: Init) -> Change<Result<(i64, i16),
             settle: Settle::DropOffsets,
             answer: Err(TxnError::ConcurrentTransactions),
         },
-        TxnState::Empty
-        | TxnState::CompleteCommit
-        | TxnState::CompleteAbort
-        | TxnState::Dead => {
+        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Dead => {
             let next = bumped(record, req.fresh_id);
             Change::write(
                 TxnRecord {
@@ -210,7 +213,10 @@ pub fn verify(
     let record = current.ok_or(TxnError::InvalidProducerIdMapping)?;
     check_producer(record, producer_id, producer_epoch)?;
     if record.state != TxnState::Ongoing || !record.partitions.contains(partition) {
-        return Err(invalid(record, "the partition was not added to the transaction"));
+        return Err(invalid(
+            record,
+            "the partition was not added to the transaction",
+        ));
     }
     Ok(())
 }
@@ -255,6 +261,22 @@ pub fn end(
             producer_epoch: record.producer_epoch,
             markers: false,
         }));
+    }
+    // The epoch just ended with the other outcome (the coordinator aborted it on a
+    // timeout, say): this producer's transaction is over, not fenced by another.
+    let ended_otherwise = v2
+        && producer_id == record.last_producer_id
+        && producer_epoch == record.last_producer_epoch
+        && (record.state.is_prepared()
+            || matches!(
+                record.state,
+                TxnState::CompleteCommit | TxnState::CompleteAbort
+            ));
+    if ended_otherwise {
+        return Change::answer(Err(invalid(
+            record,
+            "the transaction already ended with the other outcome",
+        )));
     }
     if let Err(e) = check_producer(record, producer_id, producer_epoch) {
         return Change::answer(Err(e));
@@ -379,9 +401,12 @@ pub fn complete(current: Option<&TxnRecord>, written: &TxnRecord, now_ms: i64) -
             } else {
                 TxnState::CompleteAbort
             };
+            // As Kafka's, a complete transaction names no partitions any more.
             Change::write(
                 TxnRecord {
                     state,
+                    partitions: BTreeSet::new(),
+                    groups: BTreeSet::new(),
                     last_update_ms: now_ms,
                     ..record.clone()
                 },
@@ -400,7 +425,11 @@ mod tests {
         ("t".to_string(), p)
     }
 
-    fn apply<T>(record: &mut Option<TxnRecord>, change: Change<T>) -> T {
+    fn apply<T>(
+        record: &mut Option<TxnRecord>,
+        f: impl FnOnce(Option<&TxnRecord>) -> Change<T>,
+    ) -> T {
+        let change = f(record.as_ref());
         if let Some(r) = change.record {
             *record = Some(r);
         }
@@ -420,25 +449,25 @@ mod tests {
     #[test]
     fn a_transaction_runs_commits_and_completes() {
         let mut r = None;
-        assert_eq!(apply(&mut r, init(r.as_ref(), init_req(0))), Ok((100, 0)));
+        assert_eq!(apply(&mut r, |r| init(r, init_req(0))), Ok((100, 0)));
         assert_eq!(
-            apply(&mut r, add(r.as_ref(), 100, 0, &[tp(0)], None, 1, 5)),
+            apply(&mut r, |r| add(r, 100, 0, &[tp(0)], None, 1, 5)),
             Ok(())
         );
         assert_eq!(verify(r.as_ref(), 100, 0, &tp(0)), Ok(()));
         assert!(verify(r.as_ref(), 100, 0, &tp(1)).is_err());
         let change = end(r.as_ref(), 100, 0, true, false, 101, 9);
         assert_eq!(change.settle, Settle::CommitOffsets);
-        let ended = apply(&mut r, change).expect("commit");
+        let ended = apply(&mut r, |_| change).expect("commit");
         assert!(ended.markers);
         let written = r.clone().expect("record");
         assert_eq!(written.state, TxnState::PrepareCommit);
         assert_eq!(
-            apply(&mut r, add(r.as_ref(), 100, 0, &[tp(1)], None, 1, 10)),
+            apply(&mut r, |r| add(r, 100, 0, &[tp(1)], None, 1, 10)),
             Err(TxnError::ConcurrentTransactions)
         );
         assert_eq!(
-            apply(&mut r, end(r.as_ref(), 100, 0, true, false, 101, 10)),
+            apply(&mut r, |r| end(r, 100, 0, true, false, 101, 10)),
             Ok(Ended {
                 producer_id: 100,
                 producer_epoch: 0,
@@ -446,10 +475,10 @@ mod tests {
             }),
             "a retry of the same decision"
         );
-        assert!(apply(&mut r, complete(r.as_ref(), &written, 11)));
+        assert!(apply(&mut r, |r| complete(r, &written, 11)));
         assert_eq!(r.as_ref().map(|r| r.state), Some(TxnState::CompleteCommit));
         assert!(matches!(
-            apply(&mut r, end(r.as_ref(), 100, 0, false, false, 101, 12)),
+            apply(&mut r, |r| end(r, 100, 0, false, false, 101, 12)),
             Err(TxnError::InvalidTxnState(..))
         ));
     }
@@ -457,12 +486,12 @@ mod tests {
     #[test]
     fn init_fences_the_previous_producer_and_aborts_its_transaction() {
         let mut r = None;
-        apply(&mut r, init(r.as_ref(), init_req(0))).expect("init");
-        apply(&mut r, add(r.as_ref(), 100, 0, &[tp(0)], Some("g"), 1, 1)).expect("add");
+        apply(&mut r, |r| init(r, init_req(0))).expect("init");
+        apply(&mut r, |r| add(r, 100, 0, &[tp(0)], Some("g"), 1, 1)).expect("add");
         let change = init(r.as_ref(), init_req(2));
         assert_eq!(change.settle, Settle::DropOffsets);
         assert_eq!(
-            apply(&mut r, change),
+            apply(&mut r, |_| change),
             Err(TxnError::ConcurrentTransactions)
         );
         let record = r.clone().expect("record");
@@ -471,14 +500,14 @@ mod tests {
             (TxnState::PrepareAbort, 1)
         );
         assert_eq!(
-            apply(&mut r, end(r.as_ref(), 100, 0, true, false, 101, 3)),
+            apply(&mut r, |r| end(r, 100, 0, true, false, 101, 3)),
             Err(TxnError::ProducerFenced),
             "the old producer cannot commit"
         );
-        assert!(apply(&mut r, complete(r.as_ref(), &record, 4)));
-        assert_eq!(apply(&mut r, init(r.as_ref(), init_req(5))), Ok((100, 2)));
+        assert!(apply(&mut r, |r| complete(r, &record, 4)));
+        assert_eq!(apply(&mut r, |r| init(r, init_req(5))), Ok((100, 2)));
         assert_eq!(
-            apply(&mut r, add(r.as_ref(), 100, 1, &[tp(0)], None, 1, 6)),
+            apply(&mut r, |r| add(r, 100, 1, &[tp(0)], None, 1, 6)),
             Err(TxnError::ProducerFenced)
         );
     }
@@ -486,12 +515,12 @@ mod tests {
     #[test]
     fn v2_bumps_the_epoch_per_transaction_and_answers_retries() {
         let mut r = None;
-        apply(&mut r, init(r.as_ref(), init_req(0))).expect("init");
-        apply(&mut r, add(r.as_ref(), 100, 0, &[tp(0)], None, 2, 1)).expect("add");
-        let ended = apply(&mut r, end(r.as_ref(), 100, 0, false, true, 101, 2)).expect("abort");
+        apply(&mut r, |r| init(r, init_req(0))).expect("init");
+        apply(&mut r, |r| add(r, 100, 0, &[tp(0)], None, 2, 1)).expect("add");
+        let ended = apply(&mut r, |r| end(r, 100, 0, false, true, 101, 2)).expect("abort");
         assert_eq!((ended.producer_epoch, ended.markers), (1, true));
         assert_eq!(
-            apply(&mut r, end(r.as_ref(), 100, 0, false, true, 101, 3)),
+            apply(&mut r, |r| end(r, 100, 0, false, true, 101, 3)),
             Ok(Ended {
                 producer_id: 100,
                 producer_epoch: 1,
@@ -500,29 +529,29 @@ mod tests {
             "the retry from the old epoch learns the new one"
         );
         let written = r.clone().expect("record");
-        apply(&mut r, complete(r.as_ref(), &written, 4));
-        let empty = apply(&mut r, end(r.as_ref(), 100, 1, true, true, 101, 5)).expect("empty");
+        apply(&mut r, |r| complete(r, &written, 4));
+        let empty = apply(&mut r, |r| end(r, 100, 1, true, true, 101, 5)).expect("empty");
         assert_eq!((empty.producer_epoch, empty.markers), (2, false));
     }
 
     #[test]
     fn timeouts_abort_and_exhausted_epochs_take_a_new_id() {
         let mut r = None;
-        apply(&mut r, init(r.as_ref(), init_req(0))).expect("init");
-        apply(&mut r, add(r.as_ref(), 100, 0, &[tp(0)], None, 1, 10)).expect("add");
-        assert!(!apply(&mut r, expire(r.as_ref(), 101, 1_010)));
-        assert!(apply(&mut r, expire(r.as_ref(), 101, 1_011)));
+        apply(&mut r, |r| init(r, init_req(0))).expect("init");
+        apply(&mut r, |r| add(r, 100, 0, &[tp(0)], None, 1, 10)).expect("add");
+        assert!(!apply(&mut r, |r| expire(r, 101, 1_010)));
+        assert!(apply(&mut r, |r| expire(r, 101, 1_011)));
         let record = r.clone().expect("record");
         assert_eq!(
             (record.state, record.producer_epoch),
             (TxnState::PrepareAbort, 1)
         );
-        let taken = apply(&mut r, take_over(r.as_ref(), 1_012)).expect("prepared");
+        let taken = apply(&mut r, |r| take_over(r, 1_012)).expect("prepared");
         assert!(
-            !apply(&mut r, complete(r.as_ref(), &record, 1_013)),
+            !apply(&mut r, |r| complete(r, &record, 1_013)),
             "the deposed writer cannot complete"
         );
-        assert!(apply(&mut r, complete(r.as_ref(), &taken, 1_013)));
+        assert!(apply(&mut r, |r| complete(r, &taken, 1_013)));
         let mut worn = r.clone().expect("record");
         worn.producer_epoch = i16::MAX - 1;
         let mut r = Some(worn);
@@ -530,6 +559,6 @@ mod tests {
             fresh_id: 555,
             ..init_req(2_000)
         };
-        assert_eq!(apply(&mut r, init(r.as_ref(), req)), Ok((555, 0)));
+        assert_eq!(apply(&mut r, |r| init(r, req)), Ok((555, 0)));
     }
 }
