@@ -98,6 +98,10 @@ struct ProduceArgs {
     /// Skip reading everything back (figures only; no loss check).
     #[arg(long)]
     no_verify: bool,
+    /// Records per transaction: each producer is transactional (a transactional.id of
+    /// its own) and commits every this many records; 0: not transactional.
+    #[arg(long, default_value_t = 0)]
+    transaction_records: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -226,8 +230,9 @@ fn prepare(
         compression: args.compression.clone(),
         linger_ms: args.linger_ms,
         batch_bytes: args.batch_bytes,
-        idempotence: args.idempotence,
+        idempotence: args.idempotence || args.transaction_records > 0,
         rate: args.rate,
+        transaction_records: args.transaction_records,
     };
     Ok((settings, partitions, before))
 }
@@ -241,8 +246,9 @@ fn produce_settings_json(args: &ProduceArgs, partitions: i32) -> serde_json::Val
         "compression": args.compression,
         "linger_ms": args.linger_ms,
         "batch_bytes": args.batch_bytes,
-        "idempotence": args.idempotence,
+        "idempotence": args.idempotence || args.transaction_records > 0,
         "rate": args.rate,
+        "transaction_records": args.transaction_records,
     })
 }
 
@@ -336,7 +342,14 @@ fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
         records_per_s: produced.acks.acked.distinct as f64 / seconds,
         mb_per_s: produced.acks.acked_bytes as f64 / seconds / 1e6,
         latency: Latency::of(&produced.acks.latency),
-        ok: verification.ok(args.idempotence) && (args.no_verify || verification.received > 0),
+        transactions: (args.transaction_records > 0).then(|| report::Transactions {
+            records_per_transaction: args.transaction_records,
+            committed: produced.commits,
+            per_s: produced.commits as f64 / seconds,
+            commit_latency: Latency::of(&produced.commit_latency),
+        }),
+        ok: verification.ok(args.idempotence || args.transaction_records > 0)
+            && (args.no_verify || verification.received > 0),
         verification,
     })
 }
@@ -385,6 +398,7 @@ fn consume_mode(cli: &Cli, args: &ConsumeArgs) -> anyhow::Result<Report> {
         records_per_s: read.records as f64 / seconds,
         mb_per_s: read.bytes as f64 / seconds / 1e6,
         latency: None,
+        transactions: None,
         ok: verification.ok(false),
         verification,
     })
@@ -450,6 +464,7 @@ fn e2e_mode(cli: &Cli, args: &E2eArgs) -> anyhow::Result<Report> {
         records_per_s: all.tally.distinct as f64 / seconds,
         mb_per_s: all.bytes as f64 / seconds / 1e6,
         latency: Latency::of(&all.latency),
+        transactions: None,
         ok: verification.ok(args.produce.idempotence) && verification.received > 0,
         verification,
     })

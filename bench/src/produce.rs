@@ -32,6 +32,8 @@ pub struct ProduceSettings {
     pub idempotence: bool,
     /// Records per second over all producers; 0 = as fast as possible.
     pub rate: u64,
+    /// Records per transaction; 0: not transactional.
+    pub transaction_records: u64,
 }
 
 /// What the producers' acknowledgements said.
@@ -74,6 +76,9 @@ impl Acks {
 pub struct Produced {
     pub acks: Acks,
     pub elapsed: Duration,
+    /// Transactions committed, and each commit's duration (ns).
+    pub commits: u64,
+    pub commit_latency: Histogram<u64>,
 }
 
 struct AckContext {
@@ -115,8 +120,17 @@ impl ProducerContext for AckContext {
     }
 }
 
-fn producer(settings: &ProduceSettings) -> anyhow::Result<BaseProducer<AckContext>> {
+fn producer(settings: &ProduceSettings, index: u32) -> anyhow::Result<BaseProducer<AckContext>> {
     let mut config = client_config(&settings.bootstrap);
+    if settings.transaction_records > 0 {
+        config
+            .set(
+                "transactional.id",
+                format!("strata-bench-{}-{index}", settings.run),
+            )
+            // librdkafka wants message.timeout.ms (set below) within it.
+            .set("transaction.timeout.ms", "120000");
+    }
     config
         .set("acks", &settings.acks)
         .set("compression.type", &settings.compression)
@@ -135,14 +149,22 @@ fn producer(settings: &ProduceSettings) -> anyhow::Result<BaseProducer<AckContex
 /// Runs the producers to the end (count or duration) and waits for every delivery.
 pub fn run(settings: &ProduceSettings) -> anyhow::Result<Produced> {
     let producers = (0..settings.producers)
-        .map(|_| producer(settings))
+        .map(|i| producer(settings, i))
         .collect::<anyhow::Result<Vec<_>>>()?;
+    if settings.transaction_records > 0 {
+        for p in &producers {
+            p.init_transactions(Duration::from_secs(30))
+                .context("init_transactions")?;
+        }
+    }
+    let commits = Mutex::new((0u64, histogram()));
     let start = Instant::now();
     let start_ns = payload::now_ns();
     let per_producer_rate = settings.rate as f64 / f64::from(settings.producers);
     std::thread::scope(|scope| {
         for (index, producer) in producers.iter().enumerate() {
             let settings = settings.clone();
+            let commits = &commits;
             scope.spawn(move || {
                 send_all(
                     producer,
@@ -151,6 +173,7 @@ pub fn run(settings: &ProduceSettings) -> anyhow::Result<Produced> {
                     per_producer_rate,
                     start,
                     start_ns,
+                    commits,
                 )
             });
         }
@@ -164,7 +187,13 @@ pub fn run(settings: &ProduceSettings) -> anyhow::Result<Produced> {
     for p in &producers {
         acks.merge(&mut p.context().acks.lock().unwrap_or_else(|e| e.into_inner()));
     }
-    Ok(Produced { acks, elapsed })
+    let (commits, commit_latency) = commits.into_inner().unwrap_or_else(|p| p.into_inner());
+    Ok(Produced {
+        acks,
+        elapsed,
+        commits,
+        commit_latency,
+    })
 }
 
 fn send_all(
@@ -174,7 +203,37 @@ fn send_all(
     rate: f64,
     start: Instant,
     start_ns: u64,
+    commits: &Mutex<(u64, Histogram<u64>)>,
 ) {
+    let per_txn = settings.transaction_records;
+    let commit = |open: &mut bool| {
+        if !std::mem::take(open) {
+            return;
+        }
+        let began = Instant::now();
+        // Deliver first, serving callbacks at a fine grain: rust-rdkafka's own flush in
+        // commit_transaction polls in steps of up to 100 ms.
+        while producer.in_flight_count() > 0 && began.elapsed() < Duration::from_secs(60) {
+            producer.poll(Duration::from_millis(1));
+        }
+        let committed = producer.commit_transaction(Duration::from_secs(60));
+        let took = began.elapsed().as_nanos() as u64;
+        let mut c = commits.lock().unwrap_or_else(|p| p.into_inner());
+        match committed {
+            Ok(()) => {
+                c.0 += 1;
+                let _ = c.1.record(took.max(1));
+            }
+            Err(e) => {
+                let ctx = producer.context();
+                let mut acks = ctx.acks.lock().unwrap_or_else(|p| p.into_inner());
+                acks.failed += 1;
+                acks.first_error
+                    .get_or_insert_with(|| format!("commit_transaction: {e}"));
+            }
+        }
+    };
+    let mut open = false;
     let mut writer = Writer::new(
         settings.size,
         u64::from(settings.run) << 32 | u64::from(index),
@@ -184,7 +243,19 @@ fn send_all(
         if settings.count.is_some_and(|n| seq >= n)
             || settings.duration.is_some_and(|d| start.elapsed() >= d)
         {
+            commit(&mut open);
             return;
+        }
+        if per_txn > 0 && !open {
+            if let Err(e) = producer.begin_transaction() {
+                let ctx = producer.context();
+                let mut acks = ctx.acks.lock().unwrap_or_else(|p| p.into_inner());
+                acks.failed += 1;
+                acks.first_error
+                    .get_or_insert_with(|| format!("begin_transaction: {e}"));
+                return;
+            }
+            open = true;
         }
         // At a fixed rate, each record has a due time; latency counts from it, so a
         // stall in the broker shows up in the figures instead of slowing the load.
@@ -227,7 +298,9 @@ fn send_all(
             }
         }
         seq += 1;
-        if seq.is_multiple_of(1024) {
+        if per_txn > 0 && seq.is_multiple_of(per_txn) {
+            commit(&mut open);
+        } else if seq.is_multiple_of(1024) {
             producer.poll(Duration::ZERO);
         }
     }

@@ -77,8 +77,21 @@ pub struct Report {
     /// Produce: send to acknowledgement. End-to-end: send to receipt. At a fixed rate,
     /// measured from when each record was due, so a stall is not hidden.
     pub latency: Option<Latency>,
+    /// Transactional produce: transactions committed, and how long each commit took.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transactions: Option<Transactions>,
     pub verification: Verification,
     pub ok: bool,
+}
+
+/// What transactional producers' commits did.
+#[derive(Debug, Clone, Serialize)]
+pub struct Transactions {
+    pub records_per_transaction: u64,
+    pub committed: u64,
+    pub per_s: f64,
+    /// `commit_transaction` call to return: EndTxn plus the markers' replication.
+    pub commit_latency: Option<Latency>,
 }
 
 impl Report {
@@ -97,6 +110,18 @@ impl Report {
                 "  latency ms   p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}  ({} samples)",
                 l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms, l.count
             );
+        }
+        if let Some(t) = &self.transactions {
+            println!(
+                "  transactions {} of {} records, {:.0}/s",
+                t.committed, t.records_per_transaction, t.per_s
+            );
+            if let Some(l) = &t.commit_latency {
+                println!(
+                    "  commit ms    p50 {:.3}  p99 {:.3}  p99.9 {:.3}  max {:.3}",
+                    l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms
+                );
+            }
         }
         let v = &self.verification;
         println!(

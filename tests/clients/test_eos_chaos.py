@@ -13,14 +13,14 @@ aborts and rewinds the consumer to the committed offsets; on a fatal one (fenced
 abort that cannot complete) it builds a new producer with the same transactional.id
 (whose init_transactions fences the old one) and rewinds.
 
-While it runs, three agents are SIGKILLed in turn: the leader of an output partition, the
-leader of an input partition and the transaction coordinator of the transactional.id
-(FindCoordinator key_type=1); each stays down until the app committed more input (so its
-roles failed over), then is restarted and rejoins the ISRs. Then the app process itself
-is SIGKILLed (and restarted). The app paces itself inside its transactions, so that the
-kills land in open ones. A
-sampler reads the group's committed offsets (raw OffsetFetch with require_stable) every
-0.3 s.
+While it runs, twice over, three agents are SIGKILLed in turn: the leader of an output
+partition, the leader of an input partition and the transaction coordinator of the
+transactional.id (FindCoordinator key_type=1). Each stays down until its partitions and
+coordinator roles failed over to the other agents, then is restarted; the app must make
+progress, and the agent rejoins the ISRs. Then the app process itself is SIGKILLed (and
+restarted). The app paces itself inside its transactions, so that the kills land in
+open ones. A sampler reads the group's committed offsets (raw OffsetFetch with
+require_stable) every 0.3 s.
 
 Then the whole output is read with read_committed and read_uncommitted and checked as
 Jepsen's Kafka queue workload does:
@@ -82,7 +82,8 @@ from txn_testlib import (  # noqa: E402
 
 NODES = (1, 2, 3)
 PARTITIONS = 3
-N_RECORDS = 3000
+N_RECORDS = 5000
+ROUNDS = 2           # each: output leader, input leader, transaction coordinator, the app
 BATCH = 20
 RATE = 60.0          # input records per second while the kills happen (pacing only)
 PROGRESS = 150       # committed input records to wait for after each kill
@@ -741,30 +742,55 @@ def test_exactly_once_through_leader_and_coordinator_kills(cluster, capsys, reco
     try:
         app.wait_committed(PROGRESS, 45, "the EOS app committing its first transactions")
 
+        def failed_over(victim: int):
+            """(done, state): a live agent's Metadata shows every partition of both
+            topics led by another agent, and FindCoordinator names another agent for
+            the transactional id and for the group."""
+            live = [n for n in cluster.up() if n != victim]
+            if not live:
+                return False, "no live agent"
+            asked = cluster.agents[live[0]].bootstrap
+            state = {}
+            for t in (src, dst):
+                v = cluster.view(live[0], t)
+                state[t] = None if v is None or t not in v.topics else \
+                    {q: pm.leader for q, pm in v.topics[t].partitions.items()}
+            try:
+                state["txn coordinator"] = find_coordinator(asked, tid, COORDINATOR_TRANSACTION)[:2]
+                state["group coordinator"] = find_coordinator(asked, group, 0)[:2]
+            except (OSError, AssertionError, struct.error) as e:
+                return False, f"{state} FindCoordinator: {e!r}"
+            ok = all(state[t] is not None and len(state[t]) == PARTITIONS
+                     and all(ld in live for ld in state[t].values()) for t in (src, dst)) \
+                and all(state[k][0] == 0 and state[k][1] in live for k in ("txn coordinator", "group coordinator"))
+            return ok, state
+
         def kill_and_restart(node: int, why: str) -> None:
-            """SIGKILL; the app must go on without the agent (its partitions and
-            coordinator roles fail over); then restart it and wait for the full ISRs."""
+            """SIGKILL; wait until its partitions and coordinator roles failed over to the
+            other agents (the app working on meanwhile); restart it; the app must commit
+            PROGRESS more input records; the agent rejoins the ISRs.
+            (It is restarted at once after the failover rather than left down until the
+            app made progress: librdkafka 2.16's coordinator requests wait for the dead
+            coordinator's connection, past their timeout, when it is gone from Metadata.)"""
             cluster.wait_healthy(src, PARTITIONS, 30, f"the input topic before killing {why}")
             cluster.wait_healthy(dst, PARTITIONS, 30, f"the output topic before killing {why}")
             mark = app.committed_records
             t_kill = time.monotonic()
             cluster.agents[node].kill()
-            app.wait_committed(mark + PROGRESS, 60,
-                               f"the EOS app committing {PROGRESS} more input records while agent "
-                               f"{node} ({why}) is down after SIGKILL")
-            gap = time.monotonic() - t_kill
+            wait_for(lambda: failed_over(node), 30,
+                     f"the partitions and coordinators of agent {node} ({why}) to fail over after SIGKILL",
+                     interval=0.1)
+            t_failover = time.monotonic() - t_kill
+            during = app.committed_records - mark
             cluster.agents[node].start()
+            app.wait_committed(mark + PROGRESS, 60,
+                               f"the EOS app committing {PROGRESS} more input records after SIGKILL "
+                               f"of agent {node} ({why}) and its restart")
+            gap = time.monotonic() - t_kill
             cluster.wait_healthy(src, PARTITIONS, 30, f"agent {node} back in the input topic's ISRs")
             cluster.wait_healthy(dst, PARTITIONS, 30, f"agent {node} back in the output topic's ISRs")
-            kills.append(f"agent {node} ({why}): +{PROGRESS} committed {gap:.1f}s after the kill")
-
-        leaders = cluster.wait_healthy(dst, PARTITIONS, 30, "the output topic")
-        out_victim = leaders[0].leader
-        kill_and_restart(out_victim, "leader of output p0")
-
-        leaders = cluster.wait_healthy(src, PARTITIONS, 30, "the input topic")
-        part = next((q for q in sorted(leaders) if leaders[q].leader != out_victim), 1)
-        kill_and_restart(leaders[part].leader, f"leader of input p{part}")
+            kills.append(f"agent {node} ({why}): failover {t_failover:.1f}s (+{during} committed while "
+                         f"down), +{PROGRESS} committed {gap:.1f}s after the kill")
 
         def coordinator():
             for n in cluster.up():
@@ -775,16 +801,29 @@ def test_exactly_once_through_leader_and_coordinator_kills(cluster, capsys, reco
                     return False, f"agent {n}: {e!r}"
                 return err == 0 and node in NODES, (err, node)
             return False, "no agent up"
-        _err, coord = wait_for(coordinator, 20, f"FindCoordinator(transaction, {tid})")
-        kill_and_restart(coord, f"transaction coordinator of {tid}")
 
-        # and the app itself, mid-transaction: its successor fences it and its open
-        # transaction is aborted
-        mark = app.committed_records
-        t_kill = time.monotonic()
-        app.sigkill()
-        app.wait_committed(mark + PROGRESS, 60, f"the restarted EOS app committing {PROGRESS} more input records")
-        kills.append(f"the app: +{PROGRESS} committed {time.monotonic() - t_kill:.1f}s after the kill")
+        for rnd in range(1, ROUNDS + 1):
+            out_p = (rnd - 1) % PARTITIONS
+            leaders = cluster.wait_healthy(dst, PARTITIONS, 30, "the output topic")
+            out_victim = leaders[out_p].leader
+            kill_and_restart(out_victim, f"round {rnd}: leader of output p{out_p}")
+
+            leaders = cluster.wait_healthy(src, PARTITIONS, 30, "the input topic")
+            order = [(out_p + 1 + i) % PARTITIONS for i in range(PARTITIONS)]
+            part = next((q for q in order if leaders[q].leader != out_victim), order[0])
+            kill_and_restart(leaders[part].leader, f"round {rnd}: leader of input p{part}")
+
+            _err, coord = wait_for(coordinator, 20, f"FindCoordinator(transaction, {tid})")
+            kill_and_restart(coord, f"round {rnd}: transaction coordinator of {tid}")
+
+            # and the app itself, mid-transaction: its successor fences it and its open
+            # transaction is aborted
+            mark = app.committed_records
+            t_kill = time.monotonic()
+            app.sigkill()
+            app.wait_committed(mark + PROGRESS, 60,
+                               f"round {rnd}: the restarted EOS app committing {PROGRESS} more input records")
+            kills.append(f"round {rnd}: the app: +{PROGRESS} committed {time.monotonic() - t_kill:.1f}s after the kill")
 
         wait_all_consumed(app, servers.split(","), group, src, input_ends)
         app.stop()

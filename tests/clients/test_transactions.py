@@ -15,6 +15,9 @@
   (--transaction-abort-timed-out-transaction-cleanup-interval-ms 200): the LSO passes
   its records, read_committed never returns them, the state is CompleteAbort, and the
   abandoned producer cannot commit it afterwards.
+- DescribeTransactions, ListTransactions (state and producer id filters) and
+  DescribeProducers, as kafka-transactions.sh uses them, while a transaction is open
+  and after it commits, agreeing with /v1/transactions.
 - transaction.timeout.ms above --transaction-max-timeout-ms: INVALID_TRANSACTION_TIMEOUT
   at init (librdkafka and kafka-python); equal to it is accepted.
 - consume-transform-produce with send_offsets_to_transaction: an aborted batch's
@@ -57,9 +60,12 @@ from strata_testlib import (  # noqa: E402
 from txn_testlib import (  # noqa: E402
     READ_COMMITTED,
     READ_UNCOMMITTED,
+    TRANSACTIONAL_ID_NOT_FOUND,
     UNSTABLE_OFFSET_COMMIT,
     admin_end_offsets,
     describe_error,
+    describe_producers,
+    describe_transactions,
     end_offset,
     end_offsets,
     http_abort,
@@ -67,6 +73,7 @@ from txn_testlib import (  # noqa: E402
     kafka_error,
     kp_end_offsets,
     kp_read_all,
+    list_transactions,
     offset_fetch,
     open_on,
     read_all,
@@ -498,6 +505,8 @@ def test_timed_out_transaction_is_aborted_by_the_coordinator(txn_broker):
     aborted_after = time.monotonic() - t0
     assert aborted_after >= 1.9, f"the transaction was aborted {aborted_after:.2f}s after it began, before its 2s timeout"
     rec = wait_state(b, t, "CompleteAbort")
+    listed = [x for x in transactions(b)["transactions"] if x["transactional_id"] == t]
+    assert [x["state"] for x in listed] == ["CompleteAbort"], f"GET /v1/transactions lists {listed}"
     print(f"aborted {aborted_after:.2f}s after begin (timeout 2s, cleanup every {CLEANUP_MS} ms): {rec}")
     assert aborted_after < 2.0 + CLEANUP_MS / 1000 + 8, f"aborted only after {aborted_after:.1f}s"
 
@@ -563,6 +572,67 @@ def test_timeout_above_max_is_refused(broker_factory):
     wait_stable(b.bootstrap, topic, 1)
     assert values(read_all(b.bootstrap, topic, 1, READ_COMMITTED)) == [b"within-max"]
     assert wait_state(b, ok, "CompleteCommit")["timeout_ms"] == 5000
+
+
+# =========================================================================== 5b
+def test_describe_and_list_transactions_and_producers(txn_broker):
+    """KIP-664's admin requests over the wire while a transaction over two partitions is
+    open and after it commits: DescribeTransactions (state, timeout, start time,
+    producer id and epoch, partitions), ListTransactions with and without filters,
+    DescribeProducers (the open transaction's first offset per partition, then none),
+    and TRANSACTIONAL_ID_NOT_FOUND for an unknown id."""
+    b = txn_broker
+    topic = unique_topic("txn-admin")
+    create_topic(b.bootstrap, topic, 2)
+    plain_produce(b.bootstrap, topic, 0, [b"plain"])
+    t = tid("admin")
+    p = Producer(txn_producer_conf(b.bootstrap, t, **{"transaction.timeout.ms": 30000}))
+    p.init_transactions(30)
+    before = int(time.time() * 1000)
+    p.begin_transaction()
+    for q in (0, 1):
+        for i in range(2):
+            p.produce(topic, value=f"admin-p{q}-{i}".encode(), partition=q)
+    assert p.flush(30) == 0
+    rec = wait_state(b, t, "Ongoing")
+    pid, epoch = rec["producer_id"], rec["producer_epoch"]
+
+    d = describe_transactions(b.bootstrap, [t])[t]
+    want = {"error_code": 0, "state": "Ongoing", "timeout_ms": 30000, "producer_id": pid,
+            "producer_epoch": epoch, "partitions": [(topic, 0), (topic, 1)]}
+    assert {k: d[k] for k in want} == want, f"DescribeTransactions: {d}, expected {want}"
+    assert before - 5000 <= d["start_ms"] <= int(time.time() * 1000) + 5000, (d, before)
+    assert d["start_ms"] == rec["start_ms"], f"DescribeTransactions {d} vs /v1/transactions {rec}"
+
+    assert list_transactions(b.bootstrap).get(t) == (pid, "Ongoing"), list_transactions(b.bootstrap)
+    assert t in list_transactions(b.bootstrap, states=["Ongoing"])
+    assert t not in list_transactions(b.bootstrap, states=["CompleteCommit", "CompleteAbort"])
+    assert list(list_transactions(b.bootstrap, producer_ids=[pid])) == [t]
+    assert t not in list_transactions(b.bootstrap, producer_ids=[pid + 1_000_003])
+
+    dp = describe_producers(b.bootstrap, topic, [0, 1])
+    for q, first in ((0, 1), (1, 0)):
+        err, producers = dp[q]
+        mine = [x for x in producers if x["producer_id"] == pid]
+        assert err == 0 and len(mine) == 1, f"DescribeProducers p{q}: {dp[q]}"
+        assert (mine[0]["producer_epoch"], mine[0]["current_txn_start_offset"]) == (epoch, first), (
+            f"DescribeProducers p{q}: {mine[0]}, expected epoch {epoch} and the open transaction "
+            f"starting at {first}")
+
+    p.commit_transaction(30)
+    wait_state(b, t, "CompleteCommit")
+    d = describe_transactions(b.bootstrap, [t])[t]
+    assert (d["error_code"], d["state"], d["producer_id"], d["partitions"]) == (0, "CompleteCommit", pid, []), (
+        f"DescribeTransactions after the commit: {d}")
+    assert list_transactions(b.bootstrap, states=["CompleteCommit"]).get(t, (None,))[0] == pid
+    dp = describe_producers(b.bootstrap, topic, [0, 1])
+    for q in (0, 1):
+        mine = [x for x in dp[q][1] if x["producer_id"] == pid]
+        assert len(mine) == 1 and mine[0]["current_txn_start_offset"] == -1, (
+            f"DescribeProducers p{q} after the commit: {dp[q]}")
+    unknown = tid("never-used")
+    d = describe_transactions(b.bootstrap, [unknown])[unknown]
+    assert d["error_code"] == TRANSACTIONAL_ID_NOT_FOUND, f"DescribeTransactions of an unknown id: {d}"
 
 
 # =========================================================================== 6

@@ -338,3 +338,105 @@ def offset_fetch(bootstrap: str, group: str, topic: str, partitions: list[int],
         return out
     finally:
         w.close()
+
+
+# --------------------------------------------------------------------------- admin APIs
+API_DESCRIBE_PRODUCERS = 61
+API_DESCRIBE_TRANSACTIONS = 65
+API_LIST_TRANSACTIONS = 66
+
+TRANSACTIONAL_ID_NOT_FOUND = 105
+
+
+def describe_transactions(bootstrap: str, transactional_ids: list[str]) -> dict[str, dict]:
+    """DescribeTransactions v0 (KIP-664), sent to the first id's transaction coordinator:
+    {transactional_id: {error_code, state, timeout_ms, start_ms, producer_id,
+    producer_epoch, partitions: sorted [(topic, partition)]}}."""
+    err, _node, coord = find_coordinator(bootstrap, transactional_ids[0], COORDINATOR_TRANSACTION)
+    assert err == 0, f"FindCoordinator(transaction {transactional_ids[0]}) error {err}"
+    w = Wire.connect(coord)
+    try:
+        w.pick(API_DESCRIBE_TRANSACTIONS, [0])
+        body = (_uvarint(len(transactional_ids) + 1) + b"".join(_compact_str(t) for t in transactional_ids)
+                + _uvarint(0))
+        r = w.request(API_DESCRIBE_TRANSACTIONS, 0, body, flexible=True)
+        r.take(">i")  # throttle
+        out = {}
+        for _ in range(r.uvarint() - 1):
+            e = r.take(">h")
+            tid = _rcompact_str(r)
+            state = _rcompact_str(r)
+            timeout = r.take(">i")
+            start = r.take(">q")
+            pid = r.take(">q")
+            epoch = r.take(">h")
+            parts = []
+            for _ in range(r.uvarint() - 1):
+                topic = _rcompact_str(r)
+                parts += [(topic, r.take(">i")) for _ in range(r.uvarint() - 1)]
+                r.skip_tags()
+            r.skip_tags()
+            out[tid] = {"error_code": e, "state": state, "timeout_ms": timeout, "start_ms": start,
+                        "producer_id": pid, "producer_epoch": epoch, "partitions": sorted(parts)}
+        return out
+    finally:
+        w.close()
+
+
+def list_transactions(bootstrap: str, states: list[str] = (), producer_ids: list[int] = ()) -> dict[str, tuple[int, str]]:
+    """ListTransactions v0 from the agent at `bootstrap`: {transactional_id: (producer_id,
+    state)}; asserts no error."""
+    w = Wire.connect(bootstrap)
+    try:
+        w.pick(API_LIST_TRANSACTIONS, [0, 1])
+        body = (_uvarint(len(states) + 1) + b"".join(_compact_str(s) for s in states)
+                + _uvarint(len(producer_ids) + 1) + b"".join(struct.pack(">q", p) for p in producer_ids)
+                + _uvarint(0))
+        r = w.request(API_LIST_TRANSACTIONS, 0, body, flexible=True)
+        r.take(">i")
+        err = r.take(">h")
+        unknown = [_rcompact_str(r) for _ in range(r.uvarint() - 1)]
+        out = {}
+        for _ in range(r.uvarint() - 1):
+            tid = _rcompact_str(r)
+            pid = r.take(">q")
+            state = _rcompact_str(r)
+            r.skip_tags()
+            out[tid] = (pid, state)
+        assert err == 0 and not unknown, f"ListTransactions error {err}, unknown state filters {unknown}"
+        return out
+    finally:
+        w.close()
+
+
+def describe_producers(bootstrap: str, topic: str, partitions: list[int]) -> dict[int, tuple[int, list[dict]]]:
+    """DescribeProducers v0 (the partition leader at `bootstrap`): {partition: (error_code,
+    [{producer_id, producer_epoch, last_sequence, last_timestamp, coordinator_epoch,
+    current_txn_start_offset}])}."""
+    w = Wire.connect(bootstrap)
+    try:
+        w.pick(API_DESCRIBE_PRODUCERS, [0])
+        body = (_uvarint(2) + _compact_str(topic) + _uvarint(len(partitions) + 1)
+                + b"".join(struct.pack(">i", p) for p in partitions) + _uvarint(0) + _uvarint(0))
+        r = w.request(API_DESCRIBE_PRODUCERS, 0, body, flexible=True)
+        r.take(">i")
+        out = {}
+        for _ in range(r.uvarint() - 1):
+            _rcompact_str(r)
+            for _ in range(r.uvarint() - 1):
+                p = r.take(">i")
+                e = r.take(">h")
+                _rcompact_str(r)  # error message
+                producers = []
+                for _ in range(r.uvarint() - 1):
+                    pid, epoch, seq, ts, ce, start = r.take(">qiiqiq")
+                    r.skip_tags()
+                    producers.append({"producer_id": pid, "producer_epoch": epoch, "last_sequence": seq,
+                                      "last_timestamp": ts, "coordinator_epoch": ce,
+                                      "current_txn_start_offset": start})
+                r.skip_tags()
+                out[p] = (e, producers)
+            r.skip_tags()
+        return out
+    finally:
+        w.close()

@@ -111,32 +111,19 @@ pub async fn write_all(
                 }
             }
         }
-        for (leader, partitions) in by_leader {
-            let outcomes = if leader == membership.node_id() {
-                let mut outcomes = Vec::with_capacity(partitions.len());
-                for tp in &partitions {
-                    let written = write_local(
-                        replicas,
-                        &tp.0,
-                        tp.1,
-                        record.producer_id,
-                        record.producer_epoch,
-                        control,
-                    )
-                    .await;
-                    outcomes.push(match written {
-                        Ok(_) => Outcome::Written,
-                        Err(e) => {
-                            let code = crate::api::errors::ApiError::from(&e).code();
-                            tracing::debug!(topic = %tp.0, partition = tp.1, error = %e, "marker not written yet");
-                            classify(code)
-                        }
-                    });
-                }
-                outcomes
-            } else {
-                write_remote(membership, leader, &partitions, record, control).await
-            };
+        let local = by_leader.remove(&membership.node_id()).unwrap_or_default();
+        let remote = by_leader
+            .into_iter()
+            .map(|(leader, partitions)| async move {
+                let outcomes = write_remote(membership, leader, &partitions, record, control).await;
+                (partitions, outcomes)
+            });
+        let local = async {
+            let outcomes = write_local_all(replicas, &local, record, control).await;
+            (local.clone(), outcomes)
+        };
+        let (local, remote) = futures::join!(local, futures::future::join_all(remote));
+        for (partitions, outcomes) in std::iter::once(local).chain(remote) {
             for (tp, outcome) in partitions.into_iter().zip(outcomes) {
                 match outcome {
                     Outcome::Written => {}
@@ -160,6 +147,41 @@ pub async fn write_all(
         membership.clock().sleep(RETRY_AFTER).await;
     }
     true
+}
+
+/// Appends the markers to the partitions led here, then waits for all of them to be
+/// committed (their fsyncs and replication overlap).
+async fn write_local_all(
+    replicas: &std::sync::Arc<ReplicaManager>,
+    partitions: &[TopicPartition],
+    record: &TxnRecord,
+    control: ControlRecord,
+) -> Vec<Outcome> {
+    let producing = Producing::new(std::sync::Arc::clone(replicas));
+    let deadline = crate::clock::instant() + crate::peer::RESPONSE_TIMEOUT;
+    let waits = partitions.iter().map(|tp| {
+        let appended = producing.append_marker(
+            &tp.0,
+            tp.1,
+            record.producer_id,
+            record.producer_epoch,
+            control,
+        );
+        async move {
+            let outcome = match appended {
+                Ok((_, commit)) => commit.wait(deadline).await.map(|_| ()),
+                Err(e) => Err(e),
+            };
+            match outcome {
+                Ok(()) => Outcome::Written,
+                Err(e) => {
+                    tracing::debug!(topic = %tp.0, partition = tp.1, error = %e, "marker not written yet");
+                    classify(crate::api::errors::ApiError::from(&e).code())
+                }
+            }
+        }
+    });
+    futures::future::join_all(waits).await
 }
 
 /// Writes one marker to a partition this agent leads and waits until it is committed.

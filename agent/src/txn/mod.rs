@@ -270,8 +270,9 @@ impl Transactions {
         state::verify(record.as_ref(), producer_id, producer_epoch, &partition)
     }
 
-    /// EndTxn. Markers are written afterwards, by [`Transactions::run`]; the answer
-    /// does not wait for them (Kafka's neither).
+    /// EndTxn: records the decision, then writes the markers before answering (Kafka
+    /// answers first; waiting here saves the producer a CONCURRENT_TRANSACTIONS retry on
+    /// its next transaction).
     pub async fn end(
         &self,
         transactional_id: &str,
@@ -288,8 +289,18 @@ impl Transactions {
                 state::end(r, producer_id, producer_epoch, commit, v2, fresh, now)
             })
             .await??;
-        if ended.markers {
-            self.prepared.notify_one();
+        if ended.markers && self.claim(transactional_id) {
+            // The decision is durable; write the markers now, so the producer's next
+            // transaction does not find this one still completing (it would be told
+            // CONCURRENT_TRANSACTIONS and back off). If that fails, the coordinator's
+            // loop finishes it; the answer is the same.
+            // The prepare bumped the coordinator epoch already: no takeover needed.
+            if let Ok(Some(record)) = self.read(transactional_id).await
+                && record.state.is_prepared()
+            {
+                self.finish(transactional_id, record).await;
+            }
+            self.completing_set().remove(transactional_id);
         }
         Ok(ended)
     }
@@ -401,17 +412,22 @@ impl Transactions {
         self.completing_set().insert(id.to_string())
     }
 
-    /// Writes the markers of `id`'s prepared transaction and completes it.
+    /// Takes `id`'s prepared transaction over (a new coordinator epoch), writes its
+    /// markers and completes it.
     async fn complete(&self, id: &str) {
         let now = self.now_ms();
-        let record = match self.change(id, move |r| state::take_over(r, now)).await {
-            Ok(Some(r)) => r,
-            Ok(None) => return,
+        match self.change(id, move |r| state::take_over(r, now)).await {
+            Ok(Some(record)) => self.finish(id, record).await,
+            Ok(None) => {}
             Err(e) => {
                 tracing::debug!(transactional_id = id, error = %e, "cannot take a transaction over");
-                return;
             }
-        };
+        }
+    }
+
+    /// Writes the markers of `record` (`id`'s prepared transaction, under this agent's
+    /// coordinator epoch) and completes it.
+    async fn finish(&self, id: &str, record: TxnRecord) {
         let written =
             markers::write_all(&self.replicas, &self.membership, &self.metastore, &record).await;
         if !written {
