@@ -256,12 +256,12 @@ def find_coordinator(bootstrap: str, key: str, key_type: int) -> tuple[int, int,
             r.take(">i")  # throttle
             n = r.uvarint() - 1
             assert n == 1, f"FindCoordinator v{v}: {n} coordinators for one key"
-            _key = _rcompact_str(r)
+            _rcompact_str(r)  # key
             node = r.take(">i")
             host = _rcompact_str(r)
             port = r.take(">i")
             err = r.take(">h")
-            _msg = _rcompact_str(r)
+            _rcompact_str(r)  # error message
             return err, node, f"{host}:{port}"
         if v == 3:
             body = _compact_str(key) + struct.pack(">b", key_type) + _uvarint(0)
@@ -312,7 +312,7 @@ def offset_fetch(bootstrap: str, group: str, topic: str, partitions: list[int],
         def read_topics() -> dict[int, tuple[int, int]]:
             out = {}
             for _ in range(r.uvarint() - 1):
-                _name = _rcompact_str(r)
+                _rcompact_str(r)  # topic
                 for _ in range(r.uvarint() - 1):
                     p = r.take(">i")
                     off = r.take(">q")
