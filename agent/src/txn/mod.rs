@@ -48,6 +48,8 @@ pub struct TxnConfig {
 /// How often the coordinator looks for prepared transactions to complete (a new
 /// coordinator's takeover after a failover waits at most this).
 const RESUME_INTERVAL_MS: u64 = 500;
+/// How long EndTxn waits for its markers before answering anyway.
+const INLINE_MARKERS: Duration = Duration::from_secs(5);
 /// How often expired transactional ids are looked for.
 const EXPIRY_INTERVAL_MS: i64 = 60 * 60 * 1000;
 
@@ -298,7 +300,14 @@ impl Transactions {
             if let Ok(Some(record)) = self.read(transactional_id).await
                 && record.state.is_prepared()
             {
-                self.finish(transactional_id, record).await;
+                // Bounded well within clients' request timeouts: a partition without a
+                // leader for longer is left to the loop, which takes the record over.
+                let finished =
+                    tokio::time::timeout(INLINE_MARKERS, self.finish(transactional_id, record));
+                if finished.await.is_err() {
+                    tracing::debug!(transactional_id, "markers still pending; the coordinator's loop goes on");
+                    self.prepared.notify_one();
+                }
             }
             self.completing_set().remove(transactional_id);
         }
