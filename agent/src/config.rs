@@ -273,10 +273,16 @@ impl Settings {
         if self.request_timeout_ms == 0 {
             return fail("request_timeout_ms", "must be above 0".to_string());
         }
-        if self.transaction_max_timeout_ms <= 0 || self.transaction_max_timeout_ms > i64::from(i32::MAX) {
+        if self.transaction_max_timeout_ms <= 0
+            || self.transaction_max_timeout_ms > i64::from(i32::MAX)
+        {
             return fail(
                 "transaction_max_timeout_ms",
-                format!("{}; must be between 1 and {}", self.transaction_max_timeout_ms, i32::MAX),
+                format!(
+                    "{}; must be between 1 and {}",
+                    self.transaction_max_timeout_ms,
+                    i32::MAX
+                ),
             );
         }
         if self.transaction_abort_timed_out_transaction_cleanup_interval_ms == 0 {
@@ -286,7 +292,10 @@ impl Settings {
             );
         }
         if self.transactional_id_expiration_ms <= 0 {
-            return fail("transactional_id_expiration_ms", "must be above 0".to_string());
+            return fail(
+                "transactional_id_expiration_ms",
+                "must be above 0".to_string(),
+            );
         }
         if self.request_read_timeout_ms == 0 {
             return fail("request_read_timeout_ms", "must be above 0".to_string());

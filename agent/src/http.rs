@@ -222,6 +222,40 @@ async fn abort_transaction(
             format!("no partition {topic}-{partition} has a replica on this agent"),
         );
     };
+    // Only an open transaction of that producer, and unless forced only a hanging one:
+    // aborting a live transaction here would tear it (its later writes would commit
+    // without these).
+    let force = parsed
+        .get("force")
+        .and_then(|v| v.as_bool())
+        .unwrap_or(false);
+    let open = broker
+        .transactions()
+        .open_on_partitions()
+        .await
+        .into_iter()
+        .find(|o| {
+            o.topic == topic && o.partition == partition && o.open.producer_id == producer_id
+        });
+    match open {
+        None if !force => {
+            return error(
+                StatusCode::NOT_FOUND,
+                format!(
+                    "producer {producer_id} has no transaction open on {topic}-{partition} here"
+                ),
+            );
+        }
+        Some(o) if !o.hanging && !force => {
+            return error(
+                StatusCode::CONFLICT,
+                format!(
+                    "producer {producer_id}'s transaction on {topic}-{partition} is not hanging: its coordinator will end it (add \"force\": true to abort it anyway, which tears it)"
+                ),
+            );
+        }
+        _ => {}
+    }
     let coordinator_epoch = match parsed.get("coordinator_epoch").and_then(|v| v.as_i64()) {
         Some(e) => e as i32,
         None => replica

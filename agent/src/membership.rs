@@ -321,13 +321,32 @@ impl Membership {
         let now = self.clock.wall_ms();
         let all = self.live.read().unwrap_or_else(|p| p.into_inner());
         // This agent is always among them, so the list is never empty.
-        let live: Vec<&AgentRecord> = all.iter().filter(|a| self.is_live(a, now)).collect();
-        // FNV-1a: stable across processes and versions, unlike std's hasher.
-        let hash = group.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        let live = all.iter().filter(|a| self.is_live(a, now));
+        // Rendezvous hashing: the live agent with the highest weight for the key. When
+        // an agent leaves, only its keys move (to their next-highest agent), as Kafka
+        // moves only a dead broker's coordinator partitions.
+        let chosen = live
+            .max_by_key(|a| (rendezvous_weight(group, a.node_id), a.node_id))
+            .expect("this agent is always live to itself");
+        f(chosen)
+    }
+}
+
+/// The weight of `node_id` for `key`: FNV-1a over the key and the node id (stable
+/// across processes and versions, unlike std's hasher), finished with a 64-bit mix so
+/// that nearby node ids do not order the same way for every key.
+fn rendezvous_weight(key: &str, node_id: i32) -> u64 {
+    let fnv = key
+        .bytes()
+        .chain(node_id.to_be_bytes())
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
         });
-        f(live[(hash % live.len() as u64) as usize])
-    }
+    // splitmix64's finalizer.
+    let mut z = fnv.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
 }
 
 #[cfg(test)]
@@ -499,5 +518,29 @@ mod tests {
         assert_eq!(*membership.regained().borrow(), None);
         shutdown.cancel();
         runner.await.expect("membership task");
+    }
+
+    /// When an agent leaves, only the keys it coordinated move; the others stay; and
+    /// the keys spread over all agents.
+    #[test]
+    fn only_a_departed_agents_keys_move() {
+        let pick = |key: &str, nodes: &[i32]| {
+            *nodes
+                .iter()
+                .max_by_key(|&&n| (super::rendezvous_weight(key, n), n))
+                .expect("nodes")
+        };
+        let keys: Vec<String> = (0..300).map(|i| format!("group-{i}")).collect();
+        let before: Vec<i32> = keys.iter().map(|k| pick(k, &[1, 2, 3])).collect();
+        for n in [1, 2, 3] {
+            let share = before.iter().filter(|&&c| c == n).count();
+            assert!(share > 60, "agent {n} coordinates {share} of 300");
+        }
+        let after: Vec<i32> = keys.iter().map(|k| pick(k, &[1, 3])).collect();
+        for (b, a) in before.iter().zip(&after) {
+            if *b != 2 {
+                assert_eq!(a, b, "a key of a surviving agent moved");
+            }
+        }
     }
 }

@@ -305,7 +305,10 @@ impl Transactions {
                 let finished =
                     tokio::time::timeout(INLINE_MARKERS, self.finish(transactional_id, record));
                 if finished.await.is_err() {
-                    tracing::debug!(transactional_id, "markers still pending; the coordinator's loop goes on");
+                    tracing::debug!(
+                        transactional_id,
+                        "markers still pending; the coordinator's loop goes on"
+                    );
                     self.prepared.notify_one();
                 }
             }
