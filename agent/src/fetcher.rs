@@ -242,7 +242,6 @@ async fn leader_epoch_end(
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::peer::read_frame;
 
     /// A peer that declares an enormous response is refused before anything is
