@@ -18,7 +18,7 @@ pub enum Error {
     #[error("acks must be -1, 0 or 1, not {0}")]
     InvalidAcks(i16),
     #[error(transparent)]
-    Transaction(#[from] crate::txn::TxnError),
+    Transaction(#[from] TxnError),
     #[error("the request holds no record batch")]
     NoRecords,
     /// A write was appended but not replicated to the in-sync replicas in time.
@@ -44,4 +44,25 @@ pub enum SyncError {
     /// Opening the topic's replicas here would exceed the open-file budget.
     #[error("cannot open the replicas of topic {topic} here: {why}")]
     FileBudget { topic: String, why: String },
+}
+
+/// Why a transaction request is refused; `api/errors.rs` maps each to its Kafka code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TxnError {
+    #[error("this agent does not coordinate the transactional id")]
+    NotCoordinator,
+    #[error("the transaction coordinator is not available: {0}")]
+    CoordinatorNotAvailable(String),
+    #[error("a previous transaction of this transactional id is still being completed")]
+    ConcurrentTransactions,
+    #[error("the producer id is not the one assigned to this transactional id")]
+    InvalidProducerIdMapping,
+    #[error("a newer producer with the same transactional id has fenced this one")]
+    ProducerFenced,
+    #[error("the transaction is {0}: {1}")]
+    InvalidTxnState(&'static str, String),
+    #[error("transaction.timeout.ms {requested} is above transaction.max.timeout.ms {max}")]
+    InvalidTimeout { requested: i64, max: i64 },
+    #[error("no transaction has this transactional id")]
+    TransactionalIdNotFound,
 }

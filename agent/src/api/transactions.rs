@@ -355,7 +355,7 @@ pub async fn write_txn_markers(
             topic.name = t.name.clone();
             for p in t.partition_indexes {
                 let written = crate::txn::write_marker(
-                    broker,
+                    broker.replicas(),
                     t.name.0.as_str(),
                     p,
                     m.producer_id.0,

@@ -41,6 +41,18 @@ enum Outcome {
     Fenced,
 }
 
+/// The same, for a marker written here.
+fn outcome_of(e: &Error) -> Outcome {
+    use crate::partition::PartitionError as P;
+    match e {
+        Error::Partition(P::Log(strata_log::Error::InvalidProducerEpoch { .. })) => {
+            Outcome::Written
+        }
+        Error::Partition(P::Log(strata_log::Error::CoordinatorFenced { .. })) => Outcome::Fenced,
+        _ => Outcome::Retry,
+    }
+}
+
 fn classify(code: i16) -> Outcome {
     match ResponseError::try_from_code(code) {
         None => Outcome::Written,
@@ -176,7 +188,7 @@ async fn write_local_all(
                 Ok(()) => Outcome::Written,
                 Err(e) => {
                     tracing::debug!(topic = %tp.0, partition = tp.1, error = %e, "marker not written yet");
-                    classify(crate::api::errors::ApiError::from(&e).code())
+                    outcome_of(&e)
                 }
             }
         }

@@ -553,7 +553,7 @@ impl Transactions {
 /// Writes one marker to a partition this agent leads (WriteTxnMarkers) and waits until
 /// it is committed; its offset.
 pub async fn write_marker(
-    broker: &crate::broker::Broker,
+    replicas: &Arc<ReplicaManager>,
     topic: &str,
     partition: i32,
     producer_id: i64,
@@ -561,7 +561,7 @@ pub async fn write_marker(
     control: strata_log::txn::ControlRecord,
 ) -> Result<i64, crate::error::Error> {
     markers::write_local(
-        broker.replicas(),
+        replicas,
         topic,
         partition,
         producer_id,

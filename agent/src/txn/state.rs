@@ -14,27 +14,7 @@ use std::collections::BTreeSet;
 
 use strata_metastore::{Change, Settle, TopicPartition, TxnRecord, TxnState};
 
-/// Why a transaction request is refused; `api/transactions.rs` maps each to its Kafka
-/// code.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TxnError {
-    #[error("this agent does not coordinate the transactional id")]
-    NotCoordinator,
-    #[error("the transaction coordinator is not available: {0}")]
-    CoordinatorNotAvailable(String),
-    #[error("a previous transaction of this transactional id is still being completed")]
-    ConcurrentTransactions,
-    #[error("the producer id is not the one assigned to this transactional id")]
-    InvalidProducerIdMapping,
-    #[error("a newer producer with the same transactional id has fenced this one")]
-    ProducerFenced,
-    #[error("the transaction is {0}: {1}")]
-    InvalidTxnState(&'static str, String),
-    #[error("transaction.timeout.ms {requested} is above transaction.max.timeout.ms {max}")]
-    InvalidTimeout { requested: i64, max: i64 },
-    #[error("no transaction has this transactional id")]
-    TransactionalIdNotFound,
-}
+pub use crate::error::TxnError;
 
 fn invalid(record: &TxnRecord, why: &str) -> TxnError {
     TxnError::InvalidTxnState(record.state.name(), why.to_string())
