@@ -127,18 +127,22 @@ impl ProducerState {
         Ok(())
     }
 
-    /// Records a marker now in the log (`header` with its offset assigned): the
-    /// producer's transaction ends here, and its epoch is the marker's from now on.
-    pub fn record_marker(&mut self, header: &BatchHeader, control: ControlRecord) {
-        let entry = self
-            .producers
+    /// The entry of the batch's producer, new (no batches yet) if it has none.
+    fn entry(&mut self, header: &BatchHeader) -> &mut ProducerEntry {
+        self.producers
             .entry(header.producer_id)
             .or_insert_with(|| ProducerEntry {
                 epoch: header.producer_epoch,
                 batches: VecDeque::new(),
                 last_timestamp_ms: header.max_timestamp,
                 coordinator_epoch: -1,
-            });
+            })
+    }
+
+    /// Records a marker now in the log (`header` with its offset assigned): the
+    /// producer's transaction ends here, and its epoch is the marker's from now on.
+    pub fn record_marker(&mut self, header: &BatchHeader, control: ControlRecord) {
+        let entry = self.entry(header);
         if header.producer_epoch > entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();
@@ -230,15 +234,7 @@ impl ProducerState {
             first_offset: header.base_offset,
             last_offset: header.last_offset(),
         };
-        let entry = self
-            .producers
-            .entry(header.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: header.producer_epoch,
-                batches: VecDeque::new(),
-                last_timestamp_ms: header.max_timestamp,
-                coordinator_epoch: -1,
-            });
+        let entry = self.entry(header);
         if header.producer_epoch != entry.epoch {
             entry.epoch = header.producer_epoch;
             entry.batches.clear();

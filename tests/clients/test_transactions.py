@@ -848,6 +848,26 @@ def test_hanging_transaction_found_and_aborted_over_http(broker_factory):
 
 
 # =========================================================================== 8
+# The committed rows of an archived partition, in DuckDB: a row is committed unless it is
+# transactional and the next marker (control batch) of its producer after it is an abort
+# (the marker's key is version 0, then type 0 abort / 1 commit). Kept in step with
+# docs/transactions.md.
+ARCHIVE_COMMITTED_VIEW = """
+    WITH rows AS (SELECT "offset", value, key, producer_id, batch_attributes FROM read_parquet('{glob}')),
+    markers AS (
+        SELECT producer_id, "offset" AS marker_offset, hex(key) = '00000000' AS aborted
+        FROM rows WHERE batch_attributes & 32 <> 0
+    ),
+    data AS (SELECT * FROM rows WHERE batch_attributes & 32 = 0)
+    SELECT d.value FROM data d
+    WHERE d.batch_attributes & 16 = 0
+       OR NOT (SELECT m.aborted FROM markers m
+               WHERE m.producer_id = d.producer_id AND m.marker_offset > d."offset"
+               ORDER BY m.marker_offset LIMIT 1)
+    ORDER BY d."offset"
+"""
+
+
 def test_read_committed_from_the_archive(broker_factory):
     """Committed and aborted transactions interleaved (two producers, transactions over
     several batches and segments) plus plain records, with hour-old timestamps; read at
@@ -948,3 +968,14 @@ def test_read_committed_from_the_archive(broker_factory):
     assert after_u == before_u, f"read_uncommitted from the archive: {len(after_u)} vs {len(before_u)} records"
     assert [(r.offset, r.value) for r in kp_c] == [(r.offset, r.value) for r in before_c], (
         f"kafka-python read_committed from the archive: {len(kp_c)} records, expected {len(before_c)}")
+
+    # An analyst's view of the same archive: DuckDB over the Parquet tells committed rows
+    # from aborted ones by each transactional row's next marker of its producer (the
+    # query in docs/transactions.md).
+    import duckdb
+    glob = str(_arch.dir / f"topic={topic}" / "partition=0" / "*.parquet")
+    rows = duckdb.sql(ARCHIVE_COMMITTED_VIEW.format(glob=glob)).fetchall()
+    archived_upto = st[0]["archived_upto"]
+    want = sorted(r.value for r in before_c if r.offset <= archived_upto)
+    assert sorted(bytes(v) for (v,) in rows) == want, (
+        f"DuckDB's committed view of the archive: {len(rows)} rows, expected {len(want)}")

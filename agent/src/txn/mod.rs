@@ -172,22 +172,9 @@ impl Transactions {
         version: i16,
         check_owner: bool,
     ) -> Result<(), TxnError> {
-        if check_owner {
-            self.check_owner(transactional_id)?;
-        }
-        let now = self.now_ms();
-        self.change(transactional_id, move |r| {
-            state::add(
-                r,
-                producer_id,
-                producer_epoch,
-                &partitions,
-                None,
-                version,
-                now,
-            )
-        })
-        .await?
+        let producer = (producer_id, producer_epoch);
+        self.add(transactional_id, producer, partitions, None, version, check_owner)
+            .await
     }
 
     /// AddOffsetsToTxn, or a v2 TxnOffsetCommit adding its group.
@@ -200,21 +187,28 @@ impl Transactions {
         version: i16,
         check_owner: bool,
     ) -> Result<(), TxnError> {
+        let producer = (producer_id, producer_epoch);
+        let group = Some(group.to_string());
+        self.add(transactional_id, producer, Vec::new(), group, version, check_owner)
+            .await
+    }
+
+    async fn add(
+        &self,
+        transactional_id: &str,
+        (producer_id, producer_epoch): (i64, i16),
+        partitions: Vec<TopicPartition>,
+        group: Option<String>,
+        version: i16,
+        check_owner: bool,
+    ) -> Result<(), TxnError> {
         if check_owner {
             self.check_owner(transactional_id)?;
         }
         let now = self.now_ms();
-        let group = group.to_string();
         self.change(transactional_id, move |r| {
-            state::add(
-                r,
-                producer_id,
-                producer_epoch,
-                &[],
-                Some(&group),
-                version,
-                now,
-            )
+            let group = group.as_deref();
+            state::add(r, producer_id, producer_epoch, &partitions, group, version, now)
         })
         .await?
     }
