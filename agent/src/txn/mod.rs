@@ -173,8 +173,15 @@ impl Transactions {
         check_owner: bool,
     ) -> Result<(), TxnError> {
         let producer = (producer_id, producer_epoch);
-        self.add(transactional_id, producer, partitions, None, version, check_owner)
-            .await
+        self.add(
+            transactional_id,
+            producer,
+            partitions,
+            None,
+            version,
+            check_owner,
+        )
+        .await
     }
 
     /// AddOffsetsToTxn, or a v2 TxnOffsetCommit adding its group.
@@ -189,8 +196,15 @@ impl Transactions {
     ) -> Result<(), TxnError> {
         let producer = (producer_id, producer_epoch);
         let group = Some(group.to_string());
-        self.add(transactional_id, producer, Vec::new(), group, version, check_owner)
-            .await
+        self.add(
+            transactional_id,
+            producer,
+            Vec::new(),
+            group,
+            version,
+            check_owner,
+        )
+        .await
     }
 
     async fn add(
@@ -208,7 +222,15 @@ impl Transactions {
         let now = self.now_ms();
         self.change(transactional_id, move |r| {
             let group = group.as_deref();
-            state::add(r, producer_id, producer_epoch, &partitions, group, version, now)
+            state::add(
+                r,
+                producer_id,
+                producer_epoch,
+                &partitions,
+                group,
+                version,
+                now,
+            )
         })
         .await?
     }
