@@ -46,12 +46,10 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import struct
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -69,9 +67,9 @@ from confluent_kafka import (
 
 pytest.register_assert_rewrite("replication_testlib", "txn_testlib")
 
-from replication_testlib import Cluster, create_replicated_topic, wait_for  # noqa: E402
+from replication_testlib import create_replicated_topic, wait_for  # noqa: E402
 from strata_testlib import RDKAFKA_LOG, unique_topic  # noqa: E402
-from test_replication import REBALANCE_FLAG, REBALANCE_MS, agent_has_flag  # noqa: E402
+from test_replication import report, started_cluster  # noqa: E402
 from txn_testlib import (  # noqa: E402
     COORDINATOR_TRANSACTION,
     READ_COMMITTED,
@@ -108,42 +106,11 @@ HANG_EXIT = 75
 def cluster(broker_factory, request):
     """Three started agents sharing one metastore, short leases, short transaction
     cleanup interval."""
-    shared = Path(tempfile.mkdtemp(prefix="strata-eos-"))
-    metastore = shared / "metastore.sqlite"
-    extra = [REBALANCE_FLAG, str(REBALANCE_MS)] if agent_has_flag(REBALANCE_FLAG) else []
-    agents = {
-        node: broker_factory(extra_args=[
-            "--node-id", str(node),
-            "--metastore-path", str(metastore),
-            "--lease-ms", "3000",
-            "--replica-lag-time-max-ms", "2000",
-            "--group-initial-rebalance-delay-ms", "200",
-            "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "200",
-            *extra,
-        ])
-        for node in NODES
-    }
-    c = Cluster(agents, metastore)
-    try:
-        for a in agents.values():
-            a.start()
-        yield c
-    finally:
-        c.resume_all()
-        for a in agents.values():
-            a.kill()
-        failed = any(getattr(getattr(request.node, "rep_" + w, None), "failed", False)
-                     for w in ("setup", "call"))
-        if failed or os.environ.get("STRATA_KEEP_DATA") == "1":
-            print(f"\n[strata] kept the shared metastore of {request.node.nodeid}: {shared}")
-        else:
-            shutil.rmtree(shared, ignore_errors=True)
-
-
-def report(capsys, record_property, name: str, line: str) -> None:
-    record_property(name, line)
-    with capsys.disabled():
-        print(f"\n[{name}] {line}", flush=True)
+    yield from started_cluster(broker_factory, request, "strata-eos-", [
+        "--lease-ms", "3000",
+        "--replica-lag-time-max-ms", "2000",
+        "--transaction-abort-timed-out-transaction-cleanup-interval-ms", "200",
+    ])
 
 
 # --------------------------------------------------------------------------- the app

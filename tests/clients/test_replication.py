@@ -114,19 +114,19 @@ def preferred_election_timeout() -> float:
     return REBALANCE_MS / 1000 + 20 if agent_has_flag(REBALANCE_FLAG) else 45
 
 
-@pytest.fixture
-def cluster(broker_factory, request):
-    """Three started agents sharing one metastore, with short leases."""
-    shared = Path(tempfile.mkdtemp(prefix="strata-replication-"))
+def started_cluster(broker_factory, request, prefix: str, extra_args: list[str]):
+    """Three agents sharing one metastore, started; yields the Cluster, then kills them
+    all (resuming any stopped one first) and removes the shared metastore unless the test
+    failed or STRATA_KEEP_DATA=1. For fixtures: `yield from started_cluster(...)`."""
+    shared = Path(tempfile.mkdtemp(prefix=prefix))
     metastore = shared / "metastore.sqlite"
     extra = [REBALANCE_FLAG, str(REBALANCE_MS)] if agent_has_flag(REBALANCE_FLAG) else []
     agents = {
         node: broker_factory(extra_args=[
             "--node-id", str(node),
             "--metastore-path", str(metastore),
-            "--lease-ms", str(LEASE_MS),
-            "--replica-lag-time-max-ms", str(LAG_MS),
             "--group-initial-rebalance-delay-ms", "200",
+            *extra_args,
             *extra,
         ])
         for node in NODES
@@ -146,6 +146,15 @@ def cluster(broker_factory, request):
             print(f"\n[strata] kept the shared metastore of {request.node.nodeid}: {shared}")
         else:
             shutil.rmtree(shared, ignore_errors=True)
+
+
+@pytest.fixture
+def cluster(broker_factory, request):
+    """Three started agents sharing one metastore, with short leases."""
+    yield from started_cluster(broker_factory, request, "strata-replication-", [
+        "--lease-ms", str(LEASE_MS),
+        "--replica-lag-time-max-ms", str(LAG_MS),
+    ])
 
 
 def report(capsys, record_property, name: str, line: str) -> None:
