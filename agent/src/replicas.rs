@@ -570,28 +570,39 @@ impl ReplicaManager {
     /// Brings the local logs in line as soon as topics change in the metastore (another
     /// agent or an admin request there changed them), by watching one key. Stops on
     /// shutdown. The periodic [`ReplicaManager::maintenance`] refresh stays as a backstop.
+    ///
+    /// The watch is armed before each refresh, so a change made while this task starts,
+    /// or while a refresh runs, is either seen by that refresh or fires the watch: none
+    /// waits for the backstop.
     pub async fn follow_topic_changes(self: Arc<Self>) -> Stopped {
         loop {
-            let watched = async {
-                let watch = self.metastore.watch_topics().await?;
-                watch.await
-            };
-            let watched = tokio::select! {
-                r = watched => r,
+            let armed = tokio::select! {
+                r = self.metastore.watch_topics() => r,
                 _ = self.shutdown.cancelled() => return Stopped::Shutdown,
             };
-            if let Err(e) = watched {
-                tracing::warn!(error = %e, "cannot watch topics in the metastore; retrying in 1 s");
+            let watch = match armed {
+                Ok(watch) => watch,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot watch topics in the metastore; retrying in 1 s");
+                    tokio::select! {
+                        _ = crate::clock::pause(Duration::from_secs(1)) => continue,
+                        _ = self.shutdown.cancelled() => return Stopped::Shutdown,
+                    }
+                }
+            };
+            if let Err(e) = self.refresh().await {
+                tracing::warn!(error = %e, "cannot refresh topics from the metastore");
+            }
+            let fired = tokio::select! {
+                r = watch => r,
+                _ = self.shutdown.cancelled() => return Stopped::Shutdown,
+            };
+            if let Err(e) = fired {
+                tracing::warn!(error = %e, "the topic watch failed; re-arming in 1 s");
                 tokio::select! {
                     _ = crate::clock::pause(Duration::from_secs(1)) => {}
                     _ = self.shutdown.cancelled() => return Stopped::Shutdown,
                 }
-            }
-            if self.shutdown.is_cancelled() {
-                return Stopped::Shutdown;
-            }
-            if let Err(e) = self.refresh().await {
-                tracing::warn!(error = %e, "cannot refresh topics from the metastore");
             }
         }
     }
