@@ -57,7 +57,8 @@ export RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 if command -v mold >/dev/null; then
     export RUSTFLAGS="${RUSTFLAGS:-} -C link-arg=-fuse-ld=mold"
 fi
-cargo build --workspace --all-targets --locked
+# --timings: target/cargo-timings/cargo-timing.html shows where the build time went.
+cargo build --workspace --all-targets --locked --timings
 
 step "cargo clippy of the FoundationDB backend (type-checked, not linked)"
 # The backend lives in strata-metastore alone (the agent reaches it through

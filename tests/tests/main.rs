@@ -1,0 +1,8 @@
+//! The cross-crate integration tests, each file a module of this one binary: the agent
+//! is linked into one test executable instead of five.
+
+mod archive;
+mod cluster;
+mod connections;
+mod hardening;
+mod protocol;
