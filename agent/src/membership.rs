@@ -28,7 +28,6 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use anyhow::Context;
-use strata_metastore::kv::Watch;
 use strata_metastore::{AgentRecord, Metastore};
 use tokio_util::sync::CancellationToken;
 
@@ -202,62 +201,37 @@ impl Membership {
     /// deregisters.
     pub async fn run(&self, shutdown: CancellationToken) -> Stopped {
         let mut next_renewal = self.clock.monotonic() + self.renew_every();
-        // The watch lives across renewals and is armed before the refresh it leads to,
-        // so an agent joining or leaving at any moment wakes this loop.
-        let mut joined_or_left: Option<Watch> = None;
-        let mut watch_failing = false;
         loop {
-            if joined_or_left.is_none() && !watch_failing {
-                let armed = tokio::select! {
-                    r = self.metastore.watch_agents() => r,
-                    _ = shutdown.cancelled() => break,
+            let joined_or_left = async {
+                let watched = match self.metastore.watch_agents().await {
+                    Ok(watch) => watch.await,
+                    Err(e) => Err(e),
                 };
-                match armed {
-                    Ok(watch) => {
-                        joined_or_left = Some(watch);
-                        let refreshed = tokio::select! {
-                            r = self.refresh() => r,
-                            _ = shutdown.cancelled() => break,
-                        };
-                        if let Err(e) = refreshed {
-                            tracing::warn!(error = %e, "cannot read the live agents from the metastore");
-                        }
-                    }
-                    // Do not spin on a failing watch: the renewal reads the agents
-                    // anyway, and the watch is tried again after it.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot watch agents in the metastore");
-                        watch_failing = true;
-                    }
-                }
-                continue;
-            }
-            let fired = async {
-                match joined_or_left.as_mut() {
-                    Some(watch) => watch.await,
-                    None => std::future::pending().await,
+                if let Err(e) = watched {
+                    // Do not spin on a failing watch: the renewal reads the agents anyway.
+                    tracing::warn!(error = %e, "cannot watch agents in the metastore");
+                    std::future::pending::<()>().await;
                 }
             };
-            tokio::select! {
-                _ = self.clock.sleep_until(next_renewal) => {}
-                r = fired => {
-                    joined_or_left = None;
-                    if let Err(e) = r {
-                        tracing::warn!(error = %e, "the agents watch failed");
-                        watch_failing = true;
-                    }
-                    continue;
-                }
+            let renew = tokio::select! {
+                _ = self.clock.sleep_until(next_renewal) => true,
+                () = joined_or_left => false,
                 _ = shutdown.cancelled() => break,
-            }
-            watch_failing = false;
-            next_renewal = self.clock.monotonic() + self.renew_every();
+            };
+            let work = async {
+                if renew {
+                    next_renewal = self.clock.monotonic() + self.renew_every();
+                    self.renew(false).await
+                } else {
+                    self.refresh().await
+                }
+            };
             // A metastore that hangs must not hold shutdown up.
-            let renewed = tokio::select! {
-                r = self.renew(false) => r,
+            let outcome = tokio::select! {
+                o = work => o,
                 _ = shutdown.cancelled() => break,
             };
-            if let Err(e) = renewed {
+            if let Err(e) = outcome {
                 tracing::error!(error = %e, "cannot renew this agent's lease in the metastore");
             }
         }
