@@ -228,6 +228,7 @@ impl Settings {
     /// refuses to start with a message naming the setting instead.
     pub fn validate(&self) -> anyhow::Result<()> {
         let fail = |name: &str, why: String| Err(anyhow::anyhow!("invalid setting {name}: {why}"));
+        self.advertised()?;
         let partitions = self.topic_defaults.num_partitions;
         if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
             return fail(
@@ -342,9 +343,19 @@ impl Settings {
             .unwrap_or_else(|| self.data_dir.join("metastore.sqlite"))
     }
 
-    /// The `(host, port)` clients are told to use.
+    /// The `(host, port)` clients are told to use. Listening on every address (0.0.0.0
+    /// or ::) names no address a client could use, so then `kafka_advertised` must be
+    /// set, as Kafka requires of `advertised.listeners`.
     pub fn advertised(&self) -> anyhow::Result<(String, i32)> {
         match &self.kafka_advertised {
+            None if self.kafka_listen.ip().is_unspecified() => Err(anyhow::anyhow!(
+                "invalid setting kafka_advertised (--kafka-advertised): it must be set when \
+                 kafka_listen is {} (every address): clients cannot connect to {}; give the \
+                 host:port they should use, e.g. --kafka-advertised broker-1.internal:{}",
+                self.kafka_listen,
+                self.kafka_listen.ip(),
+                self.kafka_listen.port()
+            )),
             None => Ok((
                 self.kafka_listen.ip().to_string(),
                 i32::from(self.kafka_listen.port()),

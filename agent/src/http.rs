@@ -1,4 +1,5 @@
 //! The HTTP API beside the Kafka port. For now: `/healthz` (the process is up),
+//! `/metrics` (Prometheus),
 //! `/readyz` (the Kafka listener accepts and the metastore answers), `/v1/tiering`
 //! (archive progress), `/v1/partitions` (this agent's replicas: role, epoch,
 //! offsets, and for leaders the ISR and each follower's progress) and
@@ -21,6 +22,7 @@ pub fn router(broker: Arc<Broker>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
         .route("/v1/tiering", get(tiering))
         .route("/v1/partitions", get(partitions))
         .route("/v1/compaction", get(compaction))
@@ -30,7 +32,27 @@ pub fn router(broker: Arc<Broker>) -> Router {
             axum::routing::post(abort_transaction),
         )
         .route("/v1/transactions/{id}", get(transaction))
+        .fallback(not_found)
         .with_state(broker)
+}
+
+/// Paths that are not served: a problem-details body naming the paths that are.
+async fn not_found(uri: axum::http::Uri) -> impl axum::response::IntoResponse {
+    let body = serde_json::json!({
+        "type": "about:blank",
+        "title": "Not Found",
+        "status": 404,
+        "detail": format!(
+            "no endpoint at {}; served here: /healthz, /readyz, /metrics, /v1/partitions, \
+             /v1/tiering, /v1/compaction, /v1/transactions",
+            uri.path()
+        ),
+    });
+    (
+        StatusCode::NOT_FOUND,
+        [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
 }
 
 /// Ready while the agent is not shutting down and the metastore answers. The HTTP
@@ -51,6 +73,41 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
     }
 }
 
+/// Every series in Prometheus's text format (`observe.rs`, `docs/metrics.md`).
+async fn metrics(State(broker): State<Arc<Broker>>) -> impl axum::response::IntoResponse {
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::observe::render(&broker).await,
+    )
+}
+
+/// Tiering status with, where records wait in the active segment alone, why: only
+/// closed segments are archived.
+fn explained(
+    broker: &Broker,
+    status: Vec<strata_tiering::PartitionStatus>,
+) -> Vec<serde_json::Value> {
+    status
+        .into_iter()
+        .map(|s| {
+            let topic = broker.replicas().topic(&s.topic);
+            let waiting = s.lag_records > 0
+                && topic
+                    .as_ref()
+                    .and_then(|t| t.replica(s.partition))
+                    .is_some_and(|p| p.segments_from(s.archived_upto + 1).1 == 1);
+            let mut v = serde_json::to_value(&s).unwrap_or_default();
+            if waiting {
+                v["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
+            }
+            v
+        })
+        .collect()
+}
+
 /// Tiering progress per partition: highest archived offset and lag in records.
 async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
     let reader = broker.replicas().archive();
@@ -62,7 +119,7 @@ async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Va
             let started = worker.pass_started_ms();
             serde_json::json!({
                 "archive": archive,
-                "partitions": worker.status(),
+                "partitions": explained(&broker, worker.status()),
                 // A pass running for long is stuck on the store (calls time out after 60 s).
                 "pass_running_ms": started.map(|s| (now - s).max(0)),
                 "archive_read_failures": failures,

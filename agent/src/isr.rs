@@ -57,6 +57,7 @@ async fn change_isr(
 ) {
     let me = replicas.node_id();
     let wanted = change.isr.clone();
+    let before = partition.gauges().leader.map_or(0, |l| l.isr);
     let result = replicas
         .metastore()
         .update_partition(topic, partition.index as u32, move |cur| {
@@ -77,6 +78,7 @@ async fn change_isr(
             if r.isr == change.isr {
                 tracing::info!(partition = %partition.name(), epoch, isr = ?r.isr, reason = change.reason, "ISR changed");
             }
+            crate::metrics::isr_changed(before, r.isr.len());
             partition.isr_result(epoch, Some(r.isr));
         }
         Ok(_) => {

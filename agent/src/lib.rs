@@ -19,6 +19,8 @@ pub mod http;
 pub mod isr;
 pub mod membership;
 pub mod metastore;
+pub mod metrics;
+pub mod observe;
 pub mod open_files;
 pub mod partition;
 mod peer;
@@ -27,6 +29,7 @@ pub mod replicas;
 pub mod server;
 pub mod service;
 pub mod tasks;
+pub mod throttle;
 pub mod tiering_process;
 pub mod topic_config;
 pub mod txn;
@@ -59,6 +62,9 @@ pub struct Agent {
     _data_dir: DataDir,
 }
 
+/// This build: the crate version and the git commit it was built from.
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("STRATA_COMMIT"), ")");
+
 /// Starts an agent; returns once both listeners accept connections.
 pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     settings.validate()?;
@@ -81,6 +87,21 @@ pub async fn start_on(
     store: Arc<dyn strata_metastore::KvStore>,
 ) -> anyhow::Result<Agent> {
     settings.validate()?;
+    // Before anything is recorded: events before the recorder exists are lost.
+    metrics::handle();
+    tracing::info!(
+        version = VERSION,
+        node_id = settings.node_id,
+        data_dir = %settings.data_dir.display(),
+        metastore = ?settings.metastore,
+        archive = settings.archive_url.as_deref().unwrap_or("file://DATA_DIR/archive"),
+        tiering = settings.tiering_enabled,
+        compactor = settings.compactor_enabled,
+        ack_durability = ?settings.ack_durability,
+        lease_ms = settings.lease_ms,
+        auto_create_topics = settings.auto_create_topics,
+        "starting strata"
+    );
     let files = open_files::FileBudget::raise();
     let data_dir = DataDir::open(&settings.data_dir)?;
     let shutdown = CancellationToken::new();

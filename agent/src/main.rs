@@ -11,7 +11,7 @@ use tracing_subscriber::EnvFilter;
 #[derive(Debug, Parser)]
 #[command(
     name = "strata",
-    version,
+    version = strata_agent::VERSION,
     about = "A Kafka-compatible, cloud-native message broker"
 )]
 struct Cli {
@@ -48,25 +48,25 @@ struct AgentArgs {
     /// TOML settings file.
     #[arg(long, env = "STRATA_CONFIG")]
     config: Option<PathBuf>,
-    /// Broker id of this agent.
+    /// Broker id of this agent. [default: 1]
     #[arg(long, env = "STRATA_NODE_ID")]
     node_id: Option<i32>,
     /// Rack (e.g. the availability zone) of this agent.
     #[arg(long, env = "STRATA_RACK")]
     rack: Option<String>,
-    /// Address the Kafka listener binds.
-    #[arg(long, env = "STRATA_KAFKA_LISTEN")]
+    /// Address the Kafka listener binds. [default: 127.0.0.1:9092]
+    #[arg(long, env = "STRATA_KAFKA_LISTEN", value_parser = listen_address)]
     kafka_listen: Option<SocketAddr>,
-    /// host:port clients are told to connect to.
+    /// host:port clients are told to connect to. [default: the listen address; required when listening on 0.0.0.0]
     #[arg(long, env = "STRATA_KAFKA_ADVERTISED")]
     kafka_advertised: Option<String>,
-    /// Address the HTTP API binds.
-    #[arg(long, env = "STRATA_HTTP_LISTEN")]
+    /// Address the HTTP API binds. [default: 127.0.0.1:9644]
+    #[arg(long, env = "STRATA_HTTP_LISTEN", value_parser = listen_address)]
     http_listen: Option<SocketAddr>,
-    /// Directory for logs, the lock and the embedded metastore.
+    /// Directory for logs, the lock and the embedded metastore. [default: ./data]
     #[arg(long, env = "STRATA_DATA_DIR")]
     data_dir: Option<PathBuf>,
-    /// Metastore backend: embedded (a SQLite file) or fdb (FoundationDB).
+    /// Metastore backend: embedded (a SQLite file) or fdb (FoundationDB). [default: embedded]
     #[arg(long, env = "STRATA_METASTORE", value_enum)]
     metastore: Option<MetastoreKind>,
     /// Embedded metastore file (default: DATA_DIR/metastore.sqlite).
@@ -78,13 +78,13 @@ struct AgentArgs {
     /// Subspace prefix of this cluster's keys in FoundationDB (default: strata).
     #[arg(long, env = "STRATA_FDB_PREFIX")]
     fdb_prefix: Option<String>,
-    /// Partitions of auto-created topics and of CreateTopics without a count.
+    /// Partitions of auto-created topics and of CreateTopics without a count. [default: 1]
     #[arg(long, env = "STRATA_NUM_PARTITIONS")]
     num_partitions: Option<i32>,
-    /// Kafka's auto.create.topics.enable.
+    /// Kafka's auto.create.topics.enable. [default: true]
     #[arg(long, env = "STRATA_AUTO_CREATE_TOPICS")]
     auto_create_topics: Option<bool>,
-    /// Archive for closed segments: file:///dir or s3://bucket/prefix.
+    /// Archive for closed segments: file:///dir or s3://bucket/prefix. [default: file://DATA_DIR/archive]
     #[arg(long, env = "STRATA_ARCHIVE_URL")]
     archive_url: Option<String>,
     /// Do the archive's compaction, merging and collection inside the agent (default
@@ -94,7 +94,7 @@ struct AgentArgs {
     /// Run the tiering worker inside the agent (default true).
     #[arg(long, env = "STRATA_TIERING_ENABLED")]
     tiering_enabled: Option<bool>,
-    /// How often (ms) the tiering worker looks for closed segments.
+    /// How often (ms) the tiering worker looks for closed segments. [default: 1000]
     #[arg(long, env = "STRATA_TIERING_INTERVAL_MS")]
     tiering_interval_ms: Option<u64>,
     /// Kafka's log.retention.check.interval.ms: how often retention runs (default
@@ -123,39 +123,51 @@ struct AgentArgs {
     /// (default 67108864; 0: never).
     #[arg(long, env = "STRATA_ARCHIVE_MERGE_TARGET_BYTES")]
     archive_merge_target_bytes: Option<u64>,
-    /// Kafka's group.initial.rebalance.delay.ms.
+    /// Kafka's group.initial.rebalance.delay.ms. [default: 3000]
     #[arg(long, env = "STRATA_GROUP_INITIAL_REBALANCE_DELAY_MS")]
     group_initial_rebalance_delay_ms: Option<i64>,
-    /// Kafka's default.replication.factor.
+    /// Kafka's default.replication.factor. [default: 1]
     #[arg(long, env = "STRATA_DEFAULT_REPLICATION_FACTOR")]
     default_replication_factor: Option<i16>,
-    /// This agent's membership lease in ms (renewed every fifth of it).
+    /// This agent's membership lease in ms (renewed every fifth of it). [default: 10000]
     #[arg(long, env = "STRATA_LEASE_MS")]
     lease_ms: Option<u64>,
     /// Bytes of requests held in memory at once over all connections (Kafka's
-    /// queued.max.request.bytes).
+    /// queued.max.request.bytes). [default: 268435456]
     #[arg(long, env = "STRATA_QUEUED_MAX_REQUEST_BYTES")]
     queued_max_request_bytes: Option<usize>,
     /// Client connections held at once (Kafka's max.connections); at the limit new
-    /// connections wait in the listen backlog.
+    /// connections wait in the listen backlog. [default: 10000]
     #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
-    /// Close connections idle this long (Kafka's connections.max.idle.ms).
+    /// Close connections idle this long (Kafka's connections.max.idle.ms). [default: 600000]
     #[arg(long, env = "STRATA_CONNECTIONS_MAX_IDLE_MS")]
     connections_max_idle_ms: Option<u64>,
-    /// How long (ms) a request frame may take to arrive once its size is read.
+    /// How long (ms) a request frame may take to arrive once its size is read. [default: 30000]
     #[arg(long, env = "STRATA_REQUEST_READ_TIMEOUT_MS")]
     request_read_timeout_ms: Option<u64>,
     /// When a leader counts a write as durable: fsync (default) or page-cache (as
     /// Kafka's defaults, for like-for-like benchmarks).
     #[arg(long, env = "STRATA_ACK_DURABILITY", value_enum)]
     ack_durability: Option<AckDurability>,
-    /// Kafka's replica.lag.time.max.ms.
+    /// Kafka's replica.lag.time.max.ms. [default: 30000]
     #[arg(long, env = "STRATA_REPLICA_LAG_TIME_MAX_MS")]
     replica_lag_time_max_ms: Option<i64>,
-    /// How often (ms) leadership goes back to preferred replicas; 0: never.
+    /// How often (ms) leadership goes back to preferred replicas; 0: never. [default: 30000]
     #[arg(long, env = "STRATA_LEADER_REBALANCE_INTERVAL_MS")]
     leader_rebalance_interval_ms: Option<u64>,
+}
+
+/// `host:port` or `ip:port`; a host name is resolved now, to its first address
+/// (`localhost:9092` is 127.0.0.1:9092).
+fn listen_address(given: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs;
+    let mut addresses = given
+        .to_socket_addrs()
+        .map_err(|e| format!("{given:?} is not host:port or ip:port ({e})"))?;
+    addresses
+        .next()
+        .ok_or_else(|| format!("{given:?} resolves to no address"))
 }
 
 impl AgentArgs {
@@ -294,9 +306,9 @@ fn main() -> std::process::ExitCode {
     strata_agent::metastore::close();
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,
+        // Once, through the log (which goes to stderr).
         Err(e) => {
             tracing::error!("{e:#}");
-            eprintln!("strata: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -64,6 +64,24 @@ pub struct Partition {
     next_verification: std::sync::atomic::AtomicU64,
 }
 
+/// A replica's offsets and size, and as leader its replication, for `/metrics`.
+#[derive(Debug)]
+pub struct Gauges {
+    pub log_start_offset: i64,
+    pub log_end_offset: i64,
+    pub high_watermark: i64,
+    pub size_bytes: u64,
+    pub leader: Option<LeaderGauges>,
+}
+
+#[derive(Debug)]
+pub struct LeaderGauges {
+    pub replicas: usize,
+    pub isr: usize,
+    /// By follower that has fetched in this epoch: records behind this leader's log end.
+    pub follower_lag: Vec<(i32, i64)>,
+}
+
 /// What a read returns besides the bytes.
 #[derive(Debug)]
 pub struct ReadOutcome {
@@ -222,7 +240,7 @@ impl Partition {
                     o.high_watermark = hw;
                     o.log_end_offset = log_end;
                 });
-                tracing::info!(partition = %self.name(), epoch, isr = ?record.isr, log_end, high_watermark = hw, "leading");
+                tracing::debug!(partition = %self.name(), epoch, isr = ?record.isr, log_end, high_watermark = hw, "leading");
             }
             Transition::Follows {
                 leader,
@@ -230,7 +248,7 @@ impl Partition {
                 deposed,
             } => {
                 if deposed.is_some() {
-                    tracing::info!(partition = %self.name(), epoch, leader, "no longer leading");
+                    tracing::debug!(partition = %self.name(), epoch, leader, "no longer leading");
                 }
                 self.stop_fetcher();
                 self.offsets.send_modify(|o| {
@@ -519,6 +537,53 @@ impl Partition {
             }
         }
         status
+    }
+
+    /// What `/metrics` reports of this replica (`metrics.rs`).
+    pub fn gauges(&self) -> Gauges {
+        let offsets = *self.offsets.borrow();
+        let (log_start_offset, log_end_offset, size_bytes) = {
+            let log = self.log();
+            (
+                log.log_start_offset(),
+                log.log_end_offset(),
+                log.size_bytes(),
+            )
+        };
+        let leader = match self.replica().role() {
+            Role::Leader(l) => Some(LeaderGauges {
+                replicas: l.replicas.len(),
+                isr: l.isr.len(),
+                follower_lag: l
+                    .followers
+                    .iter()
+                    .filter_map(|(id, f)| {
+                        let behind = log_end_offset - f.log_end_offset?;
+                        Some((*id, behind.max(0)))
+                    })
+                    .collect(),
+            }),
+            Role::Follower { .. } => None,
+        };
+        Gauges {
+            log_start_offset,
+            log_end_offset,
+            high_watermark: offsets.high_watermark,
+            size_bytes,
+            leader,
+        }
+    }
+
+    /// The base timestamp of the batch holding `offset`, if the local log has it below
+    /// the high watermark.
+    pub fn batch_timestamp(&self, offset: i64) -> Option<i64> {
+        let read = self.read(offset, 1, Bound::HighWatermark).ok()?;
+        strata_log::BatchHeader::parse(&read.records).map(|h| h.base_timestamp)
+    }
+
+    /// The bytes and the count of the segments holding offsets from `offset` on.
+    pub fn segments_from(&self, offset: i64) -> (u64, usize) {
+        self.log().segments_from(offset)
     }
 
     /// Runs `f` on the log if this replica still follows `epoch` (so a fetcher of an

@@ -465,10 +465,27 @@ impl ReplicaManager {
                 }
             }
         }
+        // One line per topic for what changed (a topic may have thousands of partitions;
+        // each one's transition is at debug level).
+        let (mut leads, mut follows) = (Vec::new(), Vec::new());
         for (replica, p) in partitions.iter().zip(&record.partitions) {
             if let Some(replica) = replica {
-                self.apply_role(replica, p);
+                match self.apply_role(replica, p) {
+                    Transition::Leads { .. } => leads.push(replica.index),
+                    Transition::Follows { leader, .. } if leader >= 0 => {
+                        follows.push(replica.index)
+                    }
+                    _ => {}
+                }
             }
+        }
+        if !leads.is_empty() || !follows.is_empty() {
+            tracing::info!(
+                topic = %record.name,
+                leading = %ranges(&leads),
+                following = %ranges(&follows),
+                "partitions changed role"
+            );
         }
         Ok(partitions)
     }
@@ -493,7 +510,7 @@ impl ReplicaManager {
         Ok(after.unwrap_or_else(|| p.clone()))
     }
     /// Leads or follows as the partition record says; a new follower starts copying.
-    fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) {
+    fn apply_role(&self, replica: &Arc<Partition>, p: &PartitionRecord) -> Transition {
         let now_ms = self.membership.clock().wall_ms();
         let transition = replica.apply(p, now_ms);
         if let Transition::Leads { .. } = transition {
@@ -528,6 +545,7 @@ impl ReplicaManager {
                 ),
             );
         }
+        transition
     }
     /// Makes sure `dir` holds the log of topic `id`: a directory left by an earlier topic
     /// of the same name (deleted while this agent was down) is removed first.
@@ -888,4 +906,26 @@ fn cut_at(records: &mut Vec<u8>, limit: i64) {
         keep += header.total_bytes();
     }
     records.truncate(keep);
+}
+
+/// `0-3,7,9-10`: partition indexes as runs; `-` for none.
+fn ranges(indexes: &[i32]) -> String {
+    let mut out = String::new();
+    let mut i = 0;
+    while i < indexes.len() {
+        let start = indexes[i];
+        while i + 1 < indexes.len() && indexes[i + 1] == indexes[i] + 1 {
+            i += 1;
+        }
+        if !out.is_empty() {
+            out.push(',');
+        }
+        if indexes[i] == start {
+            out.push_str(&start.to_string());
+        } else {
+            out.push_str(&format!("{start}-{}", indexes[i]));
+        }
+        i += 1;
+    }
+    if out.is_empty() { "-".to_string() } else { out }
 }

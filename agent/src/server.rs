@@ -21,8 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use futures::StreamExt;
 use futures::stream::FuturesOrdered;
+use futures::{FutureExt, StreamExt};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
@@ -104,6 +104,10 @@ impl RequestMemory {
     }
 }
 
+/// Bad connections are logged at most once a second: a broken or hostile client can
+/// open them at any rate.
+static BAD_CONNECTIONS: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
+
 /// Accepts connections until shutdown; each connection is a task of `tasks`. A failed
 /// accept (out of file descriptors, most often) is retried after a pause that doubles
 /// while it keeps failing, and logged once per run of failures.
@@ -158,13 +162,20 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> 
                 let broker = Arc::clone(&broker);
                 let memory = memory.clone();
                 let info = ConnectionInfo::new(Arc::clone(&kafka), peer);
+                tracing::debug!(%peer, "connection accepted");
+                let counted = crate::metrics::connection_opened();
                 tasks.spawn("kafka connection", async move {
                     let _slot = slot;
+                    let _counted = counted;
                     match connection(stream, broker, info, memory).await {
                         Ok(()) => {}
                         Err(e @ (ConnectionError::Io(_) | ConnectionError::Idle { .. })) => tracing::debug!(%peer, error = %e, "connection closed"),
                         Err(e @ ConnectionError::Encode(_)) => tracing::error!(%peer, error = %e, "connection closed"),
-                        Err(e) => tracing::warn!(%peer, error = %e, "closed connection after a bad request"),
+                        Err(e) => {
+                            if let Some(left_out) = BAD_CONNECTIONS.allow() {
+                                tracing::warn!(%peer, error = %e, left_out, "closed connection after a bad request");
+                            }
+                        }
                     }
                     Stopped::Done("the connection closed")
                 });
@@ -471,9 +482,27 @@ async fn handle(
         &request,
         request_timeout,
     );
+    let arrived = crate::clock::instant();
     let reply = api::dispatch(broker, &ctx, request)
         .await
         .ok_or(ConnectionError::UnknownApi(api as i16))?;
+    let (correlation_id, version) = (header.correlation_id, header.request_api_version);
+    let client_id = tracing::enabled!(tracing::Level::DEBUG).then(|| ctx.client_id.clone());
+    let reply = async move {
+        let response = reply.await;
+        let took = arrived.elapsed();
+        crate::metrics::request_done(api, took, response.as_ref());
+        tracing::debug!(
+            api = ?api,
+            version,
+            correlation_id,
+            client_id = client_id.as_deref().unwrap_or(""),
+            took_us = took.as_micros() as u64,
+            "request"
+        );
+        response
+    }
+    .boxed();
     Ok(Pending {
         correlation_id: header.correlation_id,
         api_key: api,

@@ -394,6 +394,12 @@ impl PartitionLog {
         self.segments.values().map(Segment::size_bytes).sum()
     }
 
+    /// The bytes and the count of the segments holding offsets from `offset` on.
+    pub fn segments_from(&self, offset: i64) -> (u64, usize) {
+        let holding = self.segments.values().filter(|s| s.next_offset() > offset);
+        holding.fold((0, 0), |(bytes, n), s| (bytes + s.size_bytes(), n + 1))
+    }
+
     pub fn segment_count(&self) -> usize {
         self.segments.len()
     }

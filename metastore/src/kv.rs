@@ -210,9 +210,10 @@ where
         }
     };
     tokio::pin!(abandoned);
+    let started = clock.monotonic();
     let mut backoff = Duration::from_millis(2);
     let mut attempt = 0;
-    loop {
+    let outcome = loop {
         attempt += 1;
         let once = async {
             let mut txn = store.begin().await?;
@@ -229,17 +230,28 @@ where
             Err(e) if e.is_retryable() && attempt < MAX_ATTEMPTS => {
                 tracing::debug!(attempt, error = %e, "retrying metastore transaction");
                 if clock.monotonic() + backoff >= deadline {
-                    return Err(timed_out());
+                    break Err(timed_out());
                 }
                 tokio::select! {
                     () = clock.sleep(backoff) => {}
-                    () = &mut abandoned => return Err(Error::ShuttingDown),
+                    () = &mut abandoned => break Err(Error::ShuttingDown),
                 }
                 backoff = (backoff * 2).min(Duration::from_millis(500));
             }
-            other => return other,
+            other => break other,
         }
+    };
+    metrics::counter!("strata_metastore_transactions_total").increment(1);
+    metrics::histogram!("strata_metastore_transaction_duration_seconds")
+        .record((clock.monotonic() - started).as_secs_f64());
+    if attempt > 1 {
+        metrics::counter!("strata_metastore_transaction_retries_total")
+            .increment(u64::from(attempt - 1));
     }
+    if outcome.is_err() {
+        metrics::counter!("strata_metastore_transaction_errors_total").increment(1);
+    }
+    outcome
 }
 
 #[cfg(test)]

@@ -264,6 +264,46 @@ def test_describe_cluster_and_metadata(broker):
     assert md.controller_id == NODE_ID
 
 
+def test_authorized_operations_without_an_authorizer_are_every_supported_one(group_broker):
+    """KIP-430 as Kafka answers it with no authorizer configured: a client that asks is
+    told every operation the resource type supports (librdkafka's admin tests expect 8
+    for a topic, 7 for the cluster, 3 for a group); one that does not ask is told none."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation
+
+    b = group_broker
+    a = admin(b.bootstrap)
+    topic = unique_topic("authops")
+    create_topic(b.bootstrap, topic, 1)
+    topics = a.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                               request_timeout=15)
+    described = topics[topic].result(timeout=15)
+    assert set(described.authorized_operations) == {
+        AclOperation.READ, AclOperation.WRITE, AclOperation.CREATE, AclOperation.DELETE,
+        AclOperation.ALTER, AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS}
+    cluster = a.describe_cluster(include_authorized_operations=True, request_timeout=15)
+    assert set(cluster.result(timeout=15).authorized_operations) == {
+        AclOperation.CREATE, AclOperation.CLUSTER_ACTION, AclOperation.DESCRIBE_CONFIGS,
+        AclOperation.ALTER_CONFIGS, AclOperation.IDEMPOTENT_WRITE, AclOperation.ALTER,
+        AclOperation.DESCRIBE}
+    not_asked = a.describe_topics(TopicCollection([topic]), request_timeout=15)
+    assert not not_asked[topic].result(timeout=15).authorized_operations
+
+    group = unique_topic("authops-g")
+    c = Consumer(consumer_conf(b.bootstrap, **{"group.id": group}))
+    try:
+        c.subscribe([topic])
+        wait_until(lambda: c.poll(0.2) is None and c.assignment(), 30, "the group to form")
+        groups = a.describe_consumer_groups([group], include_authorized_operations=True,
+                                            request_timeout=15)
+        described = groups[group].result(timeout=15)
+    finally:
+        c.close()
+    assert set(described.authorized_operations) == {
+        AclOperation.READ, AclOperation.DESCRIBE, AclOperation.DELETE}
+
+
 def test_compacted_topic_refuses_keyless_records(broker):
     """librdkafka's test 0011 expectation: on a compacted topic a record without a key
     fails with INVALID_RECORD (and is not stored); keyed records go in."""

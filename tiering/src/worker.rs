@@ -190,6 +190,12 @@ impl TieringWorker {
                     objects += 1;
                 }
                 Err(e) => {
+                    let kind = match e {
+                        Error::Store { .. } | Error::Timeout(_) => "object_store",
+                        Error::Metastore(_) => "metastore",
+                        _ => "other",
+                    };
+                    metrics::counter!("strata_tiering_errors_total", "kind" => kind).increment(1);
                     outcome = Err(e);
                     break;
                 }

@@ -6,7 +6,7 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
 
-pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> DescribeClusterResponse {
+pub fn describe_cluster(broker: &Broker, req: DescribeClusterRequest) -> DescribeClusterResponse {
     let mut response = DescribeClusterResponse::default();
     response.cluster_id = StrBytes::from_string(broker.identity().cluster_id.clone());
     response.controller_id = BrokerId(broker.membership().controller_id());
@@ -23,6 +23,9 @@ pub fn describe_cluster(broker: &Broker, _req: DescribeClusterRequest) -> Descri
             b
         })
         .collect();
-    response.cluster_authorized_operations = i32::MIN;
+    response.cluster_authorized_operations = super::authorized::if_asked(
+        req.include_cluster_authorized_operations,
+        super::authorized::CLUSTER,
+    );
     response
 }

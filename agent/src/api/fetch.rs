@@ -44,6 +44,14 @@ pub async fn fetch(
         let (response, bytes, errors) = read_once(broker, &req, version, &mut watches).await;
         if bytes >= min_bytes || errors || crate::clock::instant() >= deadline || watches.is_empty()
         {
+            if bytes > 0 {
+                let follower = version >= 9 && req.replica_id.0 >= 0;
+                for t in &response.responses {
+                    let topic_bytes = t.partitions.iter().filter_map(|p| p.records.as_ref());
+                    let topic_bytes: usize = topic_bytes.map(|r| r.len()).sum();
+                    crate::metrics::fetched(t.topic.0.as_str(), topic_bytes, follower);
+                }
+            }
             return response;
         }
         let changed = select_all(watches.iter_mut().map(|w| Box::pin(w.changed())));

@@ -504,7 +504,10 @@ pub async fn describe_groups(
         let mut g = DescribedGroup::default();
         g.group_id = id.clone();
         if version >= 3 {
-            g.authorized_operations = i32::MIN;
+            g.authorized_operations = super::authorized::if_asked(
+                req.include_authorized_operations,
+                super::authorized::GROUP,
+            );
         }
         match broker.groups().describe(id.0.as_str()).await {
             Ok(Some(summary)) => {

@@ -8,12 +8,25 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::authorized;
 use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::replicas::TopicState;
 use crate::service::admin::NewTopicSpec;
 
 pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+    // KIP-430: asked for in v8+ (the cluster's only up to v10; later, DescribeCluster).
+    let ask_topics = version >= 8 && req.include_topic_authorized_operations;
+    let ask_cluster = (8..=10).contains(&version) && req.include_cluster_authorized_operations;
+    let mut response = answer(broker, req, version).await;
+    response.cluster_authorized_operations = authorized::if_asked(ask_cluster, authorized::CLUSTER);
+    for t in &mut response.topics {
+        authorized::topic(t, ask_topics);
+    }
+    response
+}
+
+async fn answer(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
     let mut response = MetadataResponse::default();
     if version >= 1 {
         response.controller_id = BrokerId(broker.membership().controller_id());
@@ -36,7 +49,6 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
     if version >= 2 {
         response.cluster_id = Some(StrBytes::from_string(broker.identity().cluster_id.clone()));
     }
-    response.cluster_authorized_operations = i32::MIN;
 
     let all = match &req.topics {
         None => true,

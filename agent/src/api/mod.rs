@@ -6,6 +6,7 @@
 //! connection are appended in the order they arrived, while their waits for durability
 //! overlap (which is what lets one fsync cover many of them).
 
+mod authorized;
 mod cluster;
 mod configs;
 pub mod errors;

@@ -55,6 +55,9 @@ fn set_error(r: &mut PartitionProduceResponse, e: ApiError, version: i16) {
 }
 
 /// Refusals that are routine for clients (they refresh metadata and retry).
+/// Refused writes are logged at most once a second (a client can send them at any rate).
+static REFUSALS: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
+
 fn routine(e: &Error) -> bool {
     use crate::partition::PartitionError as P;
     matches!(
@@ -172,14 +175,18 @@ pub async fn produce(
                         now,
                     )
                     .map_err(|e| {
-                        if !routine(&e) {
-                            tracing::debug!(topic = %t.name.0.as_str(), partition = p.index, error = %e, "produce refused");
+                        if !routine(&e)
+                            && let Some(left_out) = REFUSALS.allow()
+                        {
+                            tracing::info!(topic = %t.name.0.as_str(), partition = p.index, error = %e, left_out, "produce refused");
                         }
                         ApiError::from(&e)
                     })
             });
             results.push(match outcome {
                 Ok(out) => {
+                    let bytes = p.records.as_ref().map_or(0, |r| r.len());
+                    crate::metrics::produced(t.name.0.as_str(), bytes);
                     let mut r = PartitionProduceResponse::default();
                     r.index = p.index;
                     r.base_offset = out.base_offset;

@@ -97,6 +97,12 @@ pub async fn create_topics(
                 }
             }
             Err(e) => {
+                // Clients create topics that may exist as a matter of course.
+                if e.code == ResponseError::TopicAlreadyExists {
+                    tracing::debug!(topic = %result.name.0.as_str(), error = %e.code, "topic exists");
+                } else {
+                    tracing::info!(topic = %result.name.0.as_str(), error = %e.code, reason = %e.message, "topic creation refused");
+                }
                 result.error_code = e.code();
                 result.error_message = Some(StrBytes::from_string(e.message));
             }
@@ -143,6 +149,7 @@ pub async fn delete_topics(
         }
         .map_err(ApiError::from);
         if let Err(e) = outcome {
+            tracing::info!(topic = ?name, error = %e.code, reason = %e.message, "topic deletion refused");
             result.error_code = e.code();
             if version >= 5 {
                 result.error_message = Some(StrBytes::from_string(e.message));
@@ -173,6 +180,7 @@ pub async fn create_partitions(
             .await
             .map_err(ApiError::from);
         if let Err(e) = outcome {
+            tracing::info!(topic = %name, count = t.count, error = %e.code, reason = %e.message, "partition creation refused");
             result.error_code = e.code();
             result.error_message = Some(StrBytes::from_string(e.message));
         }

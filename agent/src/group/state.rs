@@ -190,6 +190,8 @@ pub struct Group {
     rebalance_deadline_ms: i64,
     /// Before this the first rebalance of an empty group does not complete.
     initial_delay_until_ms: i64,
+    /// When the running (or last) rebalance began, for its duration in `/metrics`.
+    rebalance_started_ms: i64,
 }
 
 type Outcome = Vec<Action>;
@@ -211,6 +213,7 @@ impl Group {
             pending_members: HashMap::new(),
             rebalance_deadline_ms: 0,
             initial_delay_until_ms: 0,
+            rebalance_started_ms: 0,
         }
     }
 
@@ -356,6 +359,7 @@ impl Group {
     /// Handles a JoinGroup. The response comes back in the returned actions, now or
     /// from a later call, under `waiter`.
     pub fn join(&mut self, now_ms: i64, waiter: Waiter, req: JoinRequest) -> Outcome {
+        tracing::debug!(group = %self.group_id, member = %req.member_id, state = self.state.name(), "join");
         let reply = |r: JoinResponse| vec![Action::Join(waiter, r)];
         if req.session_timeout_ms < self.config.min_session_timeout_ms
             || req.session_timeout_ms > self.config.max_session_timeout_ms
@@ -566,6 +570,16 @@ impl Group {
             now_ms
         };
         self.rebalance_deadline_ms = now_ms + rebalance_timeout;
+        if self.state != GroupState::CompletingRebalance {
+            self.rebalance_started_ms = now_ms;
+        }
+        tracing::info!(
+            group = %self.group_id,
+            from = self.state.name(),
+            generation = self.generation_id,
+            members = self.members.len(),
+            "preparing to rebalance"
+        );
         self.state = GroupState::PreparingRebalance;
         out
     }
@@ -695,6 +709,16 @@ impl Group {
                         m.assignment = given.get(&m.member_id).cloned().unwrap_or_default();
                     }
                     self.state = GroupState::Stable;
+                    let took_ms = now_ms - self.rebalance_started_ms;
+                    crate::metrics::rebalance_completed(took_ms);
+                    tracing::info!(
+                        group = %self.group_id,
+                        generation = self.generation_id,
+                        members = self.members.len(),
+                        protocol = self.protocol_name.as_deref().unwrap_or(""),
+                        took_ms,
+                        "rebalance completed"
+                    );
                     let (pt, pn) = (self.protocol_type.clone(), self.protocol_name.clone());
                     for m in self.members.values_mut() {
                         if let Some(w) = m.sync_waiter.take() {
