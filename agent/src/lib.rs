@@ -175,6 +175,7 @@ pub async fn start_on(
         Arc::clone(replicas).maintenance(Duration::from_secs(5)),
     );
     tasks.spawn("data lifecycle", Arc::clone(broker.lifecycle()).run());
+    tasks.spawn("metrics upkeep", metrics::upkeep(shutdown.clone()));
     tasks.spawn("transaction coordinator", {
         let transactions = Arc::clone(broker.transactions());
         let shutdown = shutdown.clone();

@@ -65,6 +65,19 @@ pub fn handle() -> &'static PrometheusHandle {
     })
 }
 
+/// Drains histogram samples into their buckets every few seconds, whether or not
+/// anyone scrapes: until drained, samples are held one by one.
+pub async fn upkeep(shutdown: tokio_util::sync::CancellationToken) -> crate::tasks::Stopped {
+    let mut tick = tokio::time::interval(Duration::from_secs(5));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => handle().run_upkeep(),
+            _ = shutdown.cancelled() => return crate::tasks::Stopped::Shutdown,
+        }
+    }
+}
+
 fn describe() {
     use metrics::{describe_counter, describe_gauge, describe_histogram};
     describe_counter!("strata_requests_total", "Kafka requests answered, by API");

@@ -575,10 +575,13 @@ impl Partition {
     }
 
     /// The base timestamp of the batch holding `offset`, if the local log has it below
-    /// the high watermark.
+    /// the high watermark. Reads the batch's header only.
     pub fn batch_timestamp(&self, offset: i64) -> Option<i64> {
-        let read = self.read(offset, 1, Bound::HighWatermark).ok()?;
-        strata_log::BatchHeader::parse(&read.records).map(|h| h.base_timestamp)
+        if offset >= self.high_watermark() {
+            return None;
+        }
+        let plan = self.log().read_plan(offset, 1).ok()??;
+        plan.header().ok()?.map(|h| h.base_timestamp)
     }
 
     /// The bytes and the count of the segments holding offsets from `offset` on.

@@ -153,6 +153,15 @@ impl ReadPlan {
             None => Ok(Vec::new()),
         }
     }
+
+    /// The header of the batch holding the planned offset, without reading the batch.
+    pub fn header(mut self) -> Result<Option<batch::BatchHeader>> {
+        let offset = self.offset;
+        let found = self
+            .reader
+            .find_batch(self.start, |h| h.last_offset() >= offset)?;
+        Ok(found.map(|(_, header)| header))
+    }
 }
 
 /// What one fsync pass makes durable, from [`PartitionLog::flush_target`]: the
