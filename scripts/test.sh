@@ -60,6 +60,12 @@ fi
 # --timings: target/cargo-timings/cargo-timing.html shows where the build time went.
 cargo build --workspace --all-targets --locked --timings
 
+step "cargo clippy of the FoundationDB backend (type-checked, not linked)"
+# The backend lives in strata-metastore alone (the agent reaches it through
+# strata_metastore::open_fdb, which has no feature switch of its own), so checking that
+# crate with the feature covers every line the default build leaves out.
+cargo clippy -p strata-metastore --all-targets --features fdb --locked -- -D warnings
+
 step "cargo test"
 cargo test --workspace --locked
 
@@ -72,20 +78,6 @@ if [ -n "${FDB_CLUSTER_FILE:-}" ]; then
 else
     echo "FoundationDB metastore tests skipped: FDB_CLUSTER_FILE is not set (no cluster here)"
 fi
-
-step "cargo clippy of the FoundationDB backend (type-checked, not linked), in the background at the lowest CPU priority"
-# The backend lives in strata-metastore alone (the agent reaches it through
-# strata_metastore::open_fdb, which has no feature switch of its own), so checking that
-# crate with the feature covers every line the default build leaves out. It needs some
-# three CPU-minutes (bindgen among them), which the client tests below, mostly waiting
-# on brokers and timeouts, leave idle: at nice 19 it takes only what they do not use.
-# No cargo command runs after this one until it is waited for.
-fdb_log=$(mktemp)
-nice -n 19 cargo clippy -p strata-metastore --all-targets --features fdb --locked -- -D warnings \
-    > "$fdb_log" 2>&1 &
-fdb_check=$!
-# If a later step fails, do not leave it running.
-trap 'kill "$fdb_check" 2>/dev/null || true' EXIT
 
 step "real-client tests (strata-bench's smoke tests among them)"
 export STRATA_BIN="$PWD/target/debug/strata"
@@ -103,13 +95,5 @@ python3 bench/suite.py --quick --strata target/debug/strata --bench target/debug
 
 step "infra checks (Terraform, checkov, compose; offline)"
 bash scripts/check-infra.sh
-
-step "the FoundationDB backend's clippy (started before the client tests)"
-if ! wait "$fdb_check"; then
-    cat "$fdb_log" >&2
-    echo "test.sh: cargo clippy of the FoundationDB backend failed" >&2
-    exit 1
-fi
-tail -n 3 "$fdb_log"
 
 step "done"
