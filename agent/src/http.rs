@@ -1,4 +1,6 @@
-//! The HTTP API beside the Kafka port. For now: `/healthz` (the process is up),
+//! The HTTP API beside the Kafka port: produce, consume and commit
+//! (`/v1/topics/{topic}/…`, `docs/http.md`, described by `/v1/openapi.json`), and for
+//! operators `/healthz` (the process is up),
 //! `/metrics` (Prometheus),
 //! `/readyz` (the Kafka listener accepts and the metastore answers), `/v1/tiering`
 //! (archive progress), `/v1/partitions` (this agent's replicas: role, epoch,
@@ -8,18 +10,69 @@
 //! coordinator's transactions, those open on partitions led here, and the abort of a
 //! hanging one: `docs/transactions.md`).
 
+mod assignor;
+mod cluster;
+mod consume;
+mod json;
+mod partitioner;
+mod problem;
+mod produce;
+
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
 use tokio::net::TcpListener;
 
 use crate::broker::Broker;
 
+/// What the produce, consume and commit endpoints share.
+pub struct HttpApi {
+    broker: Arc<Broker>,
+    peers: cluster::Peers,
+    remembered: produce::Remembered,
+    consumers: consume::Consumers,
+}
+
+#[derive(Clone)]
+struct Shared {
+    broker: Arc<Broker>,
+    api: Arc<HttpApi>,
+}
+
+impl FromRef<Shared> for Arc<Broker> {
+    fn from_ref(s: &Shared) -> Arc<Broker> {
+        Arc::clone(&s.broker)
+    }
+}
+
+impl FromRef<Shared> for Arc<HttpApi> {
+    fn from_ref(s: &Shared) -> Arc<HttpApi> {
+        Arc::clone(&s.api)
+    }
+}
+
+/// The OpenAPI 3.1 document of the API (`tests/clients/test_http_api.py` runs
+/// schemathesis against it).
+const OPENAPI: &str = include_str!("http/openapi.json");
+
 pub fn router(broker: Arc<Broker>) -> Router {
+    let max_record_bytes = broker.settings().max_request_bytes;
+    let api = Arc::new(HttpApi {
+        peers: cluster::Peers::new(broker.node_id(), max_record_bytes),
+        remembered: produce::remembered(),
+        consumers: consume::Consumers::default(),
+        broker: Arc::clone(&broker),
+    });
     Router::new()
+        .route("/v1/openapi.json", get(openapi))
+        .route("/v1/topics/{topic}/produce", post(produce::produce))
+        .route("/v1/topics/{topic}/consume", post(consume::consume))
+        .route("/v1/topics/{topic}/commit", post(consume::commit))
+        .route("/v1/consumers/{consumer_id}", delete(consume::delete))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -33,7 +86,14 @@ pub fn router(broker: Arc<Broker>) -> Router {
         )
         .route("/v1/transactions/{id}", get(transaction))
         .fallback(not_found)
-        .with_state(broker)
+        .with_state(Shared { broker, api })
+}
+
+async fn openapi() -> impl axum::response::IntoResponse {
+    (
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        OPENAPI,
+    )
 }
 
 /// Paths that are not served: a problem-details body naming the paths that are.
@@ -43,8 +103,10 @@ async fn not_found(uri: axum::http::Uri) -> impl axum::response::IntoResponse {
         "title": "Not Found",
         "status": 404,
         "detail": format!(
-            "no endpoint at {}; served here: /healthz, /readyz, /metrics, /v1/partitions, \
-             /v1/tiering, /v1/compaction, /v1/transactions",
+            "no endpoint at {}; served here: /v1/topics/{{topic}}/produce, \
+             /v1/topics/{{topic}}/consume, /v1/topics/{{topic}}/commit, /v1/consumers/{{id}}, \
+             /v1/openapi.json, /healthz, /readyz, /metrics, /v1/partitions, /v1/tiering, \
+             /v1/compaction, /v1/transactions (docs/http.md)",
             uri.path()
         ),
     });
@@ -177,22 +239,14 @@ fn record_json(id: &str, r: &strata_metastore::TxnRecord) -> serde_json::Value {
     })
 }
 
-fn error(
-    status: StatusCode,
-    message: impl Into<String>,
-) -> (StatusCode, axum::Json<serde_json::Value>) {
-    (
-        status,
-        axum::Json(serde_json::json!({ "error": message.into() })),
-    )
+fn error(status: StatusCode, message: impl Into<String>) -> Response {
+    problem::Problem::new(status, message).into_response()
 }
 
 /// Every transaction the metastore holds, and the transactions open on partitions led
 /// here (`hanging`: the coordinator does not count the partition in an open
 /// transaction of that producer, so no marker will come).
-async fn transactions(
-    State(broker): State<Arc<Broker>>,
-) -> (StatusCode, axum::Json<serde_json::Value>) {
+async fn transactions(State(broker): State<Arc<Broker>>) -> Response {
     let txns = broker.transactions();
     let records = match txns.list(false).await {
         Ok(r) => r,
@@ -215,18 +269,15 @@ async fn transactions(
         })
         .collect();
     let listed: Vec<_> = records.iter().map(|(id, r)| record_json(id, r)).collect();
-    (
-        StatusCode::OK,
-        axum::Json(serde_json::json!({ "transactions": listed, "open": open })),
-    )
+    axum::Json(serde_json::json!({ "transactions": listed, "open": open })).into_response()
 }
 
 async fn transaction(
     State(broker): State<Arc<Broker>>,
     axum::extract::Path(id): axum::extract::Path<String>,
-) -> (StatusCode, axum::Json<serde_json::Value>) {
+) -> Response {
     match broker.transactions().describe(&id, false).await {
-        Ok(r) => (StatusCode::OK, axum::Json(record_json(&id, &r))),
+        Ok(r) => axum::Json(record_json(&id, &r)).into_response(),
         Err(crate::txn::TxnError::TransactionalIdNotFound) => error(
             StatusCode::NOT_FOUND,
             format!("no transaction has the transactional id {id:?}"),
@@ -239,10 +290,7 @@ async fn transaction(
 /// AbortTransaction): `{"topic", "partition", "producer_id", "producer_epoch"}`, and
 /// optionally `"coordinator_epoch"` (default: the partition's last one, which it
 /// accepts).
-async fn abort_transaction(
-    State(broker): State<Arc<Broker>>,
-    body: axum::body::Bytes,
-) -> (StatusCode, axum::Json<serde_json::Value>) {
+async fn abort_transaction(State(broker): State<Arc<Broker>>, body: axum::body::Bytes) -> Response {
     let parsed: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -253,9 +301,9 @@ async fn abort_transaction(
         }
     };
     let topic = parsed.get("topic").and_then(|v| v.as_str());
-    let partition = parsed.get("partition").and_then(|v| v.as_i64());
-    let producer_id = parsed.get("producer_id").and_then(|v| v.as_i64());
-    let producer_epoch = parsed.get("producer_epoch").and_then(|v| v.as_i64());
+    let partition = parsed.get("partition").and_then(json::of);
+    let producer_id = parsed.get("producer_id").and_then(json::of);
+    let producer_epoch = parsed.get("producer_epoch").and_then(json::of);
     let (Some(topic), Some(partition), Some(producer_id), Some(producer_epoch)) =
         (topic, partition, producer_id, producer_epoch)
     else {
@@ -313,7 +361,7 @@ async fn abort_transaction(
         }
         _ => {}
     }
-    let coordinator_epoch = match parsed.get("coordinator_epoch").and_then(|v| v.as_i64()) {
+    let coordinator_epoch = match parsed.get("coordinator_epoch").and_then(json::of) {
         Some(e) => e as i32,
         None => replica
             .producers()
@@ -332,10 +380,7 @@ async fn abort_transaction(
         )
         .await
     {
-        Ok(offset) => (
-            StatusCode::OK,
-            axum::Json(serde_json::json!({ "marker_offset": offset })),
-        ),
+        Ok(offset) => axum::Json(serde_json::json!({ "marker_offset": offset })).into_response(),
         Err(e) => {
             let api = crate::api::errors::ApiError::from(&e);
             let status = match api.code {

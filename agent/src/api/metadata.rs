@@ -93,7 +93,9 @@ async fn answer(broker: &Broker, req: MetadataRequest, version: i16) -> Metadata
     response
 }
 
-async fn by_name(
+/// The topic `name`, created with the defaults if it does not exist and `auto_create`
+/// (Kafka's `auto.create.topics.enable`, for producers: also the HTTP produce).
+pub(crate) async fn by_name(
     broker: &Broker,
     name: &str,
     auto_create: bool,

@@ -14,7 +14,7 @@ mod fetch;
 mod groups;
 mod leader_epochs;
 mod list_offsets;
-mod metadata;
+pub(crate) mod metadata;
 mod produce;
 mod producer;
 mod reassign;

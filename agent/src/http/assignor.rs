@@ -1,0 +1,111 @@
+//! The `consumer` protocol as an HTTP consumer speaks it in its group: its
+//! subscription, its assignment, and, when it leads the group, the assignment of every
+//! member as Kafka's `RangeAssignor` computes it (so Kafka consumers can share the
+//! group with HTTP ones, whichever leads).
+
+use std::collections::BTreeMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition as AssignedPartitions;
+use kafka_protocol::messages::consumer_protocol_subscription::TopicPartition as OwnedPartitions;
+use kafka_protocol::messages::{
+    ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+
+use crate::replicas::ReplicaManager;
+
+/// The assignor HTTP consumers offer.
+pub const ASSIGNOR: &str = "range";
+
+/// A `consumer` protocol subscription to one topic (version 1, as Kafka consumers send).
+pub fn subscription(topic: &str) -> Bytes {
+    let mut s = ConsumerProtocolSubscription::default();
+    s.topics = vec![StrBytes::from_string(topic.to_string())];
+    s.owned_partitions = Vec::<OwnedPartitions>::new();
+    versioned(&s, 1)
+}
+
+fn versioned<T: Encodable>(message: &T, version: i16) -> Bytes {
+    let mut buf = BytesMut::new();
+    buf.put_i16(version);
+    message
+        .encode(&mut buf, version)
+        .expect("encoding a consumer protocol message in memory cannot fail");
+    buf.freeze()
+}
+
+fn decode_versioned<T: Decodable>(bytes: &[u8], max_version: i16) -> Option<T> {
+    let mut buf = Bytes::copy_from_slice(bytes);
+    if buf.remaining() < 2 {
+        return None;
+    }
+    let version = buf.get_i16().clamp(0, max_version);
+    T::decode(&mut buf, version).ok()
+}
+
+/// This member's partitions of `topic` in a SyncGroup assignment.
+pub fn assigned(assignment: &[u8], topic: &str) -> Vec<i32> {
+    let Some(a) = decode_versioned::<ConsumerProtocolAssignment>(assignment, 3) else {
+        return Vec::new();
+    };
+    let mut partitions: Vec<i32> = a
+        .assigned_partitions
+        .into_iter()
+        .filter(|t| t.topic.as_str() == topic)
+        .flat_map(|t| t.partitions)
+        .collect();
+    partitions.sort_unstable();
+    partitions
+}
+
+/// The range assignment, as Kafka's `RangeAssignor` computes it, for the group's members
+/// (this instance leads the group).
+pub fn assign(
+    replicas: &ReplicaManager,
+    members: &[(String, Option<String>, Bytes)],
+) -> Vec<(String, Bytes)> {
+    let mut by_topic: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (member_id, _, metadata) in members {
+        let Some(s) = decode_versioned::<ConsumerProtocolSubscription>(metadata, 3) else {
+            continue;
+        };
+        for t in s.topics {
+            by_topic.entry(t.to_string()).or_default().push(member_id);
+        }
+    }
+    let mut assigned: BTreeMap<&str, Vec<AssignedPartitions>> = members
+        .iter()
+        .map(|(m, _, _)| (m.as_str(), Vec::new()))
+        .collect();
+    for (topic, mut subscribers) in by_topic {
+        let Some(state) = replicas.topic(&topic) else {
+            continue;
+        };
+        subscribers.sort_unstable();
+        subscribers.dedup();
+        let n = state.record.partitions.len() as i32;
+        let m = subscribers.len() as i32;
+        let (per, extra) = (n / m, n % m);
+        for (i, member) in subscribers.into_iter().enumerate() {
+            let i = i as i32;
+            let start = i * per + i.min(extra);
+            let len = per + i32::from(i < extra);
+            if len == 0 {
+                continue;
+            }
+            let mut tp = AssignedPartitions::default();
+            tp.topic = TopicName(StrBytes::from_string(topic.clone()));
+            tp.partitions = (start..start + len).collect();
+            assigned.entry(member).or_default().push(tp);
+        }
+    }
+    assigned
+        .into_iter()
+        .map(|(member, partitions)| {
+            let mut a = ConsumerProtocolAssignment::default();
+            a.assigned_partitions = partitions;
+            (member.to_string(), versioned(&a, 0))
+        })
+        .collect()
+}

@@ -1,0 +1,965 @@
+//! HTTP consumers: members of a consumer group that strata runs on a client's behalf.
+//!
+//! The first `POST /v1/topics/{topic}/consume` of a group (without a `consumer_id`)
+//! creates a consumer instance on the group's coordinator: it joins the group as an
+//! ordinary member (protocol type `consumer`, the `range` assignor, so Kafka consumers
+//! can share the group), and the answer names it. Later calls pass the `consumer_id`;
+//! strata heartbeats for the instance and rejoins on a rebalance, and after
+//! [`INSTANCE_TIMEOUT`] without a call the instance leaves the group. Positions start
+//! at the group's committed offsets (else `auto_offset_reset`, `latest` by default as
+//! in Kafka) and advance with every answer; they are committed only by
+//! `POST /v1/topics/{topic}/commit`, and a rebalance goes back to the committed offsets
+//! (at least once, as an eager Kafka consumer).
+//!
+//! Requests that reach another agent are redirected (307) to the coordinator, or, for
+//! a `consumer_id`, to the agent that runs it (its id starts with that agent's node id).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::{FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use serde::Deserialize;
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+use super::HttpApi;
+use super::assignor::{ASSIGNOR, assign, assigned, subscription};
+use super::cluster::redirect;
+use super::json::{self, whole};
+use super::problem::{Body, Extracted, Problem};
+use super::produce::Encoding;
+use crate::api::errors::ApiError;
+use crate::group::GroupError;
+use crate::group::state::{JoinRequest, Leaving};
+use crate::partition::Offsets;
+use crate::service::fetch::Reader;
+
+/// An instance without calls for this long leaves its group.
+pub const INSTANCE_TIMEOUT: Duration = Duration::from_secs(300);
+const SESSION_TIMEOUT_MS: i64 = 10_000;
+const REBALANCE_TIMEOUT_MS: i64 = 30_000;
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+const DEFAULT_MAX_MESSAGES: usize = 100;
+const MAX_MESSAGES: usize = 10_000;
+const DEFAULT_TIMEOUT_MS: u64 = 1_000;
+const MAX_TIMEOUT_MS: u64 = 30_000;
+/// Bytes read per partition per pass.
+const PARTITION_READ_BYTES: usize = 1024 * 1024;
+/// The longest a remote leader is asked to hold a fetch (under the connection's
+/// response timeout).
+const REMOTE_WAIT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reset {
+    Earliest,
+    Latest,
+}
+
+/// The instance's place in its group, as the last rebalance left it.
+#[derive(Debug, Clone)]
+struct Member {
+    member_id: String,
+    generation: i32,
+    assignment: Vec<i32>,
+}
+
+/// One HTTP consumer.
+pub struct Instance {
+    id: String,
+    group: String,
+    topic: String,
+    reset: Reset,
+    read_committed: bool,
+    member: Mutex<Option<Member>>,
+    /// Next offset per partition, for the generation they were set in.
+    positions: tokio::sync::Mutex<(i32, HashMap<i32, i64>)>,
+    rebalanced: Notify,
+    last_used_ms: AtomicI64,
+    gone: CancellationToken,
+}
+
+impl Instance {
+    fn member(&self) -> Option<Member> {
+        self.member
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    fn touch(&self) {
+        self.last_used_ms
+            .store(crate::clock::now_ms(), Ordering::Relaxed);
+    }
+}
+
+/// The consumer instances on this agent.
+#[derive(Default)]
+pub struct Consumers {
+    instances: Mutex<HashMap<String, Arc<Instance>>>,
+}
+
+impl Consumers {
+    fn get(&self, id: &str) -> Option<Arc<Instance>> {
+        self.instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(id)
+            .cloned()
+    }
+
+    fn remove(&self, id: &str) -> Option<Arc<Instance>> {
+        self.instances
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConsumeBody {
+    group_id: String,
+    #[serde(default)]
+    consumer_id: Option<String>,
+    #[serde(default, deserialize_with = "json::opt")]
+    max_messages: Option<usize>,
+    #[serde(default, deserialize_with = "json::opt")]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    auto_offset_reset: Option<String>,
+    #[serde(default)]
+    isolation_level: Option<String>,
+    #[serde(default)]
+    encoding: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitBody {
+    group_id: String,
+    #[serde(default)]
+    consumer_id: Option<String>,
+    /// The generation the offsets were consumed in (a consume answers it); the
+    /// instance's current one if absent.
+    #[serde(default, deserialize_with = "json::opt")]
+    generation_id: Option<i32>,
+    offsets: BTreeMap<String, serde_json::Number>,
+    #[serde(default)]
+    metadata: Option<String>,
+}
+
+fn check_group_id(group: &str) -> Result<(), Problem> {
+    if group.is_empty() {
+        return Err(Problem::kafka(
+            ResponseError::InvalidGroupId,
+            "group_id must not be empty",
+        ));
+    }
+    Ok(())
+}
+
+/// The agent that must serve a request for `group` (or for instance `consumer_id`),
+/// when it is not this one.
+fn elsewhere(
+    http: &HttpApi,
+    group: &str,
+    consumer_id: Option<&str>,
+) -> Option<strata_metastore::AgentRecord> {
+    let membership = http.broker.membership();
+    let node_id = http.broker.node_id();
+    let owner = match consumer_id {
+        Some(id) => id
+            .split_once('-')
+            .and_then(|(n, _)| n.parse::<i32>().ok())?,
+        None => {
+            return (!membership.coordinates(node_id, group))
+                .then(|| membership.coordinator_of(group));
+        }
+    };
+    if owner == node_id {
+        return None;
+    }
+    membership.live().into_iter().find(|a| a.node_id == owner)
+}
+
+fn gone(id: &str) -> Problem {
+    let mut problem = Problem::kafka(
+        ResponseError::UnknownMemberId,
+        format!(
+            "no consumer instance {id:?} here: it expired after {} s without a call, was deleted, or its agent restarted; consume without consumer_id to create another",
+            INSTANCE_TIMEOUT.as_secs()
+        ),
+    );
+    problem.status = StatusCode::NOT_FOUND;
+    problem
+}
+
+pub async fn consume(
+    State(http): State<Arc<HttpApi>>,
+    topic: Extracted<String>,
+    uri: Uri,
+    body: Body,
+) -> Response {
+    let (topic, body) = match (topic, body) {
+        (Ok(Path(topic)), Ok(body)) => (topic, body),
+        (Err(e), _) => return Problem::from(e).into_response(),
+        (_, Err(e)) => return Problem::from(e).into_response(),
+    };
+    match consume_inner(&http, &topic, &uri, &body).await {
+        Ok(r) => r,
+        Err(p) => p.into_response(),
+    }
+}
+
+async fn consume_inner(
+    http: &Arc<HttpApi>,
+    topic: &str,
+    uri: &Uri,
+    body: &[u8],
+) -> Result<Response, Problem> {
+    let body: ConsumeBody = json::parse(body, "consume")?;
+    check_group_id(&body.group_id)?;
+    let max_messages = body.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
+    if max_messages == 0 || max_messages > MAX_MESSAGES {
+        return Err(Problem::bad_request(format!(
+            "max_messages must be 1 to {MAX_MESSAGES}, not {max_messages}"
+        )));
+    }
+    let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    if timeout_ms > MAX_TIMEOUT_MS {
+        return Err(Problem::bad_request(format!(
+            "timeout_ms must be 0 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
+        )));
+    }
+    let reset = match body.auto_offset_reset.as_deref() {
+        None | Some("latest") => Reset::Latest,
+        Some("earliest") => Reset::Earliest,
+        Some(other) => {
+            return Err(Problem::bad_request(format!(
+                "auto_offset_reset must be \"earliest\" or \"latest\", not {other:?}"
+            )));
+        }
+    };
+    let read_committed = match body.isolation_level.as_deref() {
+        None | Some("read_uncommitted") => false,
+        Some("read_committed") => true,
+        Some(other) => {
+            return Err(Problem::bad_request(format!(
+                "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
+            )));
+        }
+    };
+    let encoding = Encoding::parse(body.encoding.as_deref())?;
+    if let Some(agent) = elsewhere(http, &body.group_id, body.consumer_id.as_deref()) {
+        return Ok(redirect(&agent, uri));
+    }
+    if http.broker.replicas().topic(topic).is_none() {
+        return Err(Problem::kafka(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {topic:?} does not exist"),
+        ));
+    }
+    let instance = match &body.consumer_id {
+        Some(id) => {
+            let instance = http.consumers.get(id).ok_or_else(|| gone(id))?;
+            if instance.group != body.group_id || instance.topic != topic {
+                return Err(Problem::bad_request(format!(
+                    "consumer instance {id:?} consumes topic {:?} for group {:?}",
+                    instance.topic, instance.group
+                )));
+            }
+            instance
+        }
+        None => create(http, &body.group_id, topic, reset, read_committed).await?,
+    };
+    instance.touch();
+    let deadline = crate::clock::instant() + Duration::from_millis(timeout_ms);
+    let (messages, has_more) = poll(http, &instance, max_messages, encoding, deadline).await?;
+    instance.touch();
+    let member = instance.member();
+    Ok(axum::Json(serde_json::json!({
+        "consumer_id": instance.id,
+        "generation_id": member.as_ref().map_or(-1, |m| m.generation),
+        "assignment": member.map(|m| m.assignment).unwrap_or_default(),
+        "messages": messages,
+        "has_more": has_more,
+    }))
+    .into_response())
+}
+
+async fn create(
+    http: &Arc<HttpApi>,
+    group: &str,
+    topic: &str,
+    reset: Reset,
+    read_committed: bool,
+) -> Result<Arc<Instance>, Problem> {
+    let id = format!(
+        "{}-{}",
+        http.broker.node_id(),
+        uuid::Uuid::new_v4().simple()
+    );
+    let instance = Arc::new(Instance {
+        id: id.clone(),
+        group: group.to_string(),
+        topic: topic.to_string(),
+        reset,
+        read_committed,
+        member: Mutex::new(None),
+        positions: tokio::sync::Mutex::new((-1, HashMap::new())),
+        rebalanced: Notify::new(),
+        last_used_ms: AtomicI64::new(crate::clock::now_ms()),
+        gone: http.broker.shutdown().child_token(),
+    });
+    join(http, &instance).await.map_err(Problem::from)?;
+    http.consumers
+        .instances
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(id.clone(), Arc::clone(&instance));
+    tracing::info!(group, topic, consumer = %id, "HTTP consumer joined its group");
+    tokio::spawn(heartbeat(Arc::clone(http), Arc::clone(&instance)));
+    Ok(instance)
+}
+
+/// Joins (or rejoins) the group and takes this member's assignment.
+async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
+    let groups = http.broker.groups();
+    let mut member_id = instance.member().map(|m| m.member_id).unwrap_or_default();
+    for _ in 0..5 {
+        let joined = groups
+            .join(
+                &instance.group,
+                JoinRequest {
+                    member_id: member_id.clone(),
+                    group_instance_id: None,
+                    client_id: "strata-http".to_string(),
+                    client_host: "/127.0.0.1".to_string(),
+                    session_timeout_ms: SESSION_TIMEOUT_MS,
+                    rebalance_timeout_ms: REBALANCE_TIMEOUT_MS,
+                    protocol_type: "consumer".to_string(),
+                    protocols: vec![(ASSIGNOR.to_string(), subscription(&instance.topic))],
+                    require_known_member_id: false,
+                    fresh_member_id: format!("strata-http-{}", uuid::Uuid::new_v4()),
+                },
+            )
+            .await;
+        match joined.error {
+            None => {}
+            Some(GroupError::UnknownMemberId | GroupError::IllegalGeneration) => {
+                member_id.clear();
+                continue;
+            }
+            Some(GroupError::RebalanceInProgress) => continue,
+            Some(e) => return Err(ApiError::from(e)),
+        }
+        member_id = joined.member_id.clone();
+        let assignments = if joined.leader == joined.member_id && !joined.skip_assignment {
+            assign(http.broker.replicas(), &joined.members)
+        } else {
+            Vec::new()
+        };
+        let synced = groups
+            .sync(
+                &instance.group,
+                &member_id,
+                None,
+                joined.generation_id,
+                Some("consumer"),
+                joined.protocol_name.as_deref(),
+                assignments,
+            )
+            .await;
+        match synced.error {
+            None => {}
+            Some(GroupError::RebalanceInProgress) => continue,
+            Some(GroupError::UnknownMemberId | GroupError::IllegalGeneration) => {
+                member_id.clear();
+                continue;
+            }
+            Some(e) => return Err(ApiError::from(e)),
+        }
+        let assignment = assigned(&synced.assignment, &instance.topic);
+        *instance.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(Member {
+            member_id: member_id.clone(),
+            generation: joined.generation_id,
+            assignment,
+        });
+        instance.rebalanced.notify_waiters();
+        return Ok(());
+    }
+    Err(ApiError::new(
+        ResponseError::RebalanceInProgress,
+        "the group kept rebalancing while the HTTP consumer joined; try again",
+    ))
+}
+
+/// Keeps the instance in its group until it is deleted, expires or fails.
+async fn heartbeat(http: Arc<HttpApi>, instance: Arc<Instance>) {
+    let groups = http.broker.groups();
+    loop {
+        tokio::select! {
+            () = instance.gone.cancelled() => break,
+            () = http.broker.membership().clock().sleep(HEARTBEAT_EVERY) => {}
+        }
+        let idle_ms = crate::clock::now_ms() - instance.last_used_ms.load(Ordering::Relaxed);
+        if idle_ms > INSTANCE_TIMEOUT.as_millis() as i64 {
+            tracing::info!(group = %instance.group, consumer = %instance.id, "HTTP consumer expired without calls; leaving its group");
+            break;
+        }
+        let Some(member) = instance.member() else {
+            break;
+        };
+        let beat = groups.heartbeat(&instance.group, &member.member_id, None, member.generation);
+        let rejoin = match beat {
+            Ok(()) => false,
+            Err(GroupError::RebalanceInProgress) => true,
+            Err(GroupError::UnknownMemberId | GroupError::IllegalGeneration) => true,
+            Err(e) => {
+                tracing::info!(group = %instance.group, consumer = %instance.id, error = %e, "HTTP consumer lost its group");
+                break;
+            }
+        };
+        if rejoin && let Err(e) = join(&http, &instance).await {
+            tracing::info!(group = %instance.group, consumer = %instance.id, error = %e.message, "HTTP consumer could not rejoin its group");
+            break;
+        }
+    }
+    leave(&http, &instance);
+}
+
+fn leave(http: &HttpApi, instance: &Instance) {
+    instance.gone.cancel();
+    if http.consumers.remove(&instance.id).is_none() {
+        return;
+    }
+    if let Some(member) = instance
+        .member
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .take()
+    {
+        let _ = http.broker.groups().leave(
+            &instance.group,
+            &[Leaving {
+                member_id: member.member_id,
+                group_instance_id: None,
+            }],
+        );
+    }
+    instance.rebalanced.notify_waiters();
+}
+
+/// `DELETE /v1/consumers/{consumer_id}`: the instance leaves its group at once.
+pub async fn delete(
+    State(http): State<Arc<HttpApi>>,
+    Path(id): Path<String>,
+    uri: Uri,
+) -> Response {
+    if let Some(agent) = elsewhere(&http, "", Some(&id)) {
+        return redirect(&agent, &uri);
+    }
+    match http.consumers.get(&id) {
+        None => gone(&id).into_response(),
+        Some(instance) => {
+            leave(&http, &instance);
+            tracing::info!(group = %instance.group, consumer = %id, "HTTP consumer deleted; left its group");
+            StatusCode::NO_CONTENT.into_response()
+        }
+    }
+}
+
+/// What a read of one partition gave.
+struct Read {
+    records: Bytes,
+    high_watermark: i64,
+    /// `(producer id, first offset)` of aborted transactions in the records.
+    aborted: Vec<(i64, i64)>,
+}
+
+/// Why a read gave nothing, with the partition's bounds where known.
+struct Unread {
+    error: ApiError,
+    high_watermark: i64,
+    log_start_offset: i64,
+}
+
+/// Reads `partition` from `offset` at its leader; locally, `watch` is set to a receiver
+/// that changes when the partition's offsets do.
+async fn read(
+    http: &HttpApi,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    read_committed: bool,
+    remote_wait: Duration,
+    watch: &mut Option<watch::Receiver<Offsets>>,
+) -> Result<Read, Unread> {
+    let broker = &http.broker;
+    let leader = broker
+        .replicas()
+        .topic(topic)
+        .and_then(|t| {
+            t.record
+                .partitions
+                .get(partition as usize)
+                .map(|p| p.leader)
+        })
+        .unwrap_or(-1);
+    let unread = |error: ApiError| Unread {
+        error,
+        high_watermark: -1,
+        log_start_offset: -1,
+    };
+    if leader == broker.node_id() {
+        let fetching = broker.fetching();
+        let (replica, rx) = fetching
+            .subscribe(topic, partition)
+            .map_err(|e| unread(ApiError::from(&e)))?;
+        *watch = Some(rx);
+        return match fetching
+            .read(
+                &replica,
+                Reader::Consumer,
+                -1,
+                offset,
+                PARTITION_READ_BYTES,
+                read_committed,
+            )
+            .await
+        {
+            Ok(out) => {
+                crate::metrics::fetched(topic, out.records.len(), false);
+                Ok(Read {
+                    records: Bytes::from(out.records),
+                    high_watermark: out.high_watermark,
+                    aborted: out
+                        .aborted
+                        .iter()
+                        .map(|a| (a.producer_id, a.first_offset))
+                        .collect(),
+                })
+            }
+            Err(failed) => Err(Unread {
+                error: ApiError::from(&failed.error),
+                high_watermark: failed.high_watermark,
+                log_start_offset: failed.log_start_offset,
+            }),
+        };
+    }
+    if leader < 0 {
+        return Err(unread(ApiError::new(
+            ResponseError::LeaderNotAvailable,
+            format!("{topic}-{partition} has no leader"),
+        )));
+    }
+    let mut p = FetchPartition::default();
+    p.partition = partition;
+    p.current_leader_epoch = -1;
+    p.fetch_offset = offset;
+    p.log_start_offset = -1;
+    p.partition_max_bytes = PARTITION_READ_BYTES as i32;
+    let mut t = FetchTopic::default();
+    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partitions = vec![p];
+    let mut request = FetchRequest::default();
+    request.replica_id = kafka_protocol::messages::BrokerId(-1);
+    request.max_wait_ms = remote_wait.as_millis() as i32;
+    request.min_bytes = 1;
+    request.max_bytes = PARTITION_READ_BYTES as i32;
+    request.isolation_level = i8::from(read_committed);
+    request.session_epoch = -1;
+    request.topics = vec![t];
+    let response = http
+        .peers
+        .send(broker.membership(), leader, 12, &request)
+        .await
+        .map_err(|e| {
+            unread(ApiError::new(
+                ResponseError::NetworkException,
+                format!("cannot reach the leader of {topic}-{partition}, agent {leader}: {e:#}"),
+            ))
+        })?;
+    let Some(data) = response
+        .responses
+        .into_iter()
+        .flat_map(|t| t.partitions)
+        .find(|p| p.partition_index == partition)
+    else {
+        return Err(unread(ApiError::new(
+            ResponseError::UnknownServerError,
+            format!("agent {leader} did not answer for {topic}-{partition}"),
+        )));
+    };
+    if let Some(code) = ResponseError::try_from_code(data.error_code) {
+        return Err(Unread {
+            error: ApiError::new(code, format!("agent {leader} refused the read")),
+            high_watermark: data.high_watermark,
+            log_start_offset: data.log_start_offset,
+        });
+    }
+    Ok(Read {
+        records: data.records.unwrap_or_default(),
+        high_watermark: data.high_watermark,
+        aborted: data
+            .aborted_transactions
+            .unwrap_or_default()
+            .into_iter()
+            .map(|a| (a.producer_id.0, a.first_offset))
+            .collect(),
+    })
+}
+
+/// Where a partition without a committed offset starts.
+async fn reset_position(http: &HttpApi, instance: &Instance, partition: i32) -> Option<i64> {
+    // A read past any log end answers OFFSET_OUT_OF_RANGE with both bounds.
+    let mut watch = None;
+    let bounds = match read(
+        http,
+        &instance.topic,
+        partition,
+        i64::MAX,
+        false,
+        Duration::ZERO,
+        &mut watch,
+    )
+    .await
+    {
+        Ok(r) => (r.high_watermark, -1),
+        Err(u) => (u.high_watermark, u.log_start_offset),
+    };
+    match instance.reset {
+        Reset::Latest => (bounds.0 >= 0).then_some(bounds.0),
+        Reset::Earliest => (bounds.1 >= 0).then_some(bounds.1),
+    }
+}
+
+/// Reads up to `max` messages from the instance's positions, waiting until `deadline`
+/// for the first; answers them and whether more are already there.
+async fn poll(
+    http: &HttpApi,
+    instance: &Instance,
+    max: usize,
+    encoding: Encoding,
+    deadline: tokio::time::Instant,
+) -> Result<(Vec<serde_json::Value>, bool), Problem> {
+    let mut positions = instance.positions.lock().await;
+    loop {
+        let rebalanced = instance.rebalanced.notified();
+        tokio::pin!(rebalanced);
+        rebalanced.as_mut().enable();
+        let Some(member) = instance.member() else {
+            return Err(gone(&instance.id));
+        };
+        if positions.0 != member.generation {
+            *positions = (member.generation, HashMap::new());
+        }
+        let missing: Vec<i32> = member
+            .assignment
+            .iter()
+            .copied()
+            .filter(|p| !positions.1.contains_key(p))
+            .collect();
+        if !missing.is_empty() {
+            let committed = http
+                .broker
+                .groups()
+                .offsets(&instance.group)
+                .await
+                .map_err(|e| Problem::from(ApiError::from(e)))?;
+            for p in missing {
+                let start = match committed.get(&(instance.topic.clone(), p)) {
+                    Some(c) if c.offset >= 0 => Some(c.offset),
+                    _ => reset_position(http, instance, p).await,
+                };
+                if let Some(start) = start {
+                    positions.1.insert(p, start);
+                }
+            }
+        }
+        let mut messages = Vec::new();
+        let mut has_more = false;
+        let mut watches = Vec::new();
+        let mut remote = Vec::new();
+        for &p in &member.assignment {
+            let Some(&position) = positions.1.get(&p) else {
+                continue;
+            };
+            if messages.len() >= max {
+                has_more = true;
+                break;
+            }
+            let mut watch = None;
+            match read(
+                http,
+                &instance.topic,
+                p,
+                position,
+                instance.read_committed,
+                Duration::ZERO,
+                &mut watch,
+            )
+            .await
+            {
+                Ok(r) => {
+                    let next = take(
+                        &r,
+                        p,
+                        position,
+                        max - messages.len(),
+                        encoding,
+                        &mut messages,
+                    );
+                    positions.1.insert(p, next);
+                    has_more |= next < r.high_watermark;
+                    match watch {
+                        Some(w) => watches.push(w),
+                        None => remote.push((p, next)),
+                    }
+                }
+                Err(u) if u.error.code == ResponseError::OffsetOutOfRange => {
+                    let to = match instance.reset {
+                        Reset::Earliest => u.log_start_offset,
+                        Reset::Latest => u.high_watermark,
+                    };
+                    tracing::info!(group = %instance.group, partition = p, position, to, "HTTP consumer's position is out of range; reset");
+                    if to >= 0 {
+                        positions.1.insert(p, to);
+                    }
+                    has_more = true;
+                }
+                Err(u) => {
+                    tracing::debug!(group = %instance.group, partition = p, error = %u.error.message, "HTTP consumer could not read a partition");
+                }
+            }
+        }
+        let now = crate::clock::instant();
+        if !messages.is_empty() || has_more || now >= deadline {
+            return Ok((messages, has_more));
+        }
+        // Nothing yet: wait for an append here, a remote leader's data, a rebalance or
+        // the deadline, then read again.
+        let mut waits: Vec<futures::future::BoxFuture<'_, ()>> = Vec::new();
+        for mut w in watches {
+            waits.push(Box::pin(async move {
+                let _ = w.changed().await;
+            }));
+        }
+        let left = deadline - now;
+        for (p, offset) in remote {
+            let wait = left.min(REMOTE_WAIT);
+            waits.push(Box::pin(async move {
+                let mut none = None;
+                let _ = read(
+                    http,
+                    &instance.topic,
+                    p,
+                    offset,
+                    instance.read_committed,
+                    wait,
+                    &mut none,
+                )
+                .await;
+            }));
+        }
+        waits.push(Box::pin(rebalanced));
+        let _ = tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await;
+    }
+}
+
+/// Appends the records of `read` at or after `position` (at most `room`) to `out`; the
+/// next position.
+fn take(
+    read: &Read,
+    partition: i32,
+    mut position: i64,
+    room: usize,
+    encoding: Encoding,
+    out: &mut Vec<serde_json::Value>,
+) -> i64 {
+    let mut aborted: Vec<(i64, i64)> = read.aborted.clone();
+    aborted.sort_by_key(|a| a.1);
+    let mut aborted = aborted.into_iter().peekable();
+    let mut aborting: std::collections::HashSet<i64> = std::collections::HashSet::new();
+    let mut taken = 0;
+    for (header, batch) in strata_log::batch::BatchIter::new(&read.records) {
+        if header.last_offset() < position {
+            continue;
+        }
+        while let Some(&(producer, first)) = aborted.peek() {
+            if first > header.last_offset() {
+                break;
+            }
+            aborting.insert(producer);
+            aborted.next();
+        }
+        if header.is_control() {
+            aborting.remove(&header.producer_id);
+            position = header.next_offset();
+            continue;
+        }
+        if header.is_transactional() && aborting.contains(&header.producer_id) {
+            position = header.next_offset();
+            continue;
+        }
+        let Ok(records) = strata_log::batch::decode_records(batch) else {
+            break;
+        };
+        for r in records {
+            if r.offset < position {
+                continue;
+            }
+            if taken == room {
+                return position;
+            }
+            out.push(message_json(partition, &r, encoding));
+            taken += 1;
+            position = r.offset + 1;
+        }
+        position = header.next_offset();
+    }
+    position
+}
+
+fn message_json(
+    partition: i32,
+    r: &kafka_protocol::records::Record,
+    encoding: Encoding,
+) -> serde_json::Value {
+    // Text was asked for but some bytes are not UTF-8: the message is answered in
+    // base64, and says so, rather than altered.
+    let text = |b: &Option<Bytes>| b.as_ref().is_none_or(|b| std::str::from_utf8(b).is_ok());
+    let encoding = if encoding == Encoding::Utf8
+        && text(&r.key)
+        && text(&r.value)
+        && r.headers.iter().all(|h| text(&h.1))
+    {
+        Encoding::Utf8
+    } else {
+        Encoding::Base64
+    };
+    let field = |b: &Option<Bytes>| b.as_ref().map(|b| encoding.encode(b));
+    serde_json::json!({
+        "partition": partition,
+        "offset": r.offset,
+        "timestamp": r.timestamp,
+        "key": field(&r.key),
+        "value": field(&r.value),
+        "headers": r.headers.iter().map(|h| serde_json::json!({
+            "key": h.0.as_str(),
+            "value": field(&h.1),
+        })).collect::<Vec<_>>(),
+        "encoding": if encoding == Encoding::Base64 { "base64" } else { "utf-8" },
+    })
+}
+
+/// `POST /v1/topics/{topic}/commit`: `{"group_id", "offsets": {"2": 10543}}`, the next
+/// offset to read per partition. With a `consumer_id`, under that instance's
+/// generation (a stale one is refused, 409); without, as a client outside the group,
+/// which Kafka allows only while the group has no members.
+pub async fn commit(
+    State(http): State<Arc<HttpApi>>,
+    topic: Extracted<String>,
+    uri: Uri,
+    body: Body,
+) -> Response {
+    let (topic, body) = match (topic, body) {
+        (Ok(Path(topic)), Ok(body)) => (topic, body),
+        (Err(e), _) => return Problem::from(e).into_response(),
+        (_, Err(e)) => return Problem::from(e).into_response(),
+    };
+    match commit_inner(&http, &topic, &uri, &body).await {
+        Ok(r) => r,
+        Err(p) => p.into_response(),
+    }
+}
+
+async fn commit_inner(
+    http: &HttpApi,
+    topic: &str,
+    uri: &Uri,
+    body: &[u8],
+) -> Result<Response, Problem> {
+    let body: CommitBody = json::parse(body, "commit")?;
+    check_group_id(&body.group_id)?;
+    if let Some(agent) = elsewhere(http, &body.group_id, body.consumer_id.as_deref()) {
+        return Ok(redirect(&agent, uri));
+    }
+    let Some(state) = http.broker.replicas().topic(topic) else {
+        return Err(Problem::kafka(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {topic:?} does not exist"),
+        ));
+    };
+    if body.offsets.is_empty() {
+        return Err(Problem::bad_request("offsets is empty: nothing to commit"));
+    }
+    let now = crate::clock::now_ms();
+    let mut offsets = Vec::with_capacity(body.offsets.len());
+    let mut answered = BTreeMap::new();
+    for (p, offset) in &body.offsets {
+        let partition = p.parse::<i32>().ok().filter(|p| state.has_partition(*p));
+        let Some(partition) = partition else {
+            return Err(Problem::kafka(
+                ResponseError::UnknownTopicOrPartition,
+                format!(
+                    "topic {topic} has {} partitions; {p:?} is not one of them",
+                    state.record.partitions.len()
+                ),
+            ));
+        };
+        let Some(offset) = whole(offset).filter(|o| *o >= 0) else {
+            return Err(Problem::bad_request(format!(
+                "offset {offset} for partition {partition} is not an offset (an integer, 0 or more)"
+            )));
+        };
+        answered.insert(partition.to_string(), offset);
+        offsets.push((
+            (topic.to_string(), partition),
+            strata_metastore::CommittedOffset {
+                offset,
+                leader_epoch: -1,
+                metadata: body.metadata.clone(),
+                commit_timestamp_ms: now,
+            },
+        ));
+    }
+    let (member_id, generation) = match &body.consumer_id {
+        None => (String::new(), -1),
+        Some(id) => {
+            let instance = http.consumers.get(id).ok_or_else(|| gone(id))?;
+            if instance.group != body.group_id {
+                return Err(Problem::bad_request(format!(
+                    "consumer instance {id:?} is a member of group {:?}",
+                    instance.group
+                )));
+            }
+            instance.touch();
+            let member = instance.member().ok_or_else(|| gone(id))?;
+            (
+                member.member_id,
+                body.generation_id.unwrap_or(member.generation),
+            )
+        }
+    };
+    http.broker
+        .groups()
+        .commit(&body.group_id, &member_id, None, generation, offsets)
+        .await
+        .map_err(|e| Problem::from(ApiError::from(e)))?;
+    Ok(axum::Json(serde_json::json!({
+        "group_id": body.group_id,
+        "generation_id": generation,
+        "offsets": answered,
+    }))
+    .into_response())
+}

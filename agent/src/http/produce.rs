@@ -1,0 +1,592 @@
+//! `POST /v1/topics/{topic}/produce`: records over HTTP, into the same log as Kafka's
+//! Produce.
+//!
+//! Keyed messages go to the partition the Java client's default partitioner picks
+//! (murmur2), unkeyed ones all to one partition chosen at random per request (as the
+//! sticky partitioner fills one batch at a time), unless a message names its
+//! partition. Each partition's messages become one record batch, appended by the
+//! produce service when this agent leads the partition and sent to its leader as a
+//! Kafka Produce otherwise. The answer gives each message its partition and offset, or
+//! its error.
+//!
+//! With an `Idempotency-Key` header, the first answer that wrote anything is kept for
+//! [`IDEMPOTENCY_TTL`] on this agent: a retry with the same key and body gets it again
+//! and writes nothing; the same key with another body is refused (409).
+
+use std::collections::BTreeMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use bytes::Bytes;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use serde::Deserialize;
+
+use super::HttpApi;
+use super::json::{self, whole};
+use super::partitioner::partition_for_key;
+use super::problem::{Body, Extracted, Problem};
+use crate::api::errors::ApiError;
+use crate::service::produce::Acks;
+
+/// How long an idempotency key's first answer is kept.
+pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(600);
+/// The most answer bytes kept for idempotency keys (roughly; the weigher estimates).
+const IDEMPOTENCY_BYTES: u64 = 64 * 1024 * 1024;
+/// The default and the most a produce waits for its writes to be acknowledged.
+const DEFAULT_TIMEOUT_MS: u64 = 10_000;
+const MAX_TIMEOUT_MS: u64 = 30_000;
+/// A forwarded produce must be answered before the connection's response timeout.
+const FORWARD_TIMEOUT_MS: u64 = 9_000;
+
+/// The first answers to requests with an `Idempotency-Key`, by topic and key.
+pub type Remembered = moka::future::Cache<(String, String), Arc<Answer>>;
+
+pub fn remembered() -> Remembered {
+    moka::future::Cache::builder()
+        .max_capacity(IDEMPOTENCY_BYTES)
+        .weigher(|(t, k): &(String, String), a: &Arc<Answer>| {
+            u32::try_from(t.len() + k.len() + 64 * a.results.len().max(1)).unwrap_or(u32::MAX)
+        })
+        .time_to_live(IDEMPOTENCY_TTL)
+        .build()
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Request {
+    messages: Vec<Message>,
+    #[serde(default)]
+    acks: Option<serde_json::Value>,
+    #[serde(default)]
+    encoding: Option<String>,
+    #[serde(default, deserialize_with = "json::opt")]
+    timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Message {
+    #[serde(default)]
+    key: Option<String>,
+    #[serde(default)]
+    value: Option<String>,
+    #[serde(default)]
+    headers: Option<Headers>,
+    #[serde(default, deserialize_with = "json::opt")]
+    partition: Option<i32>,
+    #[serde(default, deserialize_with = "json::opt")]
+    timestamp: Option<i64>,
+}
+
+/// Headers as an object (`{"trace": "t1"}`) or, to repeat a key or keep an order, a
+/// list of `{"key", "value"}`.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Headers {
+    Map(BTreeMap<String, Option<String>>),
+    List(Vec<HeaderEntry>),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct HeaderEntry {
+    key: String,
+    #[serde(default)]
+    value: Option<String>,
+}
+
+/// How keys, values and header values are written in the request (and answered in a
+/// consume).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Utf8,
+    Base64,
+}
+
+impl Encoding {
+    pub fn parse(s: Option<&str>) -> Result<Encoding, Problem> {
+        match s {
+            None | Some("utf-8") => Ok(Encoding::Utf8),
+            Some("base64") => Ok(Encoding::Base64),
+            Some(other) => Err(Problem::bad_request(format!(
+                "encoding must be \"utf-8\" or \"base64\", not {other:?}"
+            ))),
+        }
+    }
+
+    fn decode(self, what: &str, s: &str) -> Result<Bytes, String> {
+        match self {
+            Encoding::Utf8 => Ok(Bytes::copy_from_slice(s.as_bytes())),
+            Encoding::Base64 => LENIENT
+                .decode(s)
+                .map(Bytes::from)
+                .map_err(|e| format!("{what} is not base64: {e}")),
+        }
+    }
+
+    /// Bytes as an answer carries them (text only for bytes known to be UTF-8).
+    pub fn encode(self, bytes: &[u8]) -> String {
+        match self {
+            Encoding::Utf8 => String::from_utf8_lossy(bytes).into_owned(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD.encode(bytes),
+        }
+    }
+}
+
+/// The standard alphabet, padded or not, and with any bits after the last byte (as
+/// most decoders accept; the OpenAPI document's pattern describes exactly this).
+const LENIENT: base64::engine::GeneralPurpose = base64::engine::GeneralPurpose::new(
+    &base64::alphabet::STANDARD,
+    base64::engine::GeneralPurposeConfig::new()
+        .with_decode_allow_trailing_bits(true)
+        .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent),
+);
+
+fn acks_of(v: Option<&serde_json::Value>) -> Result<Acks, Problem> {
+    use serde_json::Value as V;
+    match v {
+        None => Ok(Acks::All),
+        Some(V::String(s)) if s == "all" || s == "-1" => Ok(Acks::All),
+        Some(V::String(s)) if s == "1" => Ok(Acks::Leader),
+        Some(V::String(s)) if s == "0" => Ok(Acks::None),
+        Some(V::Number(n)) if whole(n) == Some(-1) => Ok(Acks::All),
+        Some(V::Number(n)) if whole(n) == Some(1) => Ok(Acks::Leader),
+        Some(V::Number(n)) if whole(n) == Some(0) => Ok(Acks::None),
+        Some(other) => Err(Problem::kafka(
+            ResponseError::InvalidRequiredAcks,
+            format!("acks must be \"all\", \"1\" or \"0\", not {other}"),
+        )),
+    }
+}
+
+/// One message's outcome.
+#[derive(Debug, Clone)]
+pub enum Outcome {
+    Written {
+        partition: i32,
+        offset: Option<i64>,
+    },
+    Failed {
+        partition: Option<i32>,
+        error: ApiError,
+    },
+}
+
+/// A produce's answer.
+#[derive(Debug)]
+pub struct Answer {
+    fingerprint: u64,
+    results: Vec<Outcome>,
+}
+
+impl Answer {
+    fn written_any(&self) -> bool {
+        self.results
+            .iter()
+            .any(|r| matches!(r, Outcome::Written { .. }))
+    }
+
+    fn to_response(&self) -> Response {
+        let offsets: Vec<serde_json::Value> = self
+            .results
+            .iter()
+            .map(|r| match r {
+                Outcome::Written { partition, offset } => {
+                    serde_json::json!({ "partition": partition, "offset": offset })
+                }
+                Outcome::Failed { partition, error } => serde_json::json!({
+                    "partition": partition,
+                    "error": crate::metrics::kafka_error_name(error.code()),
+                    "message": error.message,
+                }),
+            })
+            .collect();
+        if !self.written_any()
+            && let Some(Outcome::Failed { error, .. }) = self.results.first()
+        {
+            // Nothing was written: the request failed as a whole, as its first error.
+            let problem = Problem::from(error.clone());
+            let mut body = problem.body();
+            body["offsets"] = offsets.into();
+            return (
+                problem.status,
+                [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
+                body.to_string(),
+            )
+                .into_response();
+        }
+        (
+            StatusCode::OK,
+            axum::Json(serde_json::json!({ "offsets": offsets })),
+        )
+            .into_response()
+    }
+}
+
+pub async fn produce(
+    State(http): State<Arc<HttpApi>>,
+    topic: Extracted<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let (topic, body) = match (topic, body) {
+        (Ok(Path(topic)), Ok(body)) => (topic, body),
+        (Err(e), _) => return Problem::from(e).into_response(),
+        (_, Err(e)) => return Problem::from(e).into_response(),
+    };
+    let fingerprint = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut h);
+        h.finish()
+    };
+    let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
+        None => None,
+        Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k.to_string()),
+        Some(_) => {
+            return Problem::bad_request(
+                "Idempotency-Key must be 1 to 255 visible ASCII characters",
+            )
+            .into_response();
+        }
+    };
+    let parsed = match parse(&body) {
+        Ok(p) => p,
+        Err(problem) => return problem.into_response(),
+    };
+    let Some(key) = key else {
+        return match write(&http, &topic, parsed, fingerprint).await {
+            Ok(answer) => answer.to_response(),
+            Err(problem) => problem.into_response(),
+        };
+    };
+    let first = http
+        .remembered
+        .try_get_with((topic.clone(), key), async {
+            match write(&http, &topic, parsed, fingerprint).await {
+                Ok(answer) if answer.written_any() => Ok(Arc::new(answer)),
+                Ok(answer) => Err(Ok(answer)),
+                Err(problem) => Err(Err(problem)),
+            }
+        })
+        .await;
+    match first {
+        // The request is valid, but conflicts with the one that used the key first.
+        Ok(answer) if answer.fingerprint != fingerprint => Problem::new(
+            StatusCode::CONFLICT,
+            "this Idempotency-Key was used for a request with another body",
+        )
+        .into_response(),
+        Ok(answer) => answer.to_response(),
+        // Nothing was written (or the request was refused): nothing to remember, so a
+        // retry writes afresh.
+        Err(failed) => match &*failed {
+            Ok(answer) => answer.to_response(),
+            Err(problem) => problem.clone().into_response(),
+        },
+    }
+}
+
+/// A parsed request: its messages as records, with the partition each asked for.
+struct Parsed {
+    records: Vec<(Option<i32>, kafka_protocol::records::Record)>,
+    acks: Acks,
+    timeout: Duration,
+}
+
+fn parse(body: &[u8]) -> Result<Parsed, Problem> {
+    let body: Request = json::parse(body, "produce")?;
+    let acks = acks_of(body.acks.as_ref())?;
+    let encoding = Encoding::parse(body.encoding.as_deref())?;
+    if body.messages.is_empty() {
+        return Err(Problem::bad_request(
+            "messages is empty: nothing to produce",
+        ));
+    }
+    let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
+    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+        return Err(Problem::bad_request(format!(
+            "timeout_ms must be 1 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
+        )));
+    }
+    let now = crate::clock::now_ms();
+    let mut records = Vec::with_capacity(body.messages.len());
+    for (i, m) in body.messages.into_iter().enumerate() {
+        let bad = |why: String| Problem::bad_request(format!("messages[{i}]: {why}"));
+        let key = m
+            .key
+            .map(|k| encoding.decode("key", &k))
+            .transpose()
+            .map_err(bad)?;
+        let value = m
+            .value
+            .map(|v| encoding.decode("value", &v))
+            .transpose()
+            .map_err(bad)?;
+        let pairs: Vec<(String, Option<String>)> = match m.headers {
+            None => Vec::new(),
+            Some(Headers::Map(map)) => map.into_iter().collect(),
+            Some(Headers::List(list)) => list.into_iter().map(|h| (h.key, h.value)).collect(),
+        };
+        let mut headers = Vec::with_capacity(pairs.len());
+        for (k, v) in pairs {
+            let value = v
+                .map(|v| encoding.decode("a header value", &v))
+                .transpose()
+                .map_err(bad)?;
+            headers.push((StrBytes::from_string(k), value));
+        }
+        let timestamp = m.timestamp.unwrap_or(now);
+        if timestamp < 0 {
+            return Err(bad(format!("timestamp {timestamp} is negative")));
+        }
+        let mut record = strata_log::batch::plain_record(0, timestamp, key, value);
+        record.headers = headers;
+        records.push((m.partition, record));
+    }
+    Ok(Parsed {
+        records,
+        acks,
+        timeout: Duration::from_millis(timeout_ms),
+    })
+}
+
+/// Writes the messages; `Err` when the request as a whole cannot be served (the topic
+/// does not exist).
+async fn write(
+    http: &HttpApi,
+    topic: &str,
+    parsed: Parsed,
+    fingerprint: u64,
+) -> Result<Answer, Problem> {
+    let auto_create = http.broker.settings().auto_create_topics;
+    let state = crate::api::metadata::by_name(&http.broker, topic, auto_create)
+        .await
+        .map_err(|e| match e.code {
+            ResponseError::UnknownTopicOrPartition => Problem::kafka(
+                e.code,
+                format!("topic {topic:?} does not exist (and auto.create.topics.enable is off)"),
+            ),
+            _ => Problem::from(e),
+        })?;
+    let partitions = state.record.partitions.len() as i32;
+    let sticky = rand_partition(partitions);
+    let mut results: Vec<Option<Outcome>> = vec![None; parsed.records.len()];
+    // Per partition: the messages' indexes and their records, in request order.
+    let mut batches: BTreeMap<i32, Vec<(usize, kafka_protocol::records::Record)>> = BTreeMap::new();
+    for (i, (asked, record)) in parsed.records.into_iter().enumerate() {
+        let partition = match (asked, &record.key) {
+            (Some(p), _) if (0..partitions).contains(&p) => p,
+            (Some(p), _) => {
+                results[i] = Some(Outcome::Failed {
+                    partition: Some(p),
+                    error: ApiError::new(
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {topic} has {partitions} partitions, so no partition {p}"),
+                    ),
+                });
+                continue;
+            }
+            (None, Some(key)) => partition_for_key(key, partitions),
+            (None, None) => sticky,
+        };
+        batches.entry(partition).or_default().push((i, record));
+    }
+    let deadline = crate::clock::instant() + parsed.timeout;
+    let mut pending = Vec::new();
+    for (partition, mut records) in batches {
+        for (delta, (_, r)) in records.iter_mut().enumerate() {
+            r.offset = delta as i64;
+            r.sequence = delta as i32 - 1;
+        }
+        let only: Vec<_> = records.iter().map(|(_, r)| r.clone()).collect();
+        let batch = strata_log::batch::encode_records(&only, Compression::None);
+        let indexes: Vec<usize> = records.into_iter().map(|(i, _)| i).collect();
+        pending.push(send(
+            http,
+            topic,
+            partition,
+            batch,
+            parsed.acks,
+            deadline,
+            indexes,
+        ));
+    }
+    for (indexes, partition, outcome) in futures::future::join_all(pending).await {
+        for (n, i) in indexes.into_iter().enumerate() {
+            results[i] = Some(match &outcome {
+                Ok(base) => Outcome::Written {
+                    partition,
+                    offset: base.map(|b| b + n as i64),
+                },
+                Err(e) => Outcome::Failed {
+                    partition: Some(partition),
+                    error: e.clone(),
+                },
+            });
+        }
+    }
+    Ok(Answer {
+        fingerprint,
+        results: results
+            .into_iter()
+            .map(|r| r.expect("every message has an outcome"))
+            .collect(),
+    })
+}
+
+fn rand_partition(partitions: i32) -> i32 {
+    (uuid::Uuid::new_v4().as_u128() % partitions.max(1) as u128) as i32
+}
+
+type Sent = (Vec<usize>, i32, Result<Option<i64>, ApiError>);
+
+/// Errors after which the write surely did not happen, so it is tried again (as a
+/// Kafka producer retries them) until the deadline, at the leader known then.
+fn retriable(code: ResponseError) -> bool {
+    matches!(
+        code,
+        ResponseError::UnknownTopicOrPartition
+            | ResponseError::NotLeaderOrFollower
+            | ResponseError::LeaderNotAvailable
+            | ResponseError::NotEnoughReplicas
+    )
+}
+
+/// Kafka's `retry.backoff.ms` default.
+const RETRY_BACKOFF: Duration = Duration::from_millis(100);
+
+/// Appends one partition's batch at its leader: its base offset (`None` for acks=0).
+async fn send(
+    http: &HttpApi,
+    topic: &str,
+    partition: i32,
+    batch: Vec<u8>,
+    acks: Acks,
+    deadline: tokio::time::Instant,
+    indexes: Vec<usize>,
+) -> Sent {
+    loop {
+        let leader = http
+            .broker
+            .replicas()
+            .topic(topic)
+            .and_then(|t| {
+                t.record
+                    .partitions
+                    .get(partition as usize)
+                    .map(|p| p.leader)
+            })
+            .unwrap_or(-1);
+        let outcome = send_once(http, topic, partition, leader, &batch, acks, deadline).await;
+        match &outcome {
+            Err(e) if retriable(e.code) && crate::clock::instant() + RETRY_BACKOFF < deadline => {
+                crate::clock::pause(RETRY_BACKOFF).await;
+            }
+            _ => return (indexes, partition, outcome),
+        }
+    }
+}
+
+async fn send_once(
+    http: &HttpApi,
+    topic: &str,
+    partition: i32,
+    leader: i32,
+    batch: &[u8],
+    acks: Acks,
+    deadline: tokio::time::Instant,
+) -> Result<Option<i64>, ApiError> {
+    let broker = &http.broker;
+    if leader != broker.node_id() {
+        return forward(http, topic, partition, leader, batch, acks, deadline).await;
+    }
+    let appended = broker.producing().append(
+        topic,
+        partition,
+        Some(batch),
+        acks,
+        None,
+        crate::clock::now_ms(),
+    );
+    let out = appended.map_err(|e| ApiError::from(&e))?;
+    crate::metrics::produced(topic, batch.len());
+    let base = (acks != Acks::None).then_some(out.base_offset);
+    match out.commit {
+        Some(commit) => commit
+            .wait(deadline)
+            .await
+            .map(|()| base)
+            .map_err(|e| ApiError::from(&e)),
+        None => Ok(base),
+    }
+}
+
+/// Sends the batch to its leader as a Kafka Produce (acks=0 as acks=1: the HTTP
+/// request is answered either way).
+async fn forward(
+    http: &HttpApi,
+    topic: &str,
+    partition: i32,
+    leader: i32,
+    batch: &[u8],
+    acks: Acks,
+    deadline: tokio::time::Instant,
+) -> Result<Option<i64>, ApiError> {
+    if leader < 0 {
+        return Err(ApiError::new(
+            ResponseError::LeaderNotAvailable,
+            format!("{topic}-{partition} has no leader"),
+        ));
+    }
+    let left = deadline.saturating_duration_since(crate::clock::instant());
+    let mut request = ProduceRequest::default();
+    request.acks = if acks == Acks::All { -1 } else { 1 };
+    request.timeout_ms = left.as_millis().min(u128::from(FORWARD_TIMEOUT_MS)) as i32;
+    let mut data = PartitionProduceData::default();
+    data.index = partition;
+    data.records = Some(Bytes::copy_from_slice(batch));
+    let mut t = TopicProduceData::default();
+    t.name = TopicName(StrBytes::from_string(topic.to_string()));
+    t.partition_data = vec![data];
+    request.topic_data = vec![t];
+    let response = http
+        .peers
+        .send(http.broker.membership(), leader, 9, &request)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                ResponseError::NetworkException,
+                format!("cannot reach the leader of {topic}-{partition}, agent {leader}: {e:#}"),
+            )
+        })?;
+    let answer = response
+        .responses
+        .into_iter()
+        .flat_map(|t| t.partition_responses)
+        .find(|p| p.index == partition)
+        .ok_or_else(|| {
+            ApiError::new(
+                ResponseError::UnknownServerError,
+                format!("agent {leader} did not answer for {topic}-{partition}"),
+            )
+        })?;
+    match ResponseError::try_from_code(answer.error_code) {
+        None => Ok((acks != Acks::None).then_some(answer.base_offset)),
+        Some(code) => Err(ApiError::new(
+            code,
+            answer.error_message.map_or_else(
+                || format!("agent {leader} refused the write"),
+                |m| m.to_string(),
+            ),
+        )),
+    }
+}
