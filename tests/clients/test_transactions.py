@@ -823,8 +823,10 @@ def test_hanging_transaction_found_and_aborted_over_http(broker_factory):
             "producer_epoch": e["producer_epoch"]}
     for body in ({"topic": topic}, {k: v for k, v in full.items() if k != "producer_epoch"}, {}):
         status, answer = http_abort(b, body)
-        assert status == 400 and isinstance(answer, dict) and isinstance(answer.get("error"), str) \
-            and answer["error"], f"POST /v1/transactions/abort {body}: {status} {answer!r}, expected 400 {{error}}"
+        # RFC 9457 problem details, as every error of the HTTP API (docs/http.md).
+        assert status == 400 and isinstance(answer, dict) and answer.get("status") == 400 \
+            and isinstance(answer.get("detail"), str) and answer["detail"], \
+            f"POST /v1/transactions/abort {body}: {status} {answer!r}, expected a 400 problem"
     status, answer = http_abort(b, raw=b"{not json")
     assert status == 400, f"POST /v1/transactions/abort with a body that is not JSON: {status} {answer!r}"
     status, answer = http_abort(b, {**full, "topic": unique_topic("no-such-topic")})
