@@ -389,7 +389,7 @@ class HangingTransactionTest {
      * 0; GET /v1/transactions lists it under "open" with {@code hanging: true} (its
      * producer id and epoch as describeProducers shows them, its first offset), a POST
      * /v1/transactions/abort with a body missing fields (or not JSON) is refused with 400
-     * and an "error" message and changes nothing, and the right body answers 200
+     * and a problem-details (RFC 9457) "detail" and changes nothing, and the right body answers 200
      * {@code {"marker_offset": N}} with N the partition's high watermark before it; the
      * LSO then moves to N + 1 and nothing is listed open.
      */
@@ -450,7 +450,7 @@ class HangingTransactionTest {
                 System.out.println("[hang] POST /v1/transactions/abort " + bad + ": " + r.statusCode() + " " + r.body());
                 assertEquals(400, r.statusCode(), "POST " + bad + ": " + r.body());
                 JsonNode err = JSON.readTree(r.body());
-                assertFalse(err.path("error").asText().isEmpty(), "an \"error\" message: " + r.body());
+                assertFalse(err.path("detail").asText().isEmpty(), "a problem-details \"detail\" (RFC 9457): " + r.body());
             }
             assertEquals(first, lso(admin, P0), "the refused aborts changed nothing");
             assertEquals(hw0, hw(admin, P0), "the refused aborts wrote nothing");
