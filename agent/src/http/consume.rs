@@ -35,7 +35,7 @@ use super::HttpApi;
 use super::assignor::{ASSIGNOR, assign, assigned, subscription};
 use super::cluster::redirect;
 use super::json::{self, whole};
-use super::problem::{Body, Extracted, Problem};
+use super::problem::{Body, Extracted, Problem, extract};
 use super::produce::Encoding;
 use crate::api::errors::ApiError;
 use crate::group::GroupError;
@@ -209,10 +209,9 @@ pub async fn consume(
     uri: Uri,
     body: Body,
 ) -> Response {
-    let (topic, body) = match (topic, body) {
-        (Ok(Path(topic)), Ok(body)) => (topic, body),
-        (Err(e), _) => return Problem::from(e).into_response(),
-        (_, Err(e)) => return Problem::from(e).into_response(),
+    let (topic, body) = match extract(topic, body) {
+        Ok(parts) => parts,
+        Err(problem) => return problem.into_response(),
     };
     match consume_inner(&http, &topic, &uri, &body).await {
         Ok(r) => r,
@@ -872,10 +871,9 @@ pub async fn commit(
     uri: Uri,
     body: Body,
 ) -> Response {
-    let (topic, body) = match (topic, body) {
-        (Ok(Path(topic)), Ok(body)) => (topic, body),
-        (Err(e), _) => return Problem::from(e).into_response(),
-        (_, Err(e)) => return Problem::from(e).into_response(),
+    let (topic, body) = match extract(topic, body) {
+        Ok(parts) => parts,
+        Err(problem) => return problem.into_response(),
     };
     match commit_inner(&http, &topic, &uri, &body).await {
         Ok(r) => r,

@@ -117,3 +117,8 @@ impl From<axum::extract::rejection::PathRejection> for Problem {
 /// The path parameter and the body of a request, or the problem with them.
 pub type Extracted<T> = Result<axum::extract::Path<T>, axum::extract::rejection::PathRejection>;
 pub type Body = Result<bytes::Bytes, axum::extract::rejection::BytesRejection>;
+
+/// The path parameter and the body, or the problem with the first that is wrong.
+pub fn extract<T>(path: Extracted<T>, body: Body) -> Result<(T, bytes::Bytes), Problem> {
+    Ok((path?.0, body?))
+}

@@ -18,7 +18,7 @@ use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -33,7 +33,7 @@ use serde::Deserialize;
 use super::HttpApi;
 use super::json::{self, whole};
 use super::partitioner::partition_for_key;
-use super::problem::{Body, Extracted, Problem};
+use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
 use crate::service::produce::Acks;
 
@@ -238,10 +238,9 @@ pub async fn produce(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let (topic, body) = match (topic, body) {
-        (Ok(Path(topic)), Ok(body)) => (topic, body),
-        (Err(e), _) => return Problem::from(e).into_response(),
-        (_, Err(e)) => return Problem::from(e).into_response(),
+    let (topic, body) = match extract(topic, body) {
+        Ok(parts) => parts,
+        Err(problem) => return problem.into_response(),
     };
     let fingerprint = {
         let mut h = std::collections::hash_map::DefaultHasher::new();
