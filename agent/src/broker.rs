@@ -52,6 +52,8 @@ pub struct Broker {
     lifecycle: Arc<Lifecycle>,
     /// The tiering worker, when it runs inside this agent.
     tiering: Option<Arc<TieringWorker>>,
+    /// Privileged actions, who asked for them and how they ended.
+    audit: crate::audit::Audit,
     shutdown: CancellationToken,
 }
 
@@ -82,6 +84,7 @@ impl Broker {
             .tiering_enabled
             .then(|| Arc::new(TieringWorker::new(Arc::clone(&archive), metastore.clone())));
         let (advertised_host, advertised_port) = settings.advertised()?;
+        let settings_data_dir = settings.data_dir.clone();
         let cluster_id = metastore.cluster().await?.cluster_id;
         let node_id = settings.node_id;
         let groups = Arc::new(Coordinator::new(
@@ -157,6 +160,7 @@ impl Broker {
             lifecycle,
             replicas,
             tiering,
+            audit: crate::audit::Audit::at(&settings_data_dir.join("audit.log")),
             shutdown,
         }))
     }
@@ -224,6 +228,10 @@ impl Broker {
     }
 
     /// Cancelled when the agent begins to stop.
+    pub fn audit(&self) -> &crate::audit::Audit {
+        &self.audit
+    }
+
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
     }

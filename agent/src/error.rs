@@ -21,6 +21,15 @@ pub enum Error {
     Transaction(#[from] TxnError),
     #[error("the request holds no record batch")]
     NoRecords,
+    /// An operator disabled writes to the partition; reads go on.
+    #[error(
+        "writes to {topic}-{partition} are disabled by an operator ({reason}); reads go on, and POST /v1/topics/{topic}/partitions/{partition}/enable restores writes"
+    )]
+    Disabled {
+        topic: String,
+        partition: i32,
+        reason: String,
+    },
     /// A write was appended but not replicated to the in-sync replicas in time.
     #[error("the write did not reach every in-sync replica within the request timeout")]
     NotReplicatedInTime,

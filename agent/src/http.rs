@@ -10,10 +10,12 @@
 //! coordinator's transactions, those open on partitions led here, and the abort of a
 //! hanging one: `docs/transactions.md`).
 
+mod admin;
 mod assignor;
 mod cluster;
 mod consume;
 mod json;
+mod operate;
 mod partitioner;
 mod problem;
 mod produce;
@@ -24,7 +26,7 @@ use axum::Router;
 use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, patch, post};
 use tokio::net::TcpListener;
 
 use crate::broker::Broker;
@@ -73,6 +75,44 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/v1/topics/{topic}/consume", post(consume::consume))
         .route("/v1/topics/{topic}/commit", post(consume::commit))
         .route("/v1/consumers/{consumer_id}", delete(consume::delete))
+        .route(
+            "/v1/topics",
+            get(admin::list_topics).post(admin::create_topic),
+        )
+        .route(
+            "/v1/topics/{topic}",
+            get(admin::describe_topic).delete(admin::delete_topic),
+        )
+        .route("/v1/topics/{topic}/configs", patch(admin::alter_configs))
+        .route("/v1/topics/{topic}/partitions", post(admin::add_partitions))
+        .route(
+            "/v1/topics/{topic}/partitions/{partition}",
+            get(operate::inspect),
+        )
+        .route(
+            "/v1/topics/{topic}/partitions/{partition}/disable",
+            post(operate::disable),
+        )
+        .route(
+            "/v1/topics/{topic}/partitions/{partition}/enable",
+            post(operate::enable),
+        )
+        .route(
+            "/v1/topics/{topic}/partitions/{partition}/tier",
+            post(operate::tier),
+        )
+        .route(
+            "/v1/topics/{topic}/partitions/{partition}/verify",
+            post(operate::verify),
+        )
+        .route("/v1/groups", get(admin::list_groups))
+        .route(
+            "/v1/groups/{group}",
+            get(admin::describe_group).delete(admin::delete_group),
+        )
+        .route("/v1/groups/{group}/offsets", post(admin::reset_offsets))
+        .route("/v1/audit", get(operate::audit))
+        .route("/v1/cluster", get(admin::cluster))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -105,7 +145,9 @@ async fn not_found(uri: axum::http::Uri) -> impl axum::response::IntoResponse {
         "detail": format!(
             "no endpoint at {}; served here: /v1/topics/{{topic}}/produce, \
              /v1/topics/{{topic}}/consume, /v1/topics/{{topic}}/commit, /v1/consumers/{{id}}, \
-             /v1/openapi.json, /healthz, /readyz, /metrics, /v1/partitions, /v1/tiering, \
+             /v1/topics, /v1/topics/{{topic}}, /v1/topics/{{topic}}/configs, \
+             /v1/topics/{{topic}}/partitions[/{{p}}[/disable|/enable|/tier|/verify]], /v1/groups, \
+             /v1/groups/{{group}}[/offsets], /v1/audit, /v1/cluster, /v1/openapi.json, /healthz, /readyz, /metrics, /v1/partitions, /v1/tiering, \
              /v1/compaction, /v1/transactions (docs/http.md)",
             uri.path()
         ),
@@ -400,7 +442,10 @@ async fn abort_transaction(State(broker): State<Arc<Broker>>, body: axum::body::
 
 pub async fn serve(listener: TcpListener, broker: Arc<Broker>) -> std::io::Result<()> {
     let shutdown = broker.shutdown().clone();
-    axum::serve(listener, router(broker))
-        .with_graceful_shutdown(async move { shutdown.cancelled().await })
-        .await
+    axum::serve(
+        listener,
+        router(broker).into_make_service_with_connect_info::<std::net::SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move { shutdown.cancelled().await })
+    .await
 }

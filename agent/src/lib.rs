@@ -5,7 +5,9 @@
 //! The `strata` binary is a thin shell around these.
 
 pub mod api;
+pub mod audit;
 pub mod broker;
+pub mod cli;
 pub mod clock;
 pub mod compactor_process;
 pub mod config;

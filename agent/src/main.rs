@@ -32,6 +32,8 @@ enum Command {
     /// agents run with --compactor-enabled false (it needs the metastore and the
     /// archive, not the agents' disks).
     Compactor(AgentArgs),
+    #[command(flatten)]
+    Operator(strata_agent::cli::Operator),
 }
 
 /// What the process runs.
@@ -289,6 +291,7 @@ fn main() -> std::process::ExitCode {
         Some(Command::Agent(args)) => (args, Mode::Agent),
         Some(Command::Tiering(args)) => (args, Mode::Tiering),
         Some(Command::Compactor(args)) => (args, Mode::Compactor),
+        Some(Command::Operator(command)) => return operate(command),
         None => (cli.agent, Mode::Agent),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -309,6 +312,28 @@ fn main() -> std::process::ExitCode {
         // Once, through the log (which goes to stderr).
         Err(e) => {
             tracing::error!("{e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// Runs an operator command against a running cluster: errors once, on stderr, and
+/// exit status 1.
+fn operate(command: strata_agent::cli::Operator) -> std::process::ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("strata: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(strata_agent::cli::run(command)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("strata: {e:#}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -33,6 +33,8 @@ pub struct TopicRecord {
     /// Configs set explicitly on the topic (Kafka names); defaults are not stored.
     pub configs: BTreeMap<String, String>,
     pub partitions: Vec<PartitionRecord>,
+    /// Partitions an operator disabled for writes (reads go on), with the reason given.
+    pub disabled: BTreeMap<u32, String>,
 }
 
 /// The part of [`TopicRecord`] stored under the topic key.
@@ -41,6 +43,8 @@ struct TopicValue {
     id: [u8; 16],
     replication_factor: i16,
     configs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    disabled: BTreeMap<u32, String>,
 }
 
 /// A topic to create.
@@ -149,6 +153,7 @@ impl Metastore {
             replication_factor: value.replication_factor,
             configs: value.configs,
             partitions,
+            disabled: value.disabled,
         }))
     }
 
@@ -174,6 +179,7 @@ impl Metastore {
             id: topic.id,
             replication_factor: topic.replication_factor,
             configs: topic.configs.clone(),
+            disabled: topic.disabled.clone(),
         };
         txn.set(&key, &encode(&value));
     }
@@ -269,6 +275,7 @@ impl Metastore {
                     replication_factor: new.replication_factor,
                     configs: new.configs,
                     partitions,
+                    disabled: BTreeMap::new(),
                 };
                 this.write_topic_value(txn, &topic);
                 for p in &topic.partitions {
@@ -413,6 +420,43 @@ impl Metastore {
         .await
     }
 
+    /// Disables writes to partition `index` of topic `name` (`reason`: why, shown to the
+    /// producers refused) or, with `None`, enables them again.
+    pub async fn set_partition_disabled(
+        &self,
+        name: &str,
+        index: u32,
+        reason: Option<String>,
+    ) -> Result<TopicRecord> {
+        let name = name.to_string();
+        let this = self.clone();
+        self.transact(move |txn| {
+            let this = this.clone();
+            let (name, reason) = (name.clone(), reason.clone());
+            async move {
+                let Some(mut topic) = this.read_topic(txn, &name).await? else {
+                    return Err(Error::UnknownTopic(name));
+                };
+                if index as usize >= topic.partitions.len() {
+                    return Err(Error::Invalid(format!(
+                        "topic {name} has {} partitions, so no partition {index}",
+                        topic.partitions.len()
+                    )));
+                }
+                let changed = match reason {
+                    Some(reason) => topic.disabled.insert(index, reason.clone()) != Some(reason),
+                    None => topic.disabled.remove(&index).is_some(),
+                };
+                if changed {
+                    this.write_topic_value(txn, &topic);
+                }
+                Ok(topic)
+            }
+            .boxed()
+        })
+        .await
+    }
+
     /// Adds partitions with the given replica lists after the existing ones.
     pub async fn add_partitions(
         &self,
@@ -531,6 +575,11 @@ mod tests {
             m.add_partitions("w", 1, vec![vec![1]]).await.expect("add");
             wait(w, "add partitions").await;
             let w = m.watch_topics().await.expect("watch");
+            m.set_partition_disabled("w", 0, Some("test".to_string()))
+                .await
+                .expect("disable");
+            wait(w, "disable a partition").await;
+            let w = m.watch_topics().await.expect("watch");
             m.delete_topic("w", 0).await.expect("delete");
             wait(w, "delete").await;
         }
@@ -636,6 +685,23 @@ mod tests {
             .await
             .expect("configs");
         assert!(t.configs.is_empty());
+        assert_eq!(m.topic("orders").await.expect("get"), Some(t));
+        let t = m
+            .set_partition_disabled("orders", 4, Some("incident 7".to_string()))
+            .await
+            .expect("disable");
+        assert_eq!(t.disabled, BTreeMap::from([(4, "incident 7".to_string())]));
+        assert_eq!(m.topic("orders").await.expect("get"), Some(t));
+        assert!(matches!(
+            m.set_partition_disabled("orders", 5, Some("x".to_string()))
+                .await,
+            Err(Error::Invalid(_))
+        ));
+        let t = m
+            .set_partition_disabled("orders", 4, None)
+            .await
+            .expect("enable");
+        assert!(t.disabled.is_empty());
         assert_eq!(m.topic("orders").await.expect("get"), Some(t));
         m.delete_topic("orders", 0).await.expect("delete");
         assert!(matches!(

@@ -6,13 +6,15 @@
 //! - [`worker`]: upload, then publish in the manifest (the crash-consistency argument is
 //!   in its module docs);
 //! - [`reader`]: fetches of archived offsets, with ranged reads and `moka` caches;
-//! - [`merge`]: small archived objects merged into bigger ones.
+//! - [`merge`]: small archived objects merged into bigger ones;
+//! - [`verify`]: a partition's archive read back and checked against its manifest.
 
 pub mod codec;
 pub mod error;
 pub mod merge;
 pub mod reader;
 pub mod store;
+pub mod verify;
 pub mod worker;
 
 pub use error::{Error, Result};

@@ -171,7 +171,7 @@ fn broker_configs(broker: &Broker) -> Vec<(String, String, Kind)> {
 }
 
 /// Validates `configs` and, unless `validate_only`, stores them as the topic's configs.
-async fn store_topic_configs(
+pub(crate) async fn store_topic_configs(
     broker: &Broker,
     name: &str,
     configs: BTreeMap<String, String>,

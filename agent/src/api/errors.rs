@@ -143,6 +143,9 @@ impl From<&Error> for ApiError {
                 ResponseError::InvalidRecord,
                 "produce request holds no record batch",
             ),
+            // Not retriable, so that a producer learns at once rather than after its
+            // delivery timeout.
+            Error::Disabled { .. } => ApiError::new(ResponseError::PolicyViolation, e.to_string()),
             Error::NotReplicatedInTime => {
                 ApiError::new(ResponseError::RequestTimedOut, e.to_string())
             }

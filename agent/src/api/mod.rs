@@ -8,12 +8,12 @@
 
 mod authorized;
 mod cluster;
-mod configs;
+pub(crate) mod configs;
 pub mod errors;
 mod fetch;
-mod groups;
+pub(crate) mod groups;
 mod leader_epochs;
-mod list_offsets;
+pub(crate) mod list_offsets;
 pub(crate) mod metadata;
 mod produce;
 mod producer;

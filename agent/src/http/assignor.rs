@@ -44,6 +44,22 @@ fn decode_versioned<T: Decodable>(bytes: &[u8], max_version: i16) -> Option<T> {
     T::decode(&mut buf, version).ok()
 }
 
+/// Every topic's partitions in a member's assignment (empty if it is not one of the
+/// consumer protocol's).
+pub fn assigned_all(assignment: &[u8]) -> Vec<(String, Vec<i32>)> {
+    let Some(a) = decode_versioned::<ConsumerProtocolAssignment>(assignment, 3) else {
+        return Vec::new();
+    };
+    a.assigned_partitions
+        .into_iter()
+        .map(|t| {
+            let mut partitions = t.partitions;
+            partitions.sort_unstable();
+            (t.topic.to_string(), partitions)
+        })
+        .collect()
+}
+
 /// This member's partitions of `topic` in a SyncGroup assignment.
 pub fn assigned(assignment: &[u8], topic: &str) -> Vec<i32> {
     let Some(a) = decode_versioned::<ConsumerProtocolAssignment>(assignment, 3) else {

@@ -107,6 +107,16 @@ impl Producing {
             None | Some([]) => return Err(Error::NoRecords),
             Some(r) => r,
         };
+        if let Some(reason) = state
+            .as_ref()
+            .and_then(|t| t.record.disabled.get(&(partition as u32)))
+        {
+            return Err(Error::Disabled {
+                topic: topic.to_string(),
+                partition,
+                reason: reason.clone(),
+            });
+        }
         let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
         let (out, epoch) = replica.append(
             records,

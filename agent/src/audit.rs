@@ -1,0 +1,155 @@
+//! The audit log: one JSON line per privileged action (a topic created or deleted,
+//! configs altered, a partition disabled, a group's offsets moved, a repair started),
+//! with who asked, from where, what was asked and how it ended. It is written to
+//! `{data_dir}/audit.log` and, for log collectors, as an INFO event of target
+//! `strata::audit`. Secrets never reach it: callers pass the request's parameters, not
+//! its headers.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use serde_json::{Value, json};
+
+/// The audit log of one agent.
+#[derive(Debug)]
+pub struct Audit {
+    path: PathBuf,
+    file: Mutex<Option<File>>,
+}
+
+/// Who asked for an action, as far as the agent knows. Until authentication exists
+/// (issue 17) every caller is `ANONYMOUS`, as Kafka names unauthenticated principals.
+#[derive(Debug, Clone)]
+pub struct Caller {
+    pub principal: String,
+    pub address: Option<SocketAddr>,
+    /// The interface the request came through: `http` or `kafka`.
+    pub via: &'static str,
+}
+
+impl Caller {
+    pub fn anonymous(address: Option<SocketAddr>, via: &'static str) -> Caller {
+        Caller {
+            principal: "User:ANONYMOUS".to_string(),
+            address,
+            via,
+        }
+    }
+}
+
+impl Audit {
+    /// The audit log at `path`, opened (and created) at the first entry.
+    pub fn at(path: &Path) -> Audit {
+        Audit {
+            path: path.to_path_buf(),
+            file: Mutex::new(None),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Records that `caller` asked for `action` on `resource` with `request`, and how
+    /// it ended: `Ok` with what it did, or `Err` with why it was refused.
+    pub fn record(
+        &self,
+        caller: &Caller,
+        action: &str,
+        resource: &str,
+        request: Value,
+        outcome: Result<Value, String>,
+    ) {
+        let (ok, result) = match outcome {
+            Ok(v) => (true, v),
+            Err(why) => (false, Value::String(why)),
+        };
+        let entry = json!({
+            "time_ms": crate::clock::now_ms(),
+            "principal": caller.principal,
+            "address": caller.address.map(|a| a.to_string()),
+            "via": caller.via,
+            "action": action,
+            "resource": resource,
+            "request": request,
+            "ok": ok,
+            "outcome": result,
+        });
+        tracing::info!(target: "strata::audit", principal = %caller.principal, action, resource, ok, "{entry}");
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        if file.is_none() {
+            match OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.path)
+            {
+                Ok(f) => *file = Some(f),
+                Err(e) => {
+                    tracing::warn!(path = %self.path.display(), error = %e, "cannot open the audit log");
+                    return;
+                }
+            }
+        }
+        if let Some(f) = file.as_mut() {
+            let mut line = entry.to_string();
+            line.push('\n');
+            // One write per line, so that concurrent entries never interleave.
+            if let Err(e) = f.write_all(line.as_bytes()) {
+                tracing::warn!(path = %self.path.display(), error = %e, "cannot write the audit log");
+                *file = None;
+            }
+        }
+    }
+
+    /// The last `limit` entries (newest last), for `GET /v1/audit`.
+    pub fn tail(&self, limit: usize) -> std::io::Result<Vec<Value>> {
+        let text = match std::fs::read_to_string(&self.path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e),
+        };
+        let lines: Vec<&str> = text.lines().collect();
+        Ok(lines[lines.len().saturating_sub(limit)..]
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entries_are_json_lines_read_back_newest_last() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let audit = Audit::at(&dir.path().join("audit.log"));
+        assert!(audit.tail(10).expect("empty").is_empty());
+        let caller = Caller::anonymous("127.0.0.1:5000".parse().ok(), "http");
+        audit.record(
+            &caller,
+            "topic.create",
+            "topic:a",
+            json!({"partitions": 3}),
+            Ok(json!({})),
+        );
+        audit.record(
+            &caller,
+            "topic.delete",
+            "topic:b",
+            json!({}),
+            Err("Topic 'b' does not exist.".into()),
+        );
+        let tail = audit.tail(10).expect("tail");
+        assert_eq!(tail.len(), 2);
+        assert_eq!(tail[0]["action"], "topic.create");
+        assert_eq!(tail[0]["ok"], true);
+        assert_eq!(tail[0]["address"], "127.0.0.1:5000");
+        assert_eq!(tail[1]["ok"], false);
+        assert_eq!(tail[1]["outcome"], "Topic 'b' does not exist.");
+        assert_eq!(audit.tail(1).expect("tail")[0]["action"], "topic.delete");
+    }
+}

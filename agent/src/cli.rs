@@ -1,0 +1,1179 @@
+//! The operator CLI in the `strata` binary: `topics`, `groups`, `offsets`,
+//! `partitions`, `cluster`, `audit`, `produce` and `consume`, talking to any agent of a
+//! running cluster through its HTTP API (`docs/cli.md`). Tables for people by default,
+//! `--output json` for scripts (the API's own answers); errors go to stderr as the
+//! API's problem detail with the Kafka error name, and exit with status 1.
+//!
+//! The CLI is a client of the HTTP API rather than of the Kafka protocol so that what an
+//! operator does by hand and what a script does with curl are the same requests, audited
+//! the same way; requests for a group or a partition led elsewhere follow the API's 307
+//! to the right agent.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{Value, json};
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
+pub enum Output {
+    /// Aligned columns, for people.
+    #[default]
+    Table,
+    /// The API's JSON answers, one per line, for scripts.
+    Json,
+}
+
+/// Where the cluster is, and how to print.
+#[derive(Debug, Clone, Args)]
+pub struct Conn {
+    /// HTTP API of any agent of the cluster.
+    #[arg(
+        long,
+        env = "STRATA_HTTP",
+        default_value = "http://127.0.0.1:9644",
+        global = true
+    )]
+    pub http: String,
+    /// Output format.
+    #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
+    pub output: Output,
+}
+
+/// The operator commands (`strata <command> --help` for each).
+#[derive(Debug, Subcommand)]
+pub enum Operator {
+    /// The cluster: its id, controller and live agents.
+    Cluster(Conn),
+    /// List, describe, create, alter and delete topics.
+    Topics {
+        #[command(subcommand)]
+        command: Topics,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// List, describe and delete consumer groups.
+    Groups {
+        #[command(subcommand)]
+        command: Groups,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Move a group's committed offsets (reset or replay).
+    Offsets {
+        #[command(subcommand)]
+        command: Offsets,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Inspect a partition, disable or enable its writes, re-run tiering, verify its
+    /// archive.
+    Partitions {
+        #[command(subcommand)]
+        command: Partitions,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// The last entries of an agent's audit log.
+    Audit {
+        /// How many entries.
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Produce the lines of stdin, one record each.
+    Produce(ProduceArgs),
+    /// Print records as lines, as a member of a consumer group.
+    Consume(ConsumeArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Topics {
+    /// Every topic.
+    List,
+    /// Partitions (leader, replicas, ISR, offsets) and effective configs of a topic.
+    Describe { topic: String },
+    /// Create a topic (the cluster's defaults where a flag is left out).
+    Create {
+        topic: String,
+        #[arg(long, short = 'p')]
+        partitions: Option<i32>,
+        #[arg(long, short = 'r')]
+        replication_factor: Option<i16>,
+        /// A topic config, name=value (repeatable).
+        #[arg(long = "config", short = 'c', value_parser = key_value)]
+        configs: Vec<(String, String)>,
+        /// Check the request without creating anything.
+        #[arg(long)]
+        validate_only: bool,
+    },
+    /// Delete a topic and its data (the archive's objects after a grace period).
+    Delete { topic: String },
+    /// Set or remove topic configs; the others keep their values.
+    AlterConfigs {
+        topic: String,
+        /// name=value (repeatable).
+        #[arg(long, value_parser = key_value)]
+        set: Vec<(String, String)>,
+        /// A config name to return to its default (repeatable).
+        #[arg(long)]
+        delete: Vec<String>,
+    },
+    /// Grow a topic to COUNT partitions.
+    AddPartitions {
+        topic: String,
+        #[arg(long)]
+        count: i32,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Groups {
+    /// Every group of every agent.
+    List,
+    /// Members, assignments, committed offsets and lag of a group.
+    Describe { group: String },
+    /// Delete an empty group and its offsets.
+    Delete { group: String },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Offsets {
+    /// Move an inactive group's committed offsets of one topic (its consumers must be
+    /// stopped), as kafka-consumer-groups.sh --reset-offsets; --to-timestamp replays.
+    Reset {
+        group: String,
+        #[arg(long)]
+        topic: String,
+        /// The first offset still held.
+        #[arg(long, group = "target")]
+        to_earliest: bool,
+        /// The end of the log (skip what is there).
+        #[arg(long, group = "target")]
+        to_latest: bool,
+        /// An offset (kept within the log).
+        #[arg(long, group = "target")]
+        to_offset: Option<i64>,
+        /// The first record at or after this time (ms since the epoch).
+        #[arg(long, group = "target")]
+        to_timestamp: Option<i64>,
+        /// Only these partitions (comma-separated; default all).
+        #[arg(long, value_delimiter = ',')]
+        partitions: Vec<i32>,
+        /// Show the plan without committing it.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Partitions {
+    /// The leader's view: replicas, epoch, log start and end, high watermark, ISR and
+    /// followers' progress.
+    Describe { topic: String, partition: i32 },
+    /// Refuse produce to the partition (reads go on), for incident response.
+    Disable {
+        topic: String,
+        partition: i32,
+        /// Why: shown to the producers refused and kept in the audit log.
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Accept produce to the partition again.
+    Enable { topic: String, partition: i32 },
+    /// Archive the partition's closed segments now.
+    Tier { topic: String, partition: i32 },
+    /// Read the partition's archive back and check it against the manifest (exit 1 on
+    /// a mismatch).
+    Verify { topic: String, partition: i32 },
+}
+
+#[derive(Debug, Args)]
+pub struct ProduceArgs {
+    pub topic: String,
+    /// Split each line at the first SEP into key and value (no key without it).
+    #[arg(long)]
+    pub key_separator: Option<String>,
+    /// A header on every record, name=value (repeatable).
+    #[arg(long, value_parser = key_value)]
+    pub header: Vec<(String, String)>,
+    /// Write to this partition (default: by key, as the Java client; keyless spread).
+    #[arg(long)]
+    pub partition: Option<i32>,
+    /// all, 1 or 0.
+    #[arg(long, default_value = "all")]
+    pub acks: String,
+    /// Lines sent per request.
+    #[arg(long, default_value_t = 500)]
+    pub batch: usize,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+#[derive(Debug, Args)]
+pub struct ConsumeArgs {
+    pub topic: String,
+    /// The consumer group (default: a new one, strata-cli-<random>, that commits
+    /// nothing).
+    #[arg(long, short = 'g')]
+    pub group: Option<String>,
+    /// Without committed offsets, start at the earliest offset (default: the latest).
+    #[arg(long)]
+    pub from_beginning: bool,
+    /// Stop after this many records.
+    #[arg(long)]
+    pub max_messages: Option<u64>,
+    /// Stop after this long without a record (default: never).
+    #[arg(long)]
+    pub timeout_ms: Option<u64>,
+    /// Print the key before the value, with --key-separator between.
+    #[arg(long)]
+    pub print_key: bool,
+    #[arg(long, default_value = "\t")]
+    pub key_separator: String,
+    /// Print partition and offset before each record.
+    #[arg(long)]
+    pub print_offset: bool,
+    /// Do not commit what was printed.
+    #[arg(long)]
+    pub no_commit: bool,
+    #[command(flatten)]
+    pub conn: Conn,
+}
+
+fn key_value(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_string(), v.to_string())),
+        _ => Err(format!("{s:?} is not name=value")),
+    }
+}
+
+/// An HTTP API client for one cluster.
+struct Api {
+    base: String,
+    client: reqwest::Client,
+}
+
+/// The API's refusal of a request: its problem detail.
+#[derive(Debug, thiserror::Error)]
+#[error("{detail}{}", kafka.as_ref().map(|k| format!(" ({k})")).unwrap_or_default())]
+pub struct Refused {
+    pub status: u16,
+    pub detail: String,
+    pub kafka: Option<String>,
+    pub body: Value,
+}
+
+impl Api {
+    fn new(conn: &Conn) -> anyhow::Result<Api> {
+        let base = if conn.http.contains("://") {
+            conn.http.trim_end_matches('/').to_string()
+        } else {
+            format!("http://{}", conn.http.trim_end_matches('/'))
+        };
+        if !base.starts_with("http://") {
+            bail!("--http {:?}: only http:// is served for now", conn.http);
+        }
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(Duration::from_secs(120))
+            .build()
+            .context("cannot build the HTTP client")?;
+        Ok(Api { base, client })
+    }
+
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let mut request = self.client.request(method, &url);
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body.to_string());
+        }
+        let response = request
+            .send()
+            .await
+            .with_context(|| format!("cannot reach strata at {}", self.base))?;
+        let status = response.status();
+        let bytes = response
+            .bytes()
+            .await
+            .with_context(|| format!("cannot read the answer of {url}"))?;
+        let value: Value = serde_json::from_slice(&bytes).unwrap_or_else(
+            |_| json!({ "detail": String::from_utf8_lossy(&bytes).trim().to_string() }),
+        );
+        if status.is_success() {
+            return Ok(value);
+        }
+        Err(Refused {
+            status: status.as_u16(),
+            detail: value["detail"]
+                .as_str()
+                .map_or_else(|| format!("HTTP {status}"), str::to_string),
+            kafka: value["kafka_error"].as_str().map(str::to_string),
+            body: value,
+        }
+        .into())
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    async fn delete(&self, path: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::DELETE, path, None).await
+    }
+}
+
+/// A path segment, percent-encoded (topic and group names may hold any character the
+/// API then refuses clearly, rather than a broken URL).
+fn seg(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Prints rows under headers, columns aligned.
+fn table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> std::io::Result<()> {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let mut s = String::new();
+        for (i, (cell, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == cells.len() {
+                s.push_str(cell);
+            } else {
+                s.push_str(&format!("{cell:<w$}  "));
+            }
+        }
+        s.trim_end().to_string()
+    };
+    writeln!(out, "{}", line(headers.to_vec()))?;
+    for row in rows {
+        writeln!(out, "{}", line(row.iter().map(String::as_str).collect()))?;
+    }
+    Ok(())
+}
+
+/// A JSON value as a table cell.
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items.iter().map(cell).collect::<Vec<_>>().join(","),
+        Value::Object(o) if o.contains_key("error") => cell(&o["error"]),
+        other => other.to_string(),
+    }
+}
+
+fn print_json(v: &Value) -> anyhow::Result<()> {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "{v}")?;
+    Ok(())
+}
+
+/// Runs an operator command; `Err` is printed by the caller and exits 1.
+pub async fn run(command: Operator) -> anyhow::Result<()> {
+    match command {
+        Operator::Cluster(conn) => {
+            let v = Api::new(&conn)?.get("/v1/cluster").await?;
+            if conn.output == Output::Json {
+                return print_json(&v);
+            }
+            let mut out = std::io::stdout().lock();
+            writeln!(
+                out,
+                "cluster {}  controller {}  version {}",
+                cell(&v["cluster_id"]),
+                cell(&v["controller"]),
+                cell(&v["version"])
+            )?;
+            let rows: Vec<Vec<String>> = v["agents"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|a| {
+                    vec![
+                        cell(&a["node_id"]),
+                        cell(&a["kafka"]),
+                        cell(&a["http"]),
+                        cell(&a["rack"]),
+                    ]
+                })
+                .collect();
+            table(&mut out, &["NODE", "KAFKA", "HTTP", "RACK"], &rows)?;
+            Ok(())
+        }
+        Operator::Topics { command, conn } => topics(command, &conn).await,
+        Operator::Groups { command, conn } => groups(command, &conn).await,
+        Operator::Offsets { command, conn } => offsets(command, &conn).await,
+        Operator::Partitions { command, conn } => partitions(command, &conn).await,
+        Operator::Audit { limit, conn } => {
+            let v = Api::new(&conn)?
+                .get(&format!("/v1/audit?limit={limit}"))
+                .await?;
+            if conn.output == Output::Json {
+                return print_json(&v);
+            }
+            let rows: Vec<Vec<String>> = v["entries"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|e| {
+                    vec![
+                        cell(&e["time_ms"]),
+                        cell(&e["principal"]),
+                        cell(&e["address"]),
+                        cell(&e["action"]),
+                        cell(&e["resource"]),
+                        if e["ok"] == true {
+                            "ok".to_string()
+                        } else {
+                            format!("refused: {}", cell(&e["outcome"]))
+                        },
+                    ]
+                })
+                .collect();
+            table(
+                &mut std::io::stdout().lock(),
+                &[
+                    "TIME_MS",
+                    "PRINCIPAL",
+                    "ADDRESS",
+                    "ACTION",
+                    "RESOURCE",
+                    "OUTCOME",
+                ],
+                &rows,
+            )?;
+            Ok(())
+        }
+        Operator::Produce(args) => produce(args).await,
+        Operator::Consume(args) => consume(args).await,
+    }
+}
+
+async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
+    let api = Api::new(conn)?;
+    let json_out = conn.output == Output::Json;
+    let mut out = std::io::stdout().lock();
+    match command {
+        Topics::List => {
+            let v = api.get("/v1/topics").await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let rows: Vec<Vec<String>> = v["topics"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|t| {
+                    vec![
+                        cell(&t["name"]),
+                        cell(&t["partitions"]),
+                        cell(&t["replication_factor"]),
+                        cell(&t["topic_id"]),
+                        cell(&t["disabled_partitions"]),
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &["TOPIC", "PARTITIONS", "REPLICATION", "ID", "DISABLED"],
+                &rows,
+            )?;
+        }
+        Topics::Describe { topic } => {
+            let v = api.get(&format!("/v1/topics/{}", seg(&topic))).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            describe_topic(&mut out, &v)?;
+        }
+        Topics::Create {
+            topic,
+            partitions,
+            replication_factor,
+            configs,
+            validate_only,
+        } => {
+            let configs: BTreeMap<String, String> = configs.into_iter().collect();
+            let v = api
+                .post(
+                    "/v1/topics",
+                    json!({
+                        "name": topic,
+                        "partitions": partitions,
+                        "replication_factor": replication_factor,
+                        "configs": configs,
+                        "validate_only": validate_only,
+                    }),
+                )
+                .await?;
+            if json_out {
+                return print_json(&v);
+            }
+            if validate_only {
+                writeln!(
+                    out,
+                    "topic {topic} would be created with {} partitions, replication factor {}",
+                    cell(&v["partitions"]),
+                    cell(&v["replication_factor"])
+                )?;
+            } else {
+                writeln!(out, "created topic {topic}")?;
+                describe_topic(&mut out, &v)?;
+            }
+        }
+        Topics::Delete { topic } => {
+            let v = api.delete(&format!("/v1/topics/{}", seg(&topic))).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(out, "deleted topic {topic}")?;
+        }
+        Topics::AlterConfigs { topic, set, delete } => {
+            if set.is_empty() && delete.is_empty() {
+                bail!("nothing to change: give --set name=value or --delete name");
+            }
+            let set: BTreeMap<String, String> = set.into_iter().collect();
+            let v = api
+                .call(
+                    reqwest::Method::PATCH,
+                    &format!("/v1/topics/{}/configs", seg(&topic)),
+                    Some(json!({ "set": set, "delete": delete })),
+                )
+                .await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(out, "topic {topic} now sets:")?;
+            let rows: Vec<Vec<String>> = v["configs"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| vec![k.clone(), cell(v)])
+                .collect();
+            table(&mut out, &["CONFIG", "VALUE"], &rows)?;
+        }
+        Topics::AddPartitions { topic, count } => {
+            let v = api
+                .post(
+                    &format!("/v1/topics/{}/partitions", seg(&topic)),
+                    json!({ "count": count }),
+                )
+                .await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(out, "topic {topic} now has {count} partitions")?;
+        }
+    }
+    Ok(())
+}
+
+fn describe_topic(out: &mut impl Write, v: &Value) -> anyhow::Result<()> {
+    writeln!(
+        out,
+        "topic {}  id {}  replication factor {}",
+        cell(&v["name"]),
+        cell(&v["topic_id"]),
+        cell(&v["replication_factor"])
+    )?;
+    let rows: Vec<Vec<String>> = v["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            vec![
+                cell(&p["partition"]),
+                cell(&p["leader"]),
+                cell(&p["leader_epoch"]),
+                cell(&p["replicas"]),
+                cell(&p["isr"]),
+                cell(&p["log_start_offset"]),
+                cell(&p["high_watermark"]),
+                p["disabled"]
+                    .as_str()
+                    .map_or("-".to_string(), |r| format!("disabled: {r}")),
+            ]
+        })
+        .collect();
+    table(
+        out,
+        &[
+            "PARTITION",
+            "LEADER",
+            "EPOCH",
+            "REPLICAS",
+            "ISR",
+            "LOG_START",
+            "HIGH_WATERMARK",
+            "WRITES",
+        ],
+        &rows,
+    )?;
+    let set: Vec<Vec<String>> = v["configs"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, c)| c["source"] != "default")
+        .map(|(k, c)| vec![k.clone(), cell(&c["value"]), cell(&c["source"])])
+        .collect();
+    if !set.is_empty() {
+        writeln!(out)?;
+        table(out, &["CONFIG", "VALUE", "SOURCE"], &set)?;
+    }
+    Ok(())
+}
+
+async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
+    let api = Api::new(conn)?;
+    let json_out = conn.output == Output::Json;
+    let mut out = std::io::stdout().lock();
+    match command {
+        Groups::List => {
+            let v = api.get("/v1/groups").await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let rows: Vec<Vec<String>> = v["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|g| {
+                    vec![
+                        cell(&g["group_id"]),
+                        cell(&g["state"]),
+                        cell(&g["protocol_type"]),
+                        cell(&g["coordinator"]),
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &["GROUP", "STATE", "PROTOCOL", "COORDINATOR"],
+                &rows,
+            )?;
+            for u in v["unreachable"].as_array().into_iter().flatten() {
+                eprintln!(
+                    "strata: agent {} did not answer: {}",
+                    cell(&u["node_id"]),
+                    cell(&u["error"])
+                );
+            }
+        }
+        Groups::Describe { group } => {
+            let v = api.get(&format!("/v1/groups/{}", seg(&group))).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(
+                out,
+                "group {}  state {}  coordinator {}  members {}  total lag {}",
+                cell(&v["group_id"]),
+                cell(&v["state"]),
+                cell(&v["coordinator"]),
+                v["members"].as_array().map_or(0, Vec::len),
+                cell(&v["total_lag"])
+            )?;
+            let rows: Vec<Vec<String>> = v["offsets"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    vec![
+                        cell(&p["topic"]),
+                        cell(&p["partition"]),
+                        cell(&p["committed_offset"]),
+                        cell(&p["high_watermark"]),
+                        cell(&p["lag"]),
+                        cell(&p["member_id"]),
+                    ]
+                })
+                .collect();
+            table(
+                &mut out,
+                &[
+                    "TOPIC",
+                    "PARTITION",
+                    "COMMITTED",
+                    "HIGH_WATERMARK",
+                    "LAG",
+                    "MEMBER",
+                ],
+                &rows,
+            )?;
+        }
+        Groups::Delete { group } => {
+            let v = api.delete(&format!("/v1/groups/{}", seg(&group))).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(out, "deleted group {group}")?;
+        }
+    }
+    Ok(())
+}
+
+async fn offsets(command: Offsets, conn: &Conn) -> anyhow::Result<()> {
+    let api = Api::new(conn)?;
+    let Offsets::Reset {
+        group,
+        topic,
+        to_earliest,
+        to_latest,
+        to_offset,
+        to_timestamp,
+        partitions,
+        dry_run,
+    } = command;
+    let mut body = json!({ "topic": topic, "dry_run": dry_run });
+    match (to_earliest, to_latest, to_offset, to_timestamp) {
+        (true, _, _, _) => body["to"] = "earliest".into(),
+        (_, true, _, _) => body["to"] = "latest".into(),
+        (_, _, Some(o), _) => {
+            body["to"] = "offset".into();
+            body["offset"] = o.into();
+        }
+        (_, _, _, Some(t)) => {
+            body["to"] = "timestamp".into();
+            body["timestamp_ms"] = t.into();
+        }
+        _ => bail!("say where to: --to-earliest, --to-latest, --to-offset N or --to-timestamp MS"),
+    }
+    if !partitions.is_empty() {
+        body["partitions"] = json!(partitions);
+    }
+    let tty = std::io::stderr().is_terminal();
+    if tty && !dry_run {
+        eprintln!("moving the offsets of group {group} on {topic}...");
+    }
+    let v = api
+        .post(&format!("/v1/groups/{}/offsets", seg(&group)), body)
+        .await?;
+    if conn.output == Output::Json {
+        return print_json(&v);
+    }
+    let mut out = std::io::stdout().lock();
+    let rows: Vec<Vec<String>> = v["partitions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| {
+            vec![
+                topic.clone(),
+                cell(&p["partition"]),
+                cell(&p["previous_offset"]),
+                cell(&p["new_offset"]),
+            ]
+        })
+        .collect();
+    table(&mut out, &["TOPIC", "PARTITION", "PREVIOUS", "NEW"], &rows)?;
+    if dry_run {
+        writeln!(out, "(dry run: nothing committed)")?;
+    }
+    Ok(())
+}
+
+async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
+    let api = Api::new(conn)?;
+    let json_out = conn.output == Output::Json;
+    let mut out = std::io::stdout().lock();
+    let at =
+        |t: &str, p: i32, action: &str| format!("/v1/topics/{}/partitions/{p}{action}", seg(t));
+    match command {
+        Partitions::Describe { topic, partition } => {
+            let v = api.get(&at(&topic, partition, "")).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            let fields = [
+                "role",
+                "node_id",
+                "leader_epoch",
+                "replicas",
+                "isr",
+                "log_start_offset",
+                "local_log_start_offset",
+                "log_end_offset",
+                "high_watermark",
+                "last_stable_offset",
+                "offline",
+                "disabled",
+            ];
+            let rows: Vec<Vec<String>> = fields
+                .iter()
+                .map(|f| vec![f.to_string(), cell(&v[*f])])
+                .collect();
+            writeln!(out, "partition {topic}-{partition}")?;
+            table(&mut out, &["FIELD", "VALUE"], &rows)?;
+            let followers: Vec<Vec<String>> = v["followers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|f| {
+                    vec![
+                        cell(&f["node_id"]),
+                        cell(&f["log_end_offset"]),
+                        cell(&f["caught_up_ms_ago"]),
+                    ]
+                })
+                .collect();
+            if !followers.is_empty() {
+                writeln!(out)?;
+                table(
+                    &mut out,
+                    &["FOLLOWER", "LOG_END", "CAUGHT_UP_MS_AGO"],
+                    &followers,
+                )?;
+            }
+        }
+        Partitions::Disable {
+            topic,
+            partition,
+            reason,
+        } => {
+            let v = api
+                .post(
+                    &at(&topic, partition, "/disable"),
+                    json!({ "reason": reason }),
+                )
+                .await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(
+                out,
+                "writes to {topic}-{partition} disabled ({}); reads go on",
+                cell(&v["reason"])
+            )?;
+        }
+        Partitions::Enable { topic, partition } => {
+            let v = api
+                .post(&at(&topic, partition, "/enable"), json!({}))
+                .await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(out, "writes to {topic}-{partition} enabled")?;
+        }
+        Partitions::Tier { topic, partition } => {
+            let v = api.post(&at(&topic, partition, "/tier"), json!({})).await?;
+            if json_out {
+                return print_json(&v);
+            }
+            writeln!(
+                out,
+                "{topic}-{partition}: archived up to offset {} (was {})",
+                cell(&v["archived_upto"]),
+                cell(&v["archived_upto_before"])
+            )?;
+            if let Some(w) = v["waiting_for"].as_str() {
+                writeln!(out, "waiting for {w}")?;
+            }
+        }
+        Partitions::Verify { topic, partition } => {
+            let v = api
+                .post(&at(&topic, partition, "/verify"), json!({}))
+                .await?;
+            if json_out {
+                print_json(&v)?;
+            } else {
+                writeln!(
+                    out,
+                    "{topic}-{partition}: {} of {} archived objects read back ({} bytes), offsets {}..{}",
+                    cell(&v["verified"]),
+                    cell(&v["entries"]),
+                    cell(&v["bytes_read"]),
+                    cell(&v["first_offset"]),
+                    cell(&v["last_offset"])
+                )?;
+                let rows: Vec<Vec<String>> = v["mismatches"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|m| vec![cell(&m["object"]), cell(&m["problem"])])
+                    .collect();
+                if !rows.is_empty() {
+                    table(&mut out, &["OBJECT", "PROBLEM"], &rows)?;
+                }
+                let unreferenced = v["unreferenced"].as_array().map_or(0, Vec::len);
+                if unreferenced > 0 {
+                    writeln!(
+                        out,
+                        "{unreferenced} objects not in the manifest (garbage awaiting collection, most likely)"
+                    )?;
+                }
+            }
+            if v["ok"] != true {
+                bail!("the archive of {topic}-{partition} does not match its manifest");
+            }
+            writeln!(std::io::stderr(), "the archive matches its manifest")?;
+        }
+    }
+    Ok(())
+}
+
+async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let api = Api::new(&args.conn)?;
+    let path = format!("/v1/topics/{}/produce", seg(&args.topic));
+    let headers: Vec<Value> = args
+        .header
+        .iter()
+        .map(|(k, v)| json!({ "key": k, "value": v }))
+        .collect();
+    let acks = match args.acks.as_str() {
+        "all" | "-1" => "all",
+        "1" => "1",
+        "0" => "0",
+        other => bail!("--acks must be all, 1 or 0, not {other:?}"),
+    };
+    let tty = std::io::stderr().is_terminal();
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    let (mut sent, mut failed) = (0u64, 0u64);
+    loop {
+        let mut messages = Vec::new();
+        for line in lines.by_ref() {
+            let line = line.context("cannot read stdin")?;
+            let (key, value) = match &args.key_separator {
+                Some(sep) => match line.split_once(sep.as_str()) {
+                    Some((k, v)) => (Some(k.to_string()), v.to_string()),
+                    None => (None, line.clone()),
+                },
+                None => (None, line.clone()),
+            };
+            let mut m = json!({ "value": value, "headers": headers });
+            if let Some(k) = key {
+                m["key"] = k.into();
+            }
+            if let Some(p) = args.partition {
+                m["partition"] = p.into();
+            }
+            messages.push(m);
+            if messages.len() >= args.batch.max(1) {
+                break;
+            }
+        }
+        if messages.is_empty() {
+            break;
+        }
+        let n = messages.len() as u64;
+        let v = match api
+            .post(&path, json!({ "messages": messages, "acks": acks }))
+            .await
+        {
+            Ok(v) => v,
+            // Some records written: count them, report the rest.
+            Err(e) => match e.downcast_ref::<Refused>() {
+                Some(r) if r.body["offsets"].is_array() => r.body.clone(),
+                _ => return Err(e.context(format!("after {sent} records produced"))),
+            },
+        };
+        let errors: Vec<&Value> = v["offsets"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|o| o.get("error").is_some_and(|e| !e.is_null()))
+            .collect();
+        if let Some(first) = errors.first() {
+            eprintln!(
+                "strata: {} of {n} records refused: {} ({})",
+                errors.len(),
+                cell(&first["message"]),
+                cell(&first["error"])
+            );
+        }
+        failed += errors.len() as u64;
+        sent += n - errors.len() as u64;
+        if args.conn.output == Output::Json {
+            print_json(&v)?;
+        }
+        if tty {
+            eprint!("\rproduced {sent} records");
+        }
+    }
+    if tty {
+        eprintln!();
+    }
+    if args.conn.output == Output::Table {
+        eprintln!(
+            "produced {sent} records to {}{}",
+            args.topic,
+            if failed > 0 {
+                format!(", {failed} refused")
+            } else {
+                String::new()
+            }
+        );
+    }
+    if failed > 0 {
+        bail!("{failed} records were not produced");
+    }
+    Ok(())
+}
+
+async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
+    let api = Api::new(&args.conn)?;
+    let (group, commit) = match &args.group {
+        Some(g) => (g.clone(), !args.no_commit),
+        None => (
+            format!("strata-cli-{}", uuid::Uuid::new_v4().simple()),
+            false,
+        ),
+    };
+    let path = format!("/v1/topics/{}/consume", seg(&args.topic));
+    let commit_path = format!("/v1/topics/{}/commit", seg(&args.topic));
+    let tty = std::io::stderr().is_terminal();
+    let mut consumer_id: Option<String> = None;
+    let mut printed = 0u64;
+    let mut idle_since = crate::clock::instant();
+    let outcome: anyhow::Result<()> = async {
+        loop {
+            if args.max_messages.is_some_and(|m| printed >= m) {
+                return Ok(());
+            }
+            let want = args.max_messages.map_or(500, |m| (m - printed).min(500));
+            let mut body = json!({
+                "group_id": group,
+                "max_messages": want,
+                "timeout_ms": 1000,
+                "auto_offset_reset": if args.from_beginning { "earliest" } else { "latest" },
+            });
+            if let Some(id) = &consumer_id {
+                body["consumer_id"] = id.clone().into();
+            }
+            let v = api.post(&path, body).await?;
+            consumer_id = v["consumer_id"].as_str().map(str::to_string);
+            let messages = v["messages"].as_array().cloned().unwrap_or_default();
+            if messages.is_empty() {
+                if args
+                    .timeout_ms
+                    .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
+                {
+                    return Ok(());
+                }
+                continue;
+            }
+            idle_since = crate::clock::instant();
+            let mut next: BTreeMap<String, i64> = BTreeMap::new();
+            {
+                let mut out = std::io::stdout().lock();
+                for m in &messages {
+                    if args.conn.output == Output::Json {
+                        writeln!(out, "{m}")?;
+                    } else {
+                        if args.print_offset {
+                            write!(
+                                out,
+                                "{}:{}{}",
+                                cell(&m["partition"]),
+                                cell(&m["offset"]),
+                                args.key_separator
+                            )?;
+                        }
+                        if args.print_key {
+                            write!(
+                                out,
+                                "{}{}",
+                                m["key"].as_str().unwrap_or(""),
+                                args.key_separator
+                            )?;
+                        }
+                        writeln!(out, "{}", m["value"].as_str().unwrap_or(""))?;
+                    }
+                    if let (Some(p), Some(o)) = (m["partition"].as_i64(), m["offset"].as_i64()) {
+                        next.insert(p.to_string(), o + 1);
+                    }
+                }
+                out.flush()?;
+            }
+            printed += messages.len() as u64;
+            if commit {
+                api.post(
+                    &commit_path,
+                    json!({
+                        "group_id": group,
+                        "consumer_id": consumer_id,
+                        "offsets": next,
+                    }),
+                )
+                .await?;
+            }
+            if tty {
+                match args.max_messages {
+                    Some(m) => eprint!("\rconsumed {printed} of {m} records"),
+                    None => eprint!("\rconsumed {printed} records"),
+                }
+            }
+        }
+    }
+    .await;
+    if tty {
+        eprintln!();
+    }
+    // Leave the group now rather than after the instance's timeout.
+    if let Some(id) = consumer_id {
+        let _ = api.delete(&format!("/v1/consumers/{}", seg(&id))).await;
+    }
+    outcome
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_and_cells_read_json() {
+        let mut out = Vec::new();
+        table(
+            &mut out,
+            &["TOPIC", "PARTITIONS"],
+            &[
+                vec!["orders".into(), "3".into()],
+                vec!["a".into(), "12".into()],
+            ],
+        )
+        .expect("table");
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            "TOPIC   PARTITIONS\norders  3\na       12\n"
+        );
+        assert_eq!(cell(&json!([1, 2])), "1,2");
+        assert_eq!(cell(&json!(null)), "-");
+        assert_eq!(
+            cell(&json!({"error": "LEADER_NOT_AVAILABLE"})),
+            "LEADER_NOT_AVAILABLE"
+        );
+        assert_eq!(seg("a b/c"), "a%20b%2Fc");
+        assert!(key_value("=x").is_err());
+        assert_eq!(
+            key_value("a=b=c").expect("kv"),
+            ("a".to_string(), "b=c".to_string())
+        );
+    }
+}

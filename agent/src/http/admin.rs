@@ -1,0 +1,901 @@
+//! Topic and group administration over HTTP (`docs/http.md`, "Administration"): the
+//! same services the Kafka admin APIs call, so a topic created here is the topic
+//! `kafka-topics.sh` describes, and a group's offsets reset here are the ones its Kafka
+//! consumers resume from. Every change is audited (`audit.rs`).
+//!
+//! - `GET /v1/topics`, `POST /v1/topics`, `GET|DELETE /v1/topics/{topic}`,
+//!   `PATCH /v1/topics/{topic}/configs`, `POST /v1/topics/{topic}/partitions`;
+//! - `GET /v1/groups`, `GET|DELETE /v1/groups/{group}` (describe with lag),
+//!   `POST /v1/groups/{group}/offsets` (reset or replay: to the earliest or latest
+//!   offset, an offset, or a timestamp; with `dry_run`).
+//!
+//! Group requests that reach another agent are redirected (307) to the group's
+//! coordinator, as consume and commit are.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, State};
+use axum::http::{Extensions, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{BrokerId, ListGroupsRequest, ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::HttpApi;
+use super::cluster::redirect;
+use super::json::{self, whole};
+use super::problem::{Body, Extracted, Problem, extract};
+use crate::api::errors::ApiError;
+use crate::audit::Caller;
+use crate::service::admin::NewTopicSpec;
+
+/// Who sent the request, for the audit log.
+pub fn caller(extensions: &Extensions) -> Caller {
+    let address = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
+    Caller::anonymous(address, "http")
+}
+
+/// Records `outcome` of `action` in the audit log and answers it.
+pub fn audited(
+    http: &HttpApi,
+    caller: &Caller,
+    action: &str,
+    resource: &str,
+    request: Value,
+    outcome: Result<(StatusCode, Value), Problem>,
+) -> Response {
+    let logged = match &outcome {
+        Ok((_, v)) => Ok(v.clone()),
+        Err(p) => Err(p.detail.clone()),
+    };
+    http.broker
+        .audit()
+        .record(caller, action, resource, request, logged);
+    match outcome {
+        Ok((status, body)) => (status, axum::Json(body)).into_response(),
+        Err(p) => p.into_response(),
+    }
+}
+
+fn unknown_topic(topic: &str) -> Problem {
+    Problem::kafka(
+        ResponseError::UnknownTopicOrPartition,
+        format!("topic {topic:?} does not exist"),
+    )
+}
+
+/// Kafka's text form of a topic id (as `kafka-topics.sh --describe` prints it).
+pub fn topic_id(id: &[u8; 16]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id)
+}
+
+/// The offsets ListOffsets gives for `timestamp` (-2 earliest, -1 latest, else a time
+/// in ms) on `partitions` of `topic`, each asked of its leader: this agent's answers
+/// directly, the others' over their Kafka listener. A partition's error is Kafka's
+/// error name.
+pub async fn list_offsets(
+    http: &HttpApi,
+    topic: &str,
+    partitions: &[i32],
+    timestamp: i64,
+) -> BTreeMap<i32, Result<i64, String>> {
+    let mut out = BTreeMap::new();
+    let Some(state) = http.broker.replicas().topic(topic) else {
+        for p in partitions {
+            out.insert(*p, Err("UNKNOWN_TOPIC_OR_PARTITION".to_string()));
+        }
+        return out;
+    };
+    let mut by_leader: HashMap<i32, Vec<i32>> = HashMap::new();
+    for &p in partitions {
+        match state.record.partitions.get(p as usize) {
+            Some(r) if r.leader >= 0 => by_leader.entry(r.leader).or_default().push(p),
+            Some(_) => {
+                out.insert(p, Err("LEADER_NOT_AVAILABLE".to_string()));
+            }
+            None => {
+                out.insert(p, Err("UNKNOWN_TOPIC_OR_PARTITION".to_string()));
+            }
+        }
+    }
+    for (leader, indexes) in by_leader {
+        let mut t = ListOffsetsTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        for &p in &indexes {
+            let mut lp = ListOffsetsPartition::default();
+            lp.partition_index = p;
+            lp.current_leader_epoch = -1;
+            lp.timestamp = timestamp;
+            t.partitions.push(lp);
+        }
+        let mut request = ListOffsetsRequest::default();
+        request.replica_id = BrokerId(-1);
+        request.topics = vec![t];
+        let response = if leader == http.broker.node_id() {
+            Ok(crate::api::list_offsets::list_offsets(&http.broker, request, 7).await)
+        } else {
+            http.peers
+                .send(http.broker.membership(), leader, 7, &request)
+                .await
+        };
+        match response {
+            Ok(r) => {
+                for p in r.topics.into_iter().flat_map(|t| t.partitions) {
+                    let answer = if p.error_code == 0 {
+                        Ok(p.offset)
+                    } else {
+                        Err(crate::metrics::kafka_error_name(p.error_code))
+                    };
+                    out.insert(p.partition_index, answer);
+                }
+            }
+            Err(e) => {
+                for p in indexes {
+                    out.insert(p, Err(format!("cannot reach agent {leader}: {e:#}")));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// `GET /v1/topics`: every topic the metastore holds.
+pub async fn list_topics(State(http): State<Arc<HttpApi>>) -> Response {
+    match http.broker.metastore().topics().await {
+        Ok(topics) => {
+            let listed: Vec<Value> = topics
+                .iter()
+                .map(|t| {
+                    json!({
+                        "name": t.name,
+                        "topic_id": topic_id(&t.id),
+                        "partitions": t.partitions.len(),
+                        "replication_factor": t.replication_factor,
+                        "disabled_partitions": t.disabled.keys().collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            axum::Json(json!({ "topics": listed })).into_response()
+        }
+        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+    }
+}
+
+/// `GET /v1/topics/{topic}`: placement, leadership and offsets of every partition, and
+/// the effective configs with where each comes from.
+pub async fn describe_topic(
+    State(http): State<Arc<HttpApi>>,
+    topic: Extracted<String>,
+) -> Response {
+    let topic = match topic {
+        Ok(t) => t.0,
+        Err(e) => return Problem::from(e).into_response(),
+    };
+    match describe(&http, &topic).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(p) => p.into_response(),
+    }
+}
+
+async fn describe(http: &HttpApi, topic: &str) -> Result<Value, Problem> {
+    // The freshest record: an agent learns of changes a moment after the metastore.
+    let state = match http.broker.replicas().sync_topic(topic).await {
+        Ok(Some(state)) => state,
+        Ok(None) => return Err(unknown_topic(topic)),
+        Err(e) => return Err(Problem::from(ApiError::from(&e))),
+    };
+    let indexes: Vec<i32> = (0..state.record.partitions.len() as i32).collect();
+    let (starts, ends) = tokio::join!(
+        list_offsets(http, topic, &indexes, -2),
+        list_offsets(http, topic, &indexes, -1)
+    );
+    let offset = |m: &BTreeMap<i32, Result<i64, String>>, p: i32| match m.get(&p) {
+        Some(Ok(o)) => json!(o),
+        Some(Err(e)) => json!({ "error": e }),
+        None => Value::Null,
+    };
+    let partitions: Vec<Value> = state
+        .record
+        .partitions
+        .iter()
+        .map(|p| {
+            let i = p.index as i32;
+            json!({
+                "partition": i,
+                "leader": p.leader,
+                "leader_epoch": p.leader_epoch,
+                "replicas": p.replicas,
+                "isr": p.isr,
+                "adding_replicas": p.adding,
+                "removing_replicas": p.removing,
+                "disabled": state.record.disabled.get(&p.index),
+                "log_start_offset": offset(&starts, i),
+                "high_watermark": offset(&ends, i),
+            })
+        })
+        .collect();
+    let configs: BTreeMap<&str, Value> = state
+        .config
+        .entries()
+        .map(|(name, value, source)| {
+            let source = match source {
+                crate::topic_config::Source::Topic => "topic",
+                crate::topic_config::Source::StaticBroker => "broker",
+                crate::topic_config::Source::Default => "default",
+            };
+            (name, json!({ "value": value, "source": source }))
+        })
+        .collect();
+    Ok(json!({
+        "name": topic,
+        "topic_id": topic_id(&state.record.id),
+        "replication_factor": state.record.replication_factor,
+        "partitions": partitions,
+        "configs": configs,
+    }))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTopic {
+    name: String,
+    #[serde(default, deserialize_with = "json::opt")]
+    partitions: Option<i32>,
+    #[serde(default, deserialize_with = "json::opt")]
+    replication_factor: Option<i16>,
+    #[serde(default)]
+    configs: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    validate_only: Option<bool>,
+}
+
+/// `POST /v1/topics`: `{"name", "partitions"?, "replication_factor"?, "configs"?,
+/// "validate_only"?}`, as CreateTopics (the broker's defaults where left out).
+pub async fn create_topic(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    body: Body,
+) -> Response {
+    let caller = caller(&extensions);
+    let body = match body {
+        Ok(b) => b,
+        Err(e) => return Problem::from(e).into_response(),
+    };
+    let req: CreateTopic = match json::parse(&body, "topic creation") {
+        Ok(r) => r,
+        Err(p) => return p.into_response(),
+    };
+    let request = json!({
+        "partitions": req.partitions,
+        "replication_factor": req.replication_factor,
+        "configs": req.configs,
+        "validate_only": req.validate_only,
+    });
+    let resource = format!("topic:{}", req.name);
+    let validate_only = req.validate_only.unwrap_or(false);
+    let spec = NewTopicSpec {
+        name: req.name.clone(),
+        num_partitions: req.partitions.unwrap_or(-1),
+        replication_factor: req.replication_factor.unwrap_or(-1),
+        configs: req.configs.unwrap_or_default(),
+        ..NewTopicSpec::defaults()
+    };
+    let outcome = match http.broker.admin().create_topic(spec, validate_only).await {
+        Ok(created) if validate_only => Ok((
+            StatusCode::OK,
+            json!({
+                "name": req.name,
+                "partitions": created.num_partitions,
+                "replication_factor": created.replication_factor,
+                "validate_only": true,
+            }),
+        )),
+        Ok(_) => describe(&http, &req.name)
+            .await
+            .map(|v| (StatusCode::CREATED, v)),
+        Err(e) => Err(Problem::from(ApiError::from(&e))),
+    };
+    let action = if validate_only {
+        "topic.validate"
+    } else {
+        "topic.create"
+    };
+    audited(&http, &caller, action, &resource, request, outcome)
+}
+
+/// `DELETE /v1/topics/{topic}`.
+pub async fn delete_topic(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    topic: Extracted<String>,
+) -> Response {
+    let caller = caller(&extensions);
+    let topic = match topic {
+        Ok(t) => t.0,
+        Err(e) => return Problem::from(e).into_response(),
+    };
+    let admin = http.broker.admin();
+    let outcome = async {
+        let (name, _) = admin
+            .find_topic(Some(&topic), &[0; 16])
+            .await
+            .map_err(|_| unknown_topic(&topic))?;
+        admin
+            .delete_topic(&name)
+            .await
+            .map_err(|e| Problem::from(ApiError::from(&e)))?;
+        Ok((StatusCode::OK, json!({ "deleted": name })))
+    }
+    .await;
+    audited(
+        &http,
+        &caller,
+        "topic.delete",
+        &format!("topic:{topic}"),
+        json!({}),
+        outcome,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AlterConfigs {
+    #[serde(default)]
+    set: BTreeMap<String, String>,
+    #[serde(default)]
+    delete: Vec<String>,
+    #[serde(default)]
+    validate_only: Option<bool>,
+}
+
+/// `PATCH /v1/topics/{topic}/configs`: `{"set": {name: value}, "delete": [name]}`, as
+/// IncrementalAlterConfigs (SET and DELETE); the others keep their values.
+pub async fn alter_configs(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    topic: Extracted<String>,
+    body: Body,
+) -> Response {
+    let caller = caller(&extensions);
+    let (topic, body) = match extract(topic, body) {
+        Ok(parts) => parts,
+        Err(p) => return p.into_response(),
+    };
+    let req: AlterConfigs = match json::parse(&body, "config change") {
+        Ok(r) => r,
+        Err(p) => return p.into_response(),
+    };
+    let request =
+        json!({ "set": req.set, "delete": req.delete, "validate_only": req.validate_only });
+    let outcome = async {
+        let state = http
+            .broker
+            .replicas()
+            .topic(&topic)
+            .ok_or_else(|| unknown_topic(&topic))?;
+        if req.set.is_empty() && req.delete.is_empty() {
+            return Err(Problem::bad_request(
+                "nothing to change: give \"set\" or \"delete\"",
+            ));
+        }
+        let mut configs = state.record.configs.clone();
+        for name in &req.delete {
+            if crate::topic_config::lookup(name).is_none() {
+                return Err(Problem::kafka(
+                    ResponseError::InvalidConfig,
+                    format!("Unknown topic config name: {name}"),
+                ));
+            }
+            configs.remove(name);
+        }
+        configs.extend(req.set.iter().map(|(k, v)| (k.clone(), v.clone())));
+        crate::api::configs::store_topic_configs(
+            &http.broker,
+            &topic,
+            configs.clone(),
+            req.validate_only.unwrap_or(false),
+        )
+        .await
+        .map_err(Problem::from)?;
+        Ok((StatusCode::OK, json!({ "name": topic, "configs": configs })))
+    }
+    .await;
+    audited(
+        &http,
+        &caller,
+        "topic.alter_configs",
+        &format!("topic:{topic}"),
+        request,
+        outcome,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AddPartitions {
+    #[serde(deserialize_with = "json::opt", default)]
+    count: Option<i32>,
+    #[serde(default)]
+    validate_only: Option<bool>,
+}
+
+/// `POST /v1/topics/{topic}/partitions`: `{"count": n}`, the new total, as
+/// CreatePartitions.
+pub async fn add_partitions(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    topic: Extracted<String>,
+    body: Body,
+) -> Response {
+    let caller = caller(&extensions);
+    let (topic, body) = match extract(topic, body) {
+        Ok(parts) => parts,
+        Err(p) => return p.into_response(),
+    };
+    let req: AddPartitions = match json::parse(&body, "partition increase") {
+        Ok(r) => r,
+        Err(p) => return p.into_response(),
+    };
+    let request = json!({ "count": req.count, "validate_only": req.validate_only });
+    let outcome = async {
+        let count = req.count.ok_or_else(|| {
+            Problem::bad_request("\"count\" (the new number of partitions) is required")
+        })?;
+        let validate_only = req.validate_only.unwrap_or(false);
+        http.broker
+            .admin()
+            .create_partitions(&topic, count, None, validate_only)
+            .await
+            .map_err(|e| Problem::from(ApiError::from(&e)))?;
+        Ok((
+            StatusCode::OK,
+            json!({ "name": topic, "partitions": count, "validate_only": validate_only }),
+        ))
+    }
+    .await;
+    audited(
+        &http,
+        &caller,
+        "topic.add_partitions",
+        &format!("topic:{topic}"),
+        request,
+        outcome,
+    )
+}
+
+/// `GET /v1/groups`: every group of every live agent's coordinator (ListGroups to each).
+pub async fn list_groups(State(http): State<Arc<HttpApi>>) -> Response {
+    let mut groups: BTreeMap<String, Value> = BTreeMap::new();
+    let mut unreachable = Vec::new();
+    let membership = http.broker.membership();
+    for agent in membership.live() {
+        let mut request = ListGroupsRequest::default();
+        request.states_filter = Vec::new();
+        let response = if agent.node_id == http.broker.node_id() {
+            Ok(crate::api::groups::list_groups(&http.broker, request, 4).await)
+        } else {
+            http.peers
+                .send(membership, agent.node_id, 4, &request)
+                .await
+        };
+        match response {
+            Ok(r) if r.error_code == 0 => {
+                for g in r.groups {
+                    groups.insert(
+                        g.group_id.to_string(),
+                        json!({
+                            "group_id": g.group_id.to_string(),
+                            "protocol_type": g.protocol_type.to_string(),
+                            "state": g.group_state.to_string(),
+                            "coordinator": agent.node_id,
+                        }),
+                    );
+                }
+            }
+            Ok(r) => unreachable.push(json!({
+                "node_id": agent.node_id,
+                "error": crate::metrics::kafka_error_name(r.error_code),
+            })),
+            Err(e) => {
+                unreachable.push(json!({ "node_id": agent.node_id, "error": format!("{e:#}") }))
+            }
+        }
+    }
+    let mut body = json!({ "groups": groups.into_values().collect::<Vec<_>>() });
+    if !unreachable.is_empty() {
+        body["unreachable"] = unreachable.into();
+    }
+    axum::Json(body).into_response()
+}
+
+fn check_group(group: &str) -> Result<(), Problem> {
+    if group.is_empty() {
+        return Err(Problem::kafka(
+            ResponseError::InvalidGroupId,
+            "the group id is empty",
+        ));
+    }
+    Ok(())
+}
+
+/// The coordinator of `group`, when it is not this agent.
+fn coordinator_elsewhere(http: &HttpApi, group: &str) -> Option<strata_metastore::AgentRecord> {
+    let membership = http.broker.membership();
+    (!membership.coordinates(http.broker.node_id(), group))
+        .then(|| membership.coordinator_of(group))
+}
+
+/// `GET /v1/groups/{group}`: state, members and their assignments, and per partition
+/// the committed offset, the high watermark and the lag between them.
+pub async fn describe_group(
+    State(http): State<Arc<HttpApi>>,
+    group: Extracted<String>,
+    uri: Uri,
+) -> Response {
+    let group = match group {
+        Ok(g) => g.0,
+        Err(e) => return Problem::from(e).into_response(),
+    };
+    if let Err(p) = check_group(&group) {
+        return p.into_response();
+    }
+    if let Some(agent) = coordinator_elsewhere(&http, &group) {
+        return redirect(&agent, &uri);
+    }
+    match describe_group_here(&http, &group).await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(p) => p.into_response(),
+    }
+}
+
+async fn describe_group_here(http: &HttpApi, group: &str) -> Result<Value, Problem> {
+    let coordinator = http.broker.groups();
+    let summary = coordinator
+        .describe(group)
+        .await
+        .map_err(|e| Problem::from(ApiError::from(e)))?;
+    let offsets = coordinator
+        .offsets(group)
+        .await
+        .map_err(|e| Problem::from(ApiError::from(e)))?;
+    let Some(summary) = summary.or_else(|| {
+        (!offsets.is_empty()).then(|| crate::group::GroupSummary {
+            state: "Empty",
+            protocol_type: "consumer".to_string(),
+            protocol_name: String::new(),
+            members: Vec::new(),
+        })
+    }) else {
+        return Err(Problem::kafka(
+            ResponseError::GroupIdNotFound,
+            format!("group {group:?} does not exist"),
+        ));
+    };
+    let mut owner: HashMap<(String, i32), String> = HashMap::new();
+    let members: Vec<Value> = summary
+        .members
+        .iter()
+        .map(|m| {
+            let assigned = super::assignor::assigned_all(&m.assignment);
+            for (t, ps) in &assigned {
+                for p in ps {
+                    owner.insert((t.clone(), *p), m.member_id.clone());
+                }
+            }
+            json!({
+                "member_id": m.member_id,
+                "group_instance_id": m.group_instance_id,
+                "client_id": m.client_id,
+                "client_host": m.client_host,
+                "assignment": assigned.into_iter().map(|(t, ps)| json!({"topic": t, "partitions": ps})).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    // The high watermark of every partition with a committed offset, one ListOffsets
+    // per topic.
+    let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+    for (t, p) in offsets.keys() {
+        by_topic.entry(t.as_str()).or_default().push(*p);
+    }
+    let mut ends: HashMap<(String, i32), Result<i64, String>> = HashMap::new();
+    for (t, ps) in &by_topic {
+        for (p, end) in list_offsets(http, t, ps, -1).await {
+            ends.insert((t.to_string(), p), end);
+        }
+    }
+    let mut total_lag = 0i64;
+    let partitions: Vec<Value> = offsets
+        .iter()
+        .map(|((t, p), committed)| {
+            let end = ends.get(&(t.clone(), *p)).cloned();
+            let (end_json, lag) = match end {
+                Some(Ok(end)) => {
+                    let lag = (end - committed.offset).max(0);
+                    total_lag += lag;
+                    (json!(end), json!(lag))
+                }
+                Some(Err(e)) => (json!({ "error": e }), Value::Null),
+                None => (Value::Null, Value::Null),
+            };
+            json!({
+                "topic": t,
+                "partition": p,
+                "committed_offset": committed.offset,
+                "metadata": committed.metadata,
+                "high_watermark": end_json,
+                "lag": lag,
+                "member_id": owner.get(&(t.clone(), *p)),
+            })
+        })
+        .collect();
+    Ok(json!({
+        "group_id": group,
+        "state": summary.state,
+        "protocol_type": summary.protocol_type,
+        "protocol": summary.protocol_name,
+        "coordinator": http.broker.node_id(),
+        "members": members,
+        "offsets": partitions,
+        "total_lag": total_lag,
+    }))
+}
+
+/// `DELETE /v1/groups/{group}`: an empty group and its committed offsets.
+pub async fn delete_group(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    group: Extracted<String>,
+    uri: Uri,
+) -> Response {
+    let caller = caller(&extensions);
+    let group = match group {
+        Ok(g) => g.0,
+        Err(e) => return Problem::from(e).into_response(),
+    };
+    if let Err(p) = check_group(&group) {
+        return p.into_response();
+    }
+    if let Some(agent) = coordinator_elsewhere(&http, &group) {
+        return redirect(&agent, &uri);
+    }
+    let outcome = http
+        .broker
+        .groups()
+        .delete(&group)
+        .await
+        .map(|()| (StatusCode::OK, json!({ "deleted": group })))
+        .map_err(|e| Problem::from(ApiError::from(e)));
+    audited(
+        &http,
+        &caller,
+        "group.delete",
+        &format!("group:{group}"),
+        json!({}),
+        outcome,
+    )
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ResetOffsets {
+    topic: String,
+    /// `earliest`, `latest`, `offset` (with `offset`) or `timestamp` (with
+    /// `timestamp_ms`).
+    to: String,
+    #[serde(default)]
+    offset: Option<serde_json::Number>,
+    #[serde(default)]
+    timestamp_ms: Option<serde_json::Number>,
+    /// The partitions to move; all of the topic's when left out.
+    #[serde(default)]
+    partitions: Option<Vec<serde_json::Number>>,
+    #[serde(default)]
+    dry_run: Option<bool>,
+}
+
+/// `POST /v1/groups/{group}/offsets`: moves an inactive group's committed offsets of one
+/// topic, as `kafka-consumer-groups.sh --reset-offsets` does: to the earliest or latest
+/// offset, to an offset (kept within the log), or to the first offset at or after a
+/// timestamp (replay). `dry_run` shows the plan without committing it.
+pub async fn reset_offsets(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    group: Extracted<String>,
+    uri: Uri,
+    body: Body,
+) -> Response {
+    let caller = caller(&extensions);
+    let (group, body) = match extract(group, body) {
+        Ok(parts) => parts,
+        Err(p) => return p.into_response(),
+    };
+    if let Err(p) = check_group(&group) {
+        return p.into_response();
+    }
+    if let Some(agent) = coordinator_elsewhere(&http, &group) {
+        return redirect(&agent, &uri);
+    }
+    let req: ResetOffsets = match json::parse(&body, "offset reset") {
+        Ok(r) => r,
+        Err(p) => return p.into_response(),
+    };
+    let request = json!({
+        "topic": req.topic, "to": req.to, "offset": req.offset, "timestamp_ms": req.timestamp_ms,
+        "partitions": req.partitions, "dry_run": req.dry_run,
+    });
+    let dry_run = req.dry_run.unwrap_or(false);
+    let resource = format!("group:{group}");
+    let outcome = reset(&http, &group, req).await;
+    let action = if dry_run {
+        "group.reset_offsets.dry_run"
+    } else {
+        "group.reset_offsets"
+    };
+    audited(&http, &caller, action, &resource, request, outcome)
+}
+
+async fn reset(
+    http: &HttpApi,
+    group: &str,
+    req: ResetOffsets,
+) -> Result<(StatusCode, Value), Problem> {
+    let topic = req.topic.as_str();
+    let state = http
+        .broker
+        .replicas()
+        .topic(topic)
+        .ok_or_else(|| unknown_topic(topic))?;
+    let count = state.record.partitions.len() as i32;
+    let partitions: Vec<i32> = match &req.partitions {
+        None => (0..count).collect(),
+        Some(ps) => ps
+            .iter()
+            .map(|p| {
+                whole(p)
+                    .and_then(|p| i32::try_from(p).ok())
+                    .filter(|p| (0..count).contains(p))
+                    .ok_or_else(|| {
+                        Problem::kafka(
+                            ResponseError::UnknownTopicOrPartition,
+                            format!(
+                                "topic {topic} has partitions 0 to {}; {p} is not one of them",
+                                count - 1
+                            ),
+                        )
+                    })
+            })
+            .collect::<Result<_, _>>()?,
+    };
+    let number = |n: &Option<serde_json::Number>, what: &str| {
+        n.as_ref()
+            .and_then(whole)
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| {
+                Problem::bad_request(format!(
+                    "\"to\": {:?} needs \"{what}\" (an integer, 0 or more)",
+                    req.to
+                ))
+            })
+    };
+    let (starts, ends) = tokio::join!(
+        list_offsets(http, topic, &partitions, -2),
+        list_offsets(http, topic, &partitions, -1)
+    );
+    let targets = match req.to.as_str() {
+        "earliest" => starts.clone(),
+        "latest" => ends.clone(),
+        "offset" => {
+            let offset = number(&req.offset, "offset")?;
+            partitions.iter().map(|p| (*p, Ok(offset))).collect()
+        }
+        "timestamp" => {
+            let ts = number(&req.timestamp_ms, "timestamp_ms")?;
+            let mut found = list_offsets(http, topic, &partitions, ts).await;
+            // No record at or after the time: the end, as Kafka's tool does.
+            for (p, o) in found.iter_mut() {
+                if matches!(o, Ok(-1)) {
+                    *o = ends.get(p).cloned().unwrap_or(Ok(-1));
+                }
+            }
+            found
+        }
+        other => {
+            return Err(Problem::bad_request(format!(
+                "\"to\" must be \"earliest\", \"latest\", \"offset\" or \"timestamp\", not {other:?}"
+            )));
+        }
+    };
+    let current = http
+        .broker
+        .groups()
+        .offsets(group)
+        .await
+        .map_err(|e| Problem::from(ApiError::from(e)))?;
+    let mut plan = Vec::new();
+    let mut commits = Vec::new();
+    let now = crate::clock::now_ms();
+    for p in &partitions {
+        let target = targets
+            .get(p)
+            .cloned()
+            .unwrap_or(Err("no answer".to_string()));
+        let bounds = (starts.get(p).cloned(), ends.get(p).cloned());
+        let target = match (target, bounds) {
+            // Kept within the log, as kafka-consumer-groups.sh clamps.
+            (Ok(t), (Some(Ok(start)), Some(Ok(end)))) => t.clamp(start, end.max(start)),
+            (Ok(t), _) => t,
+            (Err(e), _) => {
+                return Err(Problem::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("cannot find the target offset of {topic}-{p}: {e}"),
+                ));
+            }
+        };
+        let previous = current.get(&(topic.to_string(), *p)).map(|c| c.offset);
+        plan.push(json!({ "partition": p, "previous_offset": previous, "new_offset": target }));
+        commits.push((
+            (topic.to_string(), *p),
+            strata_metastore::CommittedOffset {
+                offset: target,
+                leader_epoch: -1,
+                metadata: None,
+                commit_timestamp_ms: now,
+            },
+        ));
+    }
+    let dry_run = req.dry_run.unwrap_or(false);
+    if !dry_run {
+        // As a commit from outside the group (no member id, generation -1), which the
+        // coordinator accepts only while the group has no members.
+        http.broker
+            .groups()
+            .commit(group, "", None, -1, commits)
+            .await
+            .map_err(|e| match e {
+                crate::group::GroupError::IllegalGeneration
+                | crate::group::GroupError::UnknownMemberId => Problem::kafka(
+                    ResponseError::NonEmptyGroup,
+                    format!(
+                        "group {group:?} has active members: stop its consumers first (offsets of a live group are the members' to commit)"
+                    ),
+                ),
+                e => Problem::from(ApiError::from(e)),
+            })?;
+    }
+    Ok((
+        StatusCode::OK,
+        json!({ "group_id": group, "topic": topic, "dry_run": dry_run, "partitions": plan }),
+    ))
+}
+
+/// `GET /v1/cluster`: the cluster id, the controller and every live agent, with where
+/// Kafka clients and HTTP clients reach it.
+pub async fn cluster(State(http): State<Arc<HttpApi>>) -> Response {
+    let membership = http.broker.membership();
+    let agents: Vec<Value> = membership
+        .live()
+        .iter()
+        .map(|a| {
+            json!({
+                "node_id": a.node_id,
+                "kafka": format!("{}:{}", a.host, a.port),
+                "http": super::cluster::http_address(a),
+                "rack": a.rack,
+            })
+        })
+        .collect();
+    axum::Json(json!({
+        "cluster_id": http.broker.identity().cluster_id,
+        "controller": membership.controller_id(),
+        "node_id": http.broker.node_id(),
+        "version": crate::VERSION,
+        "agents": agents,
+    }))
+    .into_response()
+}
