@@ -6,6 +6,7 @@ results as JSON (and a Markdown table to stdout).
     python3 bench/suite.py                   # the full matrix, ~20 min
     python3 bench/suite.py --quick           # a smoke run: tiny counts, a minute
     python3 bench/suite.py --against kafka   # strata beside Apache Kafka 4.1 (~10 min)
+    python3 bench/suite.py --http            # HTTP produce beside Kafka produce (~1 min)
 
 What it measures, in one run so the figures can be compared:
   * references: the disk's sequential write speed with fdatasync and its synchronous
@@ -25,6 +26,11 @@ from Maven Central through bench/kafka/pom.xml, its default flush settings: no f
 before an ack, `log.flush.interval.messages` and `log.flush.interval.ms` unset, 1 GiB
 heap). Besides throughput and latency it records each broker's CPU seconds per GB
 produced and its peak RSS, and prints the ratios strata / Kafka.
+
+With `--http` it measures produce through the HTTP API (`strata-bench produce-http`: 4
+clients, 100 base64 values of 1 KiB per request, acks=all, 1 partition) beside Kafka
+produce of the same records on the same agent, alternately, twice, and prints the
+ratios. `--quick` runs one small round of it too.
 
 Every run reads back what it sent; a run that lost or corrupted a record fails the suite.
 Needs dd (coreutils) and iperf3 (`apt-get install iperf3`); Linux only (/proc); Java 17
@@ -279,6 +285,8 @@ def main() -> None:
                     help="a strata binary built from an earlier commit: run the before/after "
                          "matrix (8 partitions, 1 KiB and 100 B, acks=all) on it and on --strata, "
                          "alternately, and print the ratios")
+    ap.add_argument("--http", action="store_true",
+                    help="HTTP produce beside Kafka produce (1 KiB, acks=all) on one strata")
     ap.add_argument("--rounds", type=int, default=2,
                     help="with --before: how many times each binary runs the matrix")
     opts = ap.parse_args()
@@ -321,6 +329,15 @@ def main() -> None:
         finish(opts, results, started, root)
         print_comparison(results)
         return
+    if opts.http:
+        strata = Strata(opts.strata, root)
+        try:
+            http_produce(opts, strata, root, results)
+        finally:
+            strata.stop()
+        finish(opts, results, started, root)
+        print_http(results)
+        return
     if opts.quick:
         matrix = [(1, 100, "all", "none")]
         count_args = ["--records", "20000"]
@@ -333,9 +350,13 @@ def main() -> None:
     strata = Strata(opts.strata, root)
     try:
         run_matrix(opts, strata, matrix, count_args, root, results)
+        if opts.quick:
+            http_produce(opts, strata, root, results)
     finally:
         strata.stop()
     finish(opts, results, started, root)
+    if opts.quick:
+        print_http(results)
 
 
 def run_matrix(opts, broker: Broker, matrix, count_args: list[str], root: Path,
@@ -355,6 +376,43 @@ def run_matrix(opts, broker: Broker, matrix, count_args: list[str], root: Path,
                              ("produce@50%", half), ("e2e@50%", e2e)):
             results["runs"].append({"broker": broker.name, "config": config, "kind": kind, **report})
         delete_topics(broker, [full["topic"], half["topic"], e2e["topic"]])
+
+
+HTTP_CONFIG = {"partitions": 1, "size": 1024, "acks": "all", "compression": "none"}
+
+
+def http_produce(opts, strata: Strata, root: Path, results: dict) -> None:
+    """Kafka produce and HTTP produce of 1 KiB records, alternately, on one agent."""
+    common = ["--partitions", "1", "--size", "1024", "--acks", "all"]
+    count = ["--records", "2000"] if opts.quick else ["--duration-s", str(opts.seconds)]
+    for _ in range(1 if opts.quick else opts.rounds):
+        kafka = bench(opts.bench, strata, ["produce", *common, *count], root)
+        http = bench(opts.bench, strata, ["produce-http", "--http", f"127.0.0.1:{strata.http}",
+                                          "--producers", "4", "--batch", "100", *common, *count], root)
+        for kind, report in (("produce", kafka), ("produce-http", http)):
+            results["runs"].append({"broker": strata.name, "config": HTTP_CONFIG, "kind": kind,
+                                    "suite": "http", **report})
+        delete_topics(strata, [kafka["topic"], http["topic"]])
+
+
+def print_http(results: dict) -> None:
+    """HTTP produce against Kafka produce, run by run and as ratios of the medians."""
+    runs = [r for r in results["runs"] if r.get("suite") == "http"]
+    print("\n| run | records/s | MB/s | p50 ms | p99 ms | p99.9 ms |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for r in runs:
+        lat = r.get("latency") or {}
+        print(f"| {r['kind']} | {r['records_per_s']:,.0f} | {r['mb_per_s']:.1f} | "
+              f"{lat.get('p50_ms', 0):.2f} | {lat.get('p99_ms', 0):.2f} | {lat.get('p999_ms', 0):.2f} |")
+
+    def median(kind: str, f) -> float:
+        vals = sorted(f(r) for r in runs if r["kind"] == kind)
+        return vals[len(vals) // 2] if vals else float("nan")
+
+    rps = lambda r: r["records_per_s"]
+    p99 = lambda r: (r.get("latency") or {}).get("p99_ms", float("nan"))
+    print(f"\nHTTP / Kafka: throughput {median('produce-http', rps) / median('produce', rps):.2f}, "
+          f"p99 latency {median('produce-http', p99) / median('produce', p99):.2f}")
 
 
 def before_and_after(opts, root: Path, results: dict, started: str) -> None:

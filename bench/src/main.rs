@@ -7,11 +7,13 @@
 //! strata-bench produce --records 1000000 --size 100 --partitions 8 --acks all
 //! strata-bench consume --topic orders
 //! strata-bench e2e --duration-s 30 --rate 20000
+//! strata-bench produce-http --http 127.0.0.1:9644 --size 1024 --batch 100
 //! ```
 // A load generator measures real time: it reads the system clocks directly.
 #![allow(clippy::disallowed_methods)]
 
 mod consume;
+mod http;
 mod kafka;
 mod payload;
 mod produce;
@@ -52,6 +54,21 @@ enum Mode {
     Consume(ConsumeArgs),
     /// Producers and consumers together; latency is send to receipt.
     E2e(E2eArgs),
+    /// Produce through strata's HTTP API (base64 values, one request of --batch
+    /// records after another per producer); read back over Kafka.
+    ProduceHttp(ProduceHttpArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+struct ProduceHttpArgs {
+    #[command(flatten)]
+    produce: ProduceArgs,
+    /// The HTTP API (host:port) of the agent to send to.
+    #[arg(long, default_value = "127.0.0.1:9644")]
+    http: String,
+    /// Records per request.
+    #[arg(long, default_value_t = 100)]
+    batch: usize,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -166,6 +183,7 @@ fn run(cli: &Cli) -> anyhow::Result<Report> {
         Mode::Produce(args) => produce_mode(cli, args),
         Mode::Consume(args) => consume_mode(cli, args),
         Mode::E2e(args) => e2e_mode(cli, args),
+        Mode::ProduceHttp(args) => produce_http_mode(cli, args),
     }
 }
 
@@ -350,6 +368,57 @@ fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
         }),
         ok: verification.ok(args.idempotence || args.transaction_records > 0)
             && (args.no_verify || verification.received > 0),
+        verification,
+    })
+}
+
+fn produce_http_mode(cli: &Cli, args: &ProduceHttpArgs) -> anyhow::Result<Report> {
+    anyhow::ensure!(args.batch > 0, "--batch must be at least 1");
+    anyhow::ensure!(
+        args.produce.rate == 0
+            && args.produce.transaction_records == 0
+            && !args.produce.idempotence,
+        "produce-http runs at full speed, without transactions or idempotence"
+    );
+    let (settings, partitions, before) = prepare(cli, &args.produce, "produce-http")?;
+    let produced = http::run(&settings, &args.http, args.batch)?;
+    let mut verification = if args.produce.no_verify {
+        Verification {
+            expected: produced.acks.acked.distinct,
+            failed_sends: produced.acks.failed,
+            ..Verification::default()
+        }
+    } else {
+        verify(
+            &settings,
+            &before,
+            &produced.acks.acked,
+            produced.acks.failed,
+        )?
+    };
+    if verification.first_error.is_none() {
+        verification.first_error = produced.acks.first_error.clone();
+    }
+    let seconds = produced.elapsed.as_secs_f64();
+    Ok(Report {
+        mode: "produce-http".into(),
+        bootstrap: format!("http://{}", args.http),
+        topic: settings.topic.clone(),
+        settings: json!({
+            "size": args.produce.size,
+            "partitions": partitions,
+            "producers": args.produce.producers,
+            "acks": args.produce.acks,
+            "batch": args.batch,
+        }),
+        records: produced.acks.acked.distinct,
+        bytes: produced.acks.acked_bytes,
+        seconds,
+        records_per_s: produced.acks.acked.distinct as f64 / seconds,
+        mb_per_s: produced.acks.acked_bytes as f64 / seconds / 1e6,
+        latency: Latency::of(&produced.acks.latency),
+        transactions: None,
+        ok: verification.ok(false) && (args.produce.no_verify || verification.received > 0),
         verification,
     })
 }

@@ -48,7 +48,7 @@ pub struct Acks {
 }
 
 impl Acks {
-    fn new() -> Acks {
+    pub fn new() -> Acks {
         Acks {
             acked: Tally::default(),
             acked_bytes: 0,
@@ -58,7 +58,7 @@ impl Acks {
         }
     }
 
-    fn merge(&mut self, other: &mut Acks) {
+    pub fn merge(&mut self, other: &mut Acks) {
         self.acked.merge(&other.acked);
         self.acked_bytes += other.acked_bytes;
         self.failed += other.failed;

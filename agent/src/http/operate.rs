@@ -42,27 +42,31 @@ fn unknown(topic: &str, partition: i32) -> Problem {
     )
 }
 
-/// The partition when this agent leads it; a 307 to its leader when another does.
-fn led_here(
-    http: &HttpApi,
-    topic: &str,
-    partition: i32,
-    uri: &Uri,
-) -> Result<Arc<Partition>, Response> {
+/// Where a request about a partition is served.
+enum Served {
+    /// This agent leads the partition.
+    Here(Arc<Partition>),
+    /// A 307 to the agent that does.
+    Redirect(Response),
+}
+
+/// Where a request about `partition` of `topic` is served: here if this agent leads it,
+/// else at its leader.
+fn led_here(http: &HttpApi, topic: &str, partition: i32, uri: &Uri) -> Result<Served, Problem> {
     let state = http
         .broker
         .replicas()
         .topic(topic)
-        .ok_or_else(|| unknown(topic, partition).into_response())?;
+        .ok_or_else(|| unknown(topic, partition))?;
     let record = state
         .record
         .partitions
         .get(usize::try_from(partition).unwrap_or(usize::MAX))
-        .ok_or_else(|| unknown(topic, partition).into_response())?;
+        .ok_or_else(|| unknown(topic, partition))?;
     if let Some(replica) = state.replica(partition)
         && replica.leader_epoch().is_some()
     {
-        return Ok(Arc::clone(replica));
+        return Ok(Served::Here(Arc::clone(replica)));
     }
     let leader = http
         .broker
@@ -71,31 +75,31 @@ fn led_here(
         .into_iter()
         .find(|a| a.node_id == record.leader && record.leader != http.broker.node_id());
     match leader {
-        Some(agent) => Err(redirect(&agent, uri)),
+        Some(agent) => Ok(Served::Redirect(redirect(&agent, uri))),
         None => Err(Problem::kafka(
             ResponseError::LeaderNotAvailable,
             format!(
                 "{topic}-{partition} has no live leader (the metastore names agent {})",
                 record.leader
             ),
-        )
-        .into_response()),
+        )),
     }
 }
 
-fn path(p: PartitionPath) -> Result<(String, i32), Response> {
-    p.map(|p| p.0).map_err(|e| Problem::from(e).into_response())
+fn path(p: PartitionPath) -> Result<(String, i32), Problem> {
+    p.map(|p| p.0).map_err(Problem::from)
 }
 
 /// `GET /v1/topics/{topic}/partitions/{p}`.
 pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Uri) -> Response {
     let (topic, partition) = match path(p) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(p) => return p.into_response(),
     };
     let replica = match led_here(&http, &topic, partition, &uri) {
-        Ok(r) => r,
-        Err(r) => return r,
+        Ok(Served::Here(r)) => r,
+        Ok(Served::Redirect(r)) => return r,
+        Err(p) => return p.into_response(),
     };
     let state = http.broker.replicas().topic(&topic);
     let record = state
@@ -139,7 +143,7 @@ pub async fn disable(
     let caller = caller(&extensions);
     let (topic, partition) = match path(p) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(p) => return p.into_response(),
     };
     let body = match body {
         Ok(b) => b,
@@ -179,7 +183,7 @@ pub async fn enable(
     let caller = caller(&extensions);
     let (topic, partition) = match path(p) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(p) => return p.into_response(),
     };
     let outcome = switch(&http, &topic, partition, None).await;
     audited(
@@ -239,11 +243,12 @@ pub async fn tier(
     let caller = caller(&extensions);
     let (topic, partition) = match path(p) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(p) => return p.into_response(),
     };
     let replica = match led_here(&http, &topic, partition, &uri) {
-        Ok(r) => r,
-        Err(r) => return r,
+        Ok(Served::Here(r)) => r,
+        Ok(Served::Redirect(r)) => return r,
+        Err(p) => return p.into_response(),
     };
     let outcome = async {
         let worker = http.broker.tiering().ok_or_else(|| {
@@ -303,7 +308,7 @@ pub async fn verify(
     let caller = caller(&extensions);
     let (topic, partition) = match path(p) {
         Ok(p) => p,
-        Err(r) => return r,
+        Err(p) => return p.into_response(),
     };
     let outcome = async {
         let exists = http
