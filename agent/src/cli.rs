@@ -1032,7 +1032,7 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         );
     }
     if failed > 0 {
-        bail!("{failed} records were not produced");
+        bail!("{failed} of {} records were not produced", sent + failed);
     }
     Ok(())
 }
@@ -1052,7 +1052,7 @@ async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     let mut consumer_id: Option<String> = None;
     let mut printed = 0u64;
     let mut idle_since = crate::clock::instant();
-    let outcome: anyhow::Result<()> = async {
+    let consuming = async {
         loop {
             if args.max_messages.is_some_and(|m| printed >= m) {
                 return Ok(());
@@ -1131,8 +1131,12 @@ async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
                 }
             }
         }
-    }
-    .await;
+    };
+    // Ctrl-C ends the run as its end would: the instance leaves its group below.
+    let outcome: anyhow::Result<()> = tokio::select! {
+        r = consuming => r,
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    };
     if tty {
         eprintln!();
     }

@@ -251,7 +251,9 @@ pub async fn incremental_alter_configs(
     for resource in req.resources {
         let name = resource.resource_name.to_string();
         let outcome = match resource.resource_type {
-            RESOURCE_TOPIC => match broker.replicas().topic(&name) {
+            // The metastore's record, not this agent's last view of it: a change made
+            // through another agent a moment ago is built on, not undone.
+            RESOURCE_TOPIC => match broker.replicas().sync_topic(&name).await.ok().flatten() {
                 None => Err(unknown_topic(&name)),
                 Some(topic) => {
                     let effective = topic.config.clone();

@@ -41,6 +41,9 @@ pub fn caller(extensions: &Extensions) -> Caller {
     Caller::anonymous(address, "http")
 }
 
+/// The largest answer an audit entry holds whole.
+const AUDITED_ANSWER_BYTES: usize = 4096;
+
 /// Records `outcome` of `action` in the audit log and answers it.
 pub fn audited(
     http: &HttpApi,
@@ -51,7 +54,12 @@ pub fn audited(
     outcome: Result<(StatusCode, Value), Problem>,
 ) -> Response {
     let logged = match &outcome {
-        Ok((_, v)) => Ok(v.clone()),
+        // A topic of thousands of partitions is described at length: the log keeps
+        // that it succeeded, not the whole answer.
+        Ok((_, v)) => Ok(match v.to_string().len() {
+            n if n > AUDITED_ANSWER_BYTES => json!({ "answer_bytes": n, "truncated": true }),
+            _ => v.clone(),
+        }),
         Err(p) => Err(p.detail.clone()),
     };
     http.broker
@@ -68,6 +76,23 @@ fn unknown_topic(topic: &str) -> Problem {
         ResponseError::UnknownTopicOrPartition,
         format!("topic {topic:?} does not exist"),
     )
+}
+
+/// The topic as the metastore holds it now, not as this agent last heard: a change made
+/// through another agent a moment ago is seen, and built on. A name no topic can have
+/// is simply unknown.
+pub async fn fresh_topic(
+    http: &HttpApi,
+    topic: &str,
+) -> Result<Arc<crate::replicas::TopicState>, Problem> {
+    if crate::service::admin::validate_topic_name(topic).is_err() {
+        return Err(unknown_topic(topic));
+    }
+    match http.broker.replicas().sync_topic(topic).await {
+        Ok(Some(state)) => Ok(state),
+        Ok(None) => Err(unknown_topic(topic)),
+        Err(e) => Err(Problem::from(ApiError::from(&e))),
+    }
 }
 
 /// Kafka's text form of a topic id (as `kafka-topics.sh --describe` prints it).
@@ -184,12 +209,7 @@ pub async fn describe_topic(
 }
 
 async fn describe(http: &HttpApi, topic: &str) -> Result<Value, Problem> {
-    // The freshest record: an agent learns of changes a moment after the metastore.
-    let state = match http.broker.replicas().sync_topic(topic).await {
-        Ok(Some(state)) => state,
-        Ok(None) => return Err(unknown_topic(topic)),
-        Err(e) => return Err(Problem::from(ApiError::from(&e))),
-    };
+    let state = fresh_topic(http, topic).await?;
     let indexes: Vec<i32> = (0..state.record.partitions.len() as i32).collect();
     let (starts, ends) = tokio::join!(
         list_offsets(http, topic, &indexes, -2),
@@ -296,9 +316,13 @@ pub async fn create_topic(
                 "validate_only": true,
             }),
         )),
-        Ok(_) => describe(&http, &req.name)
-            .await
-            .map(|v| (StatusCode::CREATED, v)),
+        // Created: a describe that fails now does not make it less so.
+        Ok(_) => Ok((
+            StatusCode::CREATED,
+            describe(&http, &req.name)
+                .await
+                .unwrap_or_else(|_| json!({ "name": req.name })),
+        )),
         Err(e) => Err(Problem::from(ApiError::from(&e))),
     };
     let action = if validate_only {
@@ -322,10 +346,16 @@ pub async fn delete_topic(
     };
     let admin = http.broker.admin();
     let outcome = async {
+        if crate::service::admin::validate_topic_name(&topic).is_err() {
+            return Err(unknown_topic(&topic));
+        }
         let (name, _) = admin
             .find_topic(Some(&topic), &[0; 16])
             .await
-            .map_err(|_| unknown_topic(&topic))?;
+            .map_err(|e| match e {
+                crate::service::admin::AdminError::UnknownTopic(_) => unknown_topic(&topic),
+                e => Problem::from(ApiError::from(&e)),
+            })?;
         admin
             .delete_topic(&name)
             .await
@@ -374,11 +404,7 @@ pub async fn alter_configs(
     let request =
         json!({ "set": req.set, "delete": req.delete, "validate_only": req.validate_only });
     let outcome = async {
-        let state = http
-            .broker
-            .replicas()
-            .topic(&topic)
-            .ok_or_else(|| unknown_topic(&topic))?;
+        let state = fresh_topic(&http, &topic).await?;
         if req.set.is_empty() && req.delete.is_empty() {
             return Err(Problem::bad_request(
                 "nothing to change: give \"set\" or \"delete\"",
@@ -721,7 +747,7 @@ pub async fn reset_offsets(
     if let Some(agent) = coordinator_elsewhere(&http, &group) {
         return redirect(&agent, &uri);
     }
-    let req: ResetOffsets = match json::parse(&body, "offset reset") {
+    let req: ResetOffsets = match json::parse(&body, "reset-offsets") {
         Ok(r) => r,
         Err(p) => return p.into_response(),
     };
@@ -746,11 +772,7 @@ async fn reset(
     req: ResetOffsets,
 ) -> Result<(StatusCode, Value), Problem> {
     let topic = req.topic.as_str();
-    let state = http
-        .broker
-        .replicas()
-        .topic(topic)
-        .ok_or_else(|| unknown_topic(topic))?;
+    let state = fresh_topic(http, topic).await?;
     let count = state.record.partitions.len() as i32;
     let partitions: Vec<i32> = match &req.partitions {
         None => (0..count).collect(),

@@ -271,10 +271,14 @@ async fn consume_inner(
         Some(id) => {
             let instance = http.consumers.get(id).ok_or_else(|| gone(id))?;
             if instance.group != body.group_id || instance.topic != topic {
-                return Err(Problem::bad_request(format!(
-                    "consumer instance {id:?} consumes topic {:?} for group {:?}",
-                    instance.topic, instance.group
-                )));
+                // The instance's state, not the request's shape, is in the way.
+                return Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "consumer instance {id:?} consumes topic {:?} for group {:?}",
+                        instance.topic, instance.group
+                    ),
+                ));
             }
             instance
         }
@@ -936,10 +940,13 @@ async fn commit_inner(
         Some(id) => {
             let instance = http.consumers.get(id).ok_or_else(|| gone(id))?;
             if instance.group != body.group_id {
-                return Err(Problem::bad_request(format!(
-                    "consumer instance {id:?} is a member of group {:?}",
-                    instance.group
-                )));
+                return Err(Problem::new(
+                    StatusCode::CONFLICT,
+                    format!(
+                        "consumer instance {id:?} is a member of group {:?}",
+                        instance.group
+                    ),
+                ));
             }
             instance.touch();
             let member = instance.member().ok_or_else(|| gone(id))?;

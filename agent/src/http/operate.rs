@@ -25,7 +25,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::HttpApi;
-use super::admin::{audited, caller};
+use super::admin::{audited, caller, fresh_topic};
 use super::cluster::redirect;
 use super::json;
 use super::problem::{Body, Problem};
@@ -52,12 +52,13 @@ enum Served {
 
 /// Where a request about `partition` of `topic` is served: here if this agent leads it,
 /// else at its leader.
-fn led_here(http: &HttpApi, topic: &str, partition: i32, uri: &Uri) -> Result<Served, Problem> {
-    let state = http
-        .broker
-        .replicas()
-        .topic(topic)
-        .ok_or_else(|| unknown(topic, partition))?;
+async fn led_here(
+    http: &HttpApi,
+    topic: &str,
+    partition: i32,
+    uri: &Uri,
+) -> Result<Served, Problem> {
+    let state = fresh_topic(http, topic).await?;
     let record = state
         .record
         .partitions
@@ -96,7 +97,7 @@ pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Ur
         Ok(p) => p,
         Err(p) => return p.into_response(),
     };
-    let replica = match led_here(&http, &topic, partition, &uri) {
+    let replica = match led_here(&http, &topic, partition, &uri).await {
         Ok(Served::Here(r)) => r,
         Ok(Served::Redirect(r)) => return r,
         Err(p) => return p.into_response(),
@@ -203,6 +204,9 @@ async fn switch(
     reason: Option<String>,
 ) -> Result<(StatusCode, Value), Problem> {
     let index = u32::try_from(partition).map_err(|_| unknown(topic, partition))?;
+    if crate::service::admin::validate_topic_name(topic).is_err() {
+        return Err(unknown(topic, partition));
+    }
     let record = http
         .broker
         .metastore()
@@ -245,7 +249,7 @@ pub async fn tier(
         Ok(p) => p,
         Err(p) => return p.into_response(),
     };
-    let replica = match led_here(&http, &topic, partition, &uri) {
+    let replica = match led_here(&http, &topic, partition, &uri).await {
         Ok(Served::Here(r)) => r,
         Ok(Served::Redirect(r)) => return r,
         Err(p) => return p.into_response(),
@@ -268,12 +272,22 @@ pub async fn tier(
                 format!("topic {topic} is not tiered (remote.storage.enable is false)"),
             ));
         }
-        let before = worker.archived_upto(&topic, partition);
+        let reader = http.broker.replicas().archive();
+        let archived = |m: &[strata_metastore::ManifestEntry]| m.last().map_or(-1, |e| e.last_offset);
+        let before = reader
+            .manifest(&topic, partition, true)
+            .await
+            .map(|m| archived(&m))
+            .unwrap_or(-1);
         worker
             .tier_partition(replica.as_ref())
             .await
             .map_err(|e| Problem::new(StatusCode::BAD_GATEWAY, format!("tiering {topic}-{partition} failed: {e}")))?;
-        let after = worker.archived_upto(&topic, partition);
+        let after = reader
+            .manifest(&topic, partition, true)
+            .await
+            .map(|m| archived(&m))
+            .unwrap_or(before);
         let closed_waiting = replica.segments_from(after + 1).1 == 1
             && replica.log_end_offset() > after + 1;
         let mut body = json!({
@@ -311,11 +325,7 @@ pub async fn verify(
         Err(p) => return p.into_response(),
     };
     let outcome = async {
-        let exists = http
-            .broker
-            .replicas()
-            .topic(&topic)
-            .is_some_and(|t| t.has_partition(partition));
+        let exists = fresh_topic(&http, &topic).await?.has_partition(partition);
         if !exists {
             return Err(unknown(&topic, partition));
         }
