@@ -378,6 +378,15 @@ fn table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> std::i
     Ok(())
 }
 
+/// One row per item of the array `list`, a cell per field.
+fn table_rows(list: &Value, fields: &[&str]) -> Vec<Vec<String>> {
+    list.as_array()
+        .into_iter()
+        .flatten()
+        .map(|item| fields.iter().map(|f| cell(&item[*f])).collect())
+        .collect()
+}
+
 /// A JSON value as a table cell.
 fn cell(v: &Value) -> String {
     match v {
@@ -411,19 +420,7 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
                 cell(&v["controller"]),
                 cell(&v["version"])
             )?;
-            let rows: Vec<Vec<String>> = v["agents"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|a| {
-                    vec![
-                        cell(&a["node_id"]),
-                        cell(&a["kafka"]),
-                        cell(&a["http"]),
-                        cell(&a["rack"]),
-                    ]
-                })
-                .collect();
+            let rows = table_rows(&v["agents"], &["node_id", "kafka", "http", "rack"]);
             table(&mut out, &["NODE", "KAFKA", "HTTP", "RACK"], &rows)?;
             Ok(())
         }
@@ -486,20 +483,16 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            let rows: Vec<Vec<String>> = v["topics"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|t| {
-                    vec![
-                        cell(&t["name"]),
-                        cell(&t["partitions"]),
-                        cell(&t["replication_factor"]),
-                        cell(&t["topic_id"]),
-                        cell(&t["disabled_partitions"]),
-                    ]
-                })
-                .collect();
+            let rows = table_rows(
+                &v["topics"],
+                &[
+                    "name",
+                    "partitions",
+                    "replication_factor",
+                    "topic_id",
+                    "disabled_partitions",
+                ],
+            );
             table(
                 &mut out,
                 &["TOPIC", "PARTITIONS", "REPLICATION", "ID", "DISABLED"],
@@ -660,19 +653,10 @@ async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            let rows: Vec<Vec<String>> = v["groups"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|g| {
-                    vec![
-                        cell(&g["group_id"]),
-                        cell(&g["state"]),
-                        cell(&g["protocol_type"]),
-                        cell(&g["coordinator"]),
-                    ]
-                })
-                .collect();
+            let rows = table_rows(
+                &v["groups"],
+                &["group_id", "state", "protocol_type", "coordinator"],
+            );
             table(
                 &mut out,
                 &["GROUP", "STATE", "PROTOCOL", "COORDINATOR"],
@@ -700,21 +684,17 @@ async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
                 v["members"].as_array().map_or(0, Vec::len),
                 cell(&v["total_lag"])
             )?;
-            let rows: Vec<Vec<String>> = v["offsets"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|p| {
-                    vec![
-                        cell(&p["topic"]),
-                        cell(&p["partition"]),
-                        cell(&p["committed_offset"]),
-                        cell(&p["high_watermark"]),
-                        cell(&p["lag"]),
-                        cell(&p["member_id"]),
-                    ]
-                })
-                .collect();
+            let rows = table_rows(
+                &v["offsets"],
+                &[
+                    "topic",
+                    "partition",
+                    "committed_offset",
+                    "high_watermark",
+                    "lag",
+                    "member_id",
+                ],
+            );
             table(
                 &mut out,
                 &[
@@ -831,18 +811,10 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
                 .collect();
             writeln!(out, "partition {topic}-{partition}")?;
             table(&mut out, &["FIELD", "VALUE"], &rows)?;
-            let followers: Vec<Vec<String>> = v["followers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|f| {
-                    vec![
-                        cell(&f["node_id"]),
-                        cell(&f["log_end_offset"]),
-                        cell(&f["caught_up_ms_ago"]),
-                    ]
-                })
-                .collect();
+            let followers = table_rows(
+                &v["followers"],
+                &["node_id", "log_end_offset", "caught_up_ms_ago"],
+            );
             if !followers.is_empty() {
                 writeln!(out)?;
                 table(
@@ -912,12 +884,7 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
                     cell(&v["first_offset"]),
                     cell(&v["last_offset"])
                 )?;
-                let rows: Vec<Vec<String>> = v["mismatches"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|m| vec![cell(&m["object"]), cell(&m["problem"])])
-                    .collect();
+                let rows = table_rows(&v["mismatches"], &["object", "problem"]);
                 if !rows.is_empty() {
                     table(&mut out, &["OBJECT", "PROBLEM"], &rows)?;
                 }
