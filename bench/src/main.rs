@@ -328,26 +328,33 @@ fn compare(acked: &payload::Tally, read: &consume::Consumed, failed_sends: u64) 
     }
 }
 
-fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
-    let (settings, partitions, before) = prepare(cli, args, "produce")?;
-    let produced = produce::run(&settings)?;
-    let mut verification = if args.no_verify {
+/// What a producing run's acknowledgements and (unless `no_verify`) its read-back say,
+/// with the producers' first error where reading back found none.
+fn checked(
+    settings: &ProduceSettings,
+    before: &[(i64, i64)],
+    produced: &produce::Produced,
+    no_verify: bool,
+) -> anyhow::Result<Verification> {
+    let mut verification = if no_verify {
         Verification {
             expected: produced.acks.acked.distinct,
             failed_sends: produced.acks.failed,
             ..Verification::default()
         }
     } else {
-        verify(
-            &settings,
-            &before,
-            &produced.acks.acked,
-            produced.acks.failed,
-        )?
+        verify(settings, before, &produced.acks.acked, produced.acks.failed)?
     };
     if verification.first_error.is_none() {
         verification.first_error = produced.acks.first_error.clone();
     }
+    Ok(verification)
+}
+
+fn produce_mode(cli: &Cli, args: &ProduceArgs) -> anyhow::Result<Report> {
+    let (settings, partitions, before) = prepare(cli, args, "produce")?;
+    let produced = produce::run(&settings)?;
+    let verification = checked(&settings, &before, &produced, args.no_verify)?;
     let seconds = produced.elapsed.as_secs_f64();
     Ok(Report {
         mode: "produce".into(),
@@ -382,23 +389,7 @@ fn produce_http_mode(cli: &Cli, args: &ProduceHttpArgs) -> anyhow::Result<Report
     );
     let (settings, partitions, before) = prepare(cli, &args.produce, "produce-http")?;
     let produced = http::run(&settings, &args.http, args.batch)?;
-    let mut verification = if args.produce.no_verify {
-        Verification {
-            expected: produced.acks.acked.distinct,
-            failed_sends: produced.acks.failed,
-            ..Verification::default()
-        }
-    } else {
-        verify(
-            &settings,
-            &before,
-            &produced.acks.acked,
-            produced.acks.failed,
-        )?
-    };
-    if verification.first_error.is_none() {
-        verification.first_error = produced.acks.first_error.clone();
-    }
+    let verification = checked(&settings, &before, &produced, args.produce.no_verify)?;
     let seconds = produced.elapsed.as_secs_f64();
     Ok(Report {
         mode: "produce-http".into(),
