@@ -11,6 +11,7 @@ use strata_metastore::Metastore;
 use strata_tiering::{ArchiveReader, TieringWorker};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker_config::BrokerConfig;
 use crate::config::{AckDurability, Settings};
 use crate::group::Coordinator;
 use crate::group::state::GroupConfig;
@@ -104,7 +105,10 @@ impl Broker {
         let replicas = ReplicaManager::start(
             ReplicaConfig {
                 node_id,
-                topic_defaults: settings.topic_defaults.configs.clone(),
+                broker_config: Arc::new(BrokerConfig::new(
+                    &settings,
+                    (&advertised_host, advertised_port),
+                )),
                 ack_after_fsync: settings.ack_durability == AckDurability::Fsync,
                 max_request_bytes: settings.max_request_bytes,
                 producer_id_expiration_ms: settings.producer_id_expiration_ms,
@@ -117,7 +121,7 @@ impl Broker {
             shutdown.clone(),
         )
         .await?;
-        let admin = Admin::new(Arc::clone(&replicas), settings.topic_defaults.clone());
+        let admin = Admin::new(Arc::clone(&replicas));
         let lifecycle = Arc::new(Lifecycle::new(
             Arc::clone(&replicas),
             LifecycleConfig {

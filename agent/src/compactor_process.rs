@@ -7,9 +7,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use strata_metastore::BrokerConfigs;
 use strata_tiering::{Archive, ArchiveReader};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker_config::BrokerConfig;
 use crate::config::Settings;
 use crate::service::archive::{ArchiveConfig, ArchiveWork};
 use crate::topic_config::TopicConfig;
@@ -37,6 +39,8 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             archive_grace_ms: settings.archive_gc_grace_ms,
         },
     );
+    // Not a broker: topics inherit the settings and the cluster's dynamic defaults.
+    let broker_config = BrokerConfig::new(&settings, ("", 0));
     tracing::info!(archive = %archive_url, %owner, "compactor process started");
     let mut tick = tokio::time::interval(every);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -48,6 +52,15 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
                 return Ok(());
             }
         }
+        match metastore.broker_configs(0).await {
+            Ok(dynamic) => {
+                broker_config.update(BrokerConfigs {
+                    broker: Default::default(),
+                    ..dynamic
+                });
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the dynamic broker configs"),
+        }
         let topics = match metastore.topics().await {
             Ok(t) => t,
             Err(e) => {
@@ -56,7 +69,7 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             }
         };
         for topic in topics {
-            let config = TopicConfig::resolve(&settings.topic_defaults.configs, &topic.configs);
+            let config = TopicConfig::resolve(&broker_config.inherited(), &topic.configs);
             if !config.tiered() {
                 continue;
             }

@@ -7,6 +7,7 @@
 pub mod api;
 pub mod audit;
 pub mod broker;
+pub mod broker_config;
 pub mod cli;
 pub mod clock;
 pub mod compactor_process;
@@ -19,6 +20,7 @@ pub mod fetcher;
 pub mod group;
 pub mod http;
 pub mod isr;
+pub mod log_level;
 pub mod membership;
 pub mod metastore;
 pub mod metrics;

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 use strata_agent::Settings;
 use strata_agent::config::{AckDurability, MetastoreKind};
-use tracing_subscriber::EnvFilter;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -279,13 +278,18 @@ impl AgentArgs {
 }
 
 fn main() -> std::process::ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_env("STRATA_LOG").unwrap_or_else(|_| EnvFilter::new("info")),
-        )
+    let directives = std::env::var("STRATA_LOG").unwrap_or_else(|_| "info".to_string());
+    let logging = tracing_subscriber::fmt()
+        .with_env_filter(strata_agent::log_level::initial_filter(&directives))
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_filter_reloading();
+    let reload = logging.reload_handle();
+    logging.init();
+    strata_agent::log_level::install(
+        &directives,
+        Box::new(move |filter| reload.reload(filter).map_err(|e| e.to_string())),
+    );
     let cli = Cli::parse();
     let (args, mode) = match cli.command {
         Some(Command::Agent(args)) => (args, Mode::Agent),

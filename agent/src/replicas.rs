@@ -23,6 +23,7 @@ use strata_replication::Transition;
 use strata_tiering::{ArchiveReader, LocalPartition};
 use tokio_util::sync::CancellationToken;
 
+use crate::broker_config::BrokerConfig;
 use crate::clock::now_ms;
 use crate::error::Error;
 pub use crate::error::SyncError;
@@ -109,8 +110,8 @@ fn not_served(topic: &str, partition: i32, exists: bool) -> Error {
 #[derive(Debug, Clone)]
 pub struct ReplicaConfig {
     pub node_id: i32,
-    /// Broker-wide topic config defaults (`--topic-config`), under each topic's own.
-    pub topic_defaults: BTreeMap<String, String>,
+    /// The broker configs, static and dynamic: what topics inherit, under their own.
+    pub broker_config: Arc<BrokerConfig>,
     /// Acknowledge writes only once fsynced (`--ack-durability fsync`).
     pub ack_after_fsync: bool,
     /// The largest batch a fetcher may have to copy in one response.
@@ -239,7 +240,10 @@ impl ReplicaManager {
             .collect()
     }
     pub fn topic_config(&self, record: &TopicRecord) -> TopicConfig {
-        TopicConfig::resolve(&self.config.topic_defaults, &record.configs)
+        TopicConfig::resolve(&self.config.broker_config.inherited(), &record.configs)
+    }
+    pub fn broker_config(&self) -> &Arc<BrokerConfig> {
+        &self.config.broker_config
     }
     fn partition_dir(&self, topic: &str, index: u32) -> PathBuf {
         self.logs_dir.join(format!("{topic}-{index}"))
@@ -251,6 +255,10 @@ impl ReplicaManager {
     /// again at the next refresh. Fails only if the metastore cannot be read.
     pub async fn refresh(&self) -> anyhow::Result<()> {
         let _guard = self.reconcile.lock().await;
+        let node = u32::try_from(self.config.node_id).unwrap_or_default();
+        self.config
+            .broker_config
+            .update(self.metastore.broker_configs(node).await?);
         let records = self.metastore.topics().await?;
         let known: Vec<String> = self
             .topics()
@@ -340,12 +348,13 @@ impl ReplicaManager {
     }
     async fn apply_locked(&self, mut record: TopicRecord) -> Result<Arc<TopicState>, SyncError> {
         let existing = self.topic(&record.name);
+        let config = self.topic_config(&record);
         if let Some(old) = &existing
             && old.record == record
+            && old.config == config
         {
             return Ok(Arc::clone(old));
         }
-        let config = self.topic_config(&record);
         let log_config = strata_log::LogConfig {
             ack_after_fsync: self.config.ack_after_fsync,
             ..config.log_config()

@@ -1,8 +1,9 @@
 //! Topic configs by Kafka's names, with Kafka's defaults and validation.
 //!
-//! A topic's effective config is: the built-in default, overridden by the agent's
-//! `topic_defaults.configs`, overridden by what the topic sets. Only what the topic sets
-//! is stored in the metastore.
+//! A topic's effective config is: the built-in default, overridden by what the broker
+//! sets (the agent's `topic_defaults.configs`, then the dynamic broker configs of
+//! `broker_config.rs`), overridden by what the topic sets. Only what the topic sets is
+//! stored with the topic in the metastore.
 
 use std::collections::BTreeMap;
 
@@ -247,7 +248,14 @@ pub fn lookup(name: &str) -> Option<&'static ConfigDef> {
 /// Checks one config name and value the way Kafka does; the error is the message
 /// returned with INVALID_CONFIG.
 pub fn validate(name: &str, value: &str) -> Result<(), String> {
+    validate_as(name, name, value)
+}
+
+/// [`validate`] for topic config `name` set under another name, `shown` (a broker
+/// config that sets its default), which the error names.
+pub fn validate_as(name: &str, shown: &str, value: &str) -> Result<(), String> {
     let def = lookup(name).ok_or_else(|| format!("Unknown topic config name: {name}"))?;
+    let name = shown;
     let bad = |why: &str| {
         Err(format!(
             "Invalid value {value} for configuration {name}: {why}"
@@ -315,9 +323,28 @@ pub fn validate_all<'a>(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Source {
     Topic = 1,
+    DynamicBroker = 2,
+    DynamicDefault = 3,
     StaticBroker = 4,
     Default = 5,
 }
+
+impl Source {
+    /// How the HTTP API and the CLI name it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Source::Topic => "topic",
+            Source::DynamicBroker => "dynamic_broker",
+            Source::DynamicDefault => "dynamic_default",
+            Source::StaticBroker => "broker",
+            Source::Default => "default",
+        }
+    }
+}
+
+/// What topics inherit from the broker, by topic config name: the value and the level
+/// that set it.
+pub type Inherited = BTreeMap<String, (String, Source)>;
 
 /// A topic's effective configuration.
 #[derive(Debug, Clone, PartialEq)]
@@ -328,16 +355,13 @@ pub struct TopicConfig {
 impl TopicConfig {
     /// Combines defaults, broker defaults and the topic's own settings. All inputs must
     /// have passed [`validate`].
-    pub fn resolve(
-        broker: &BTreeMap<String, String>,
-        topic: &BTreeMap<String, String>,
-    ) -> TopicConfig {
+    pub fn resolve(broker: &Inherited, topic: &BTreeMap<String, String>) -> TopicConfig {
         let mut values = BTreeMap::new();
         for d in TOPIC_CONFIGS {
             let v = if let Some(v) = topic.get(d.name) {
                 (v.clone(), Source::Topic)
             } else if let Some(v) = broker.get(d.name) {
-                (v.clone(), Source::StaticBroker)
+                v.clone()
             } else {
                 (d.default.to_string(), Source::Default)
             };
@@ -473,7 +497,10 @@ mod tests {
 
     #[test]
     fn resolves_in_order() {
-        let broker = BTreeMap::from([("segment.bytes".to_string(), "2048".to_string())]);
+        let broker = Inherited::from([(
+            "segment.bytes".to_string(),
+            ("2048".to_string(), Source::StaticBroker),
+        )]);
         let topic = BTreeMap::from([("max.message.bytes".to_string(), "100".to_string())]);
         let c = TopicConfig::resolve(&broker, &topic);
         let log = c.log_config();

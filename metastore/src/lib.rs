@@ -6,6 +6,7 @@
 //! cluster and who runs elections.
 
 pub mod agents;
+pub mod configs;
 pub mod conformance;
 pub mod controller;
 pub mod error;
@@ -21,6 +22,7 @@ pub mod topics;
 pub mod transactions;
 
 pub use agents::AgentRecord;
+pub use configs::{BrokerConfigs, ConfigScope};
 pub use controller::ControllerLease;
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};

@@ -163,7 +163,7 @@ impl Metastore {
         self.key().str("topics-version").into_bytes()
     }
 
-    fn touch_topics(&self, txn: &mut dyn KvTransaction) {
+    pub(crate) fn touch_topics(&self, txn: &mut dyn KvTransaction) {
         txn.atomic_add(&self.topics_version_key(), 1);
     }
 

@@ -1,6 +1,8 @@
 """A minimal Kafka wire client for the requests no client library lets a test shape
 exactly: ApiVersions, InitProducerId and Produce with hand-set producer id, epoch and
-sequence (record batches are built with kafka-python's DefaultRecordBatchBuilder)."""
+sequence (record batches are built with kafka-python's DefaultRecordBatchBuilder), and
+IncrementalAlterConfigs on the cluster-default broker resource (an empty name, which
+librdkafka's and kafka-python's admin clients refuse to send; Java's sends it)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 API_PRODUCE = 0
 API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
+API_INCREMENTAL_ALTER_CONFIGS = 44
 
 NONE = 0
 OUT_OF_ORDER_SEQUENCE_NUMBER = 45
@@ -120,6 +123,22 @@ class Wire:
         if flexible and api_key != API_VERSIONS:
             r.skip_tags()  # response header v1
         return r
+
+    def incremental_alter_configs(self, resource_type: int, name: str, ops: list[tuple[str, int, str | None]],
+                                  validate_only: bool = False) -> tuple[int, str | None]:
+        """IncrementalAlterConfigs v0 of one resource with (config, operation, value)
+        changes; returns (error code, error message)."""
+        body = struct.pack(">i", 1) + struct.pack(">b", resource_type) + _str(name)
+        body += struct.pack(">i", len(ops))
+        for config, op, value in ops:
+            body += _str(config) + struct.pack(">b", op) + _str(value)
+        body += struct.pack(">?", validate_only)
+        r = self.request(API_INCREMENTAL_ALTER_CONFIGS, 0, body)
+        r.take(">i")  # throttle_time_ms
+        assert r.take(">i") == 1, "one resource answered"
+        code = r.take(">h")
+        message = r.string()
+        return code, message
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         r = self.request(API_VERSIONS, 0, b"")

@@ -243,14 +243,7 @@ async fn describe(http: &HttpApi, topic: &str) -> Result<Value, Problem> {
     let configs: BTreeMap<&str, Value> = state
         .config
         .entries()
-        .map(|(name, value, source)| {
-            let source = match source {
-                crate::topic_config::Source::Topic => "topic",
-                crate::topic_config::Source::StaticBroker => "broker",
-                crate::topic_config::Source::Default => "default",
-            };
-            (name, json!({ "value": value, "source": source }))
-        })
+        .map(|(name, value, source)| (name, json!({ "value": value, "source": source.name() })))
         .collect();
     Ok(json!({
         "name": topic,

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use strata_metastore::{AgentRecord, NewTopic};
 
-use crate::config::{MAX_PARTITIONS_PER_TOPIC, TopicDefaults};
+use crate::config::MAX_PARTITIONS_PER_TOPIC;
 use crate::replicas::{ReplicaManager, SyncError, TopicState};
 use crate::topic_config::{self, TopicConfig};
 
@@ -104,12 +104,11 @@ pub struct Created {
 #[derive(Debug)]
 pub struct Admin {
     replicas: Arc<ReplicaManager>,
-    defaults: TopicDefaults,
 }
 
 impl Admin {
-    pub fn new(replicas: Arc<ReplicaManager>, defaults: TopicDefaults) -> Admin {
-        Admin { replicas, defaults }
+    pub fn new(replicas: Arc<ReplicaManager>) -> Admin {
+        Admin { replicas }
     }
 
     fn now_ms(&self) -> i64 {
@@ -142,7 +141,7 @@ impl Admin {
         let live = self.live_agents().await;
         let assignments: Vec<Vec<i32>> = if spec.assignments.is_empty() {
             let partitions = match spec.num_partitions {
-                -1 => self.defaults.num_partitions,
+                -1 => self.replicas.broker_config().num_partitions(),
                 n if n > 0 => n,
                 n => {
                     return Err(AdminError::InvalidPartitions(format!(
@@ -152,7 +151,7 @@ impl Admin {
             };
             check_partition_count(partitions)?;
             let rf = match spec.replication_factor {
-                -1 => self.defaults.replication_factor,
+                -1 => self.replicas.broker_config().replication_factor(),
                 n if n > 0 => n,
                 n => {
                     return Err(AdminError::InvalidReplicationFactor(format!(
@@ -192,7 +191,8 @@ impl Admin {
             by_index.into_iter().map(|(_, r)| r).collect()
         };
         topic_config::validate_all(&spec.configs).map_err(AdminError::InvalidConfig)?;
-        let config = TopicConfig::resolve(&self.defaults.configs, &spec.configs);
+        let config =
+            TopicConfig::resolve(&self.replicas.broker_config().inherited(), &spec.configs);
         self.replicas
             .check_file_budget(&assignments)
             .map_err(AdminError::InvalidPartitions)?;

@@ -29,6 +29,8 @@ public final class KafkaTool {
     public static final String VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer";
     public static final String VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer";
     public static final String TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand";
+    /** kafka-configs.sh: still in the broker's jar (Scala), so run with the broker's classpath. */
+    public static final String CONFIGS = "kafka.admin.ConfigCommand";
 
     private KafkaTool() {
     }
@@ -58,7 +60,7 @@ public final class KafkaTool {
             cmd.add("-Dstrata.clientLogLevel=" + level);
         }
         cmd.add("-cp");
-        cmd.add(System.getProperty("java.class.path"));
+        cmd.add(mainClass.startsWith("kafka.") ? KafkaBroker.classpath() : System.getProperty("java.class.path"));
         cmd.add(mainClass);
         cmd.addAll(args);
         return cmd;

@@ -354,4 +354,104 @@ class ToolsTest {
         }
         assertFalse(seen.isEmpty());
     }
+
+    /** A record of {@code bytes} bytes to {@code topic}: null if acknowledged, else why not. */
+    static Throwable produceFails(String bs, String topic, int bytes) throws Exception {
+        try (KafkaProducer<byte[], byte[]> p = Clients.producer(Clients.producerProps(bs))) {
+            p.send(new ProducerRecord<>(topic, 0, null, new byte[bytes])).get();
+            return null;
+        } catch (java.util.concurrent.ExecutionException e) {
+            return e.getCause();
+        }
+    }
+
+    static Map<String, ConfigEntry> describe(Admin a, ConfigResource r) throws Exception {
+        return Clients.get(a.describeConfigs(List.of(r), new org.apache.kafka.clients.admin.DescribeConfigsOptions()
+                .includeSynonyms(true)).all()).get(r).entries().stream()
+                .collect(Collectors.toMap(ConfigEntry::name, e -> e));
+    }
+
+    /** kafka-configs on brokers: the cluster default and a per-broker value of a dynamic
+     *  config apply to a topic without a restart, in Kafka's order and with Kafka's
+     *  sources; read-only and bad values are refused; broker loggers change levels. */
+    @Test
+    void kafkaConfigsChangesBrokerConfigsWithoutRestart() throws Exception {
+        String bs = strata.bootstrap();
+        String topic = Clients.uniqueTopic("java-tool-dynamic");
+        ConfigResource topicRes = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+        ConfigResource broker1 = new ConfigResource(ConfigResource.Type.BROKER, "1");
+        try (Admin a = Clients.admin(bs)) {
+            Clients.createTopic(a, topic, 1, 1, Map.of());
+            assertEquals(null, produceFails(bs, topic, 4000), "4000 bytes under the default max.message.bytes");
+            try {
+                tool(KafkaTool.CONFIGS, "--bootstrap-server", bs, "--entity-type", "brokers", "--entity-default",
+                        "--alter", "--add-config", "message.max.bytes=2000,log.retention.ms=3600000");
+                ConfigEntry max = describe(a, topicRes).get("max.message.bytes");
+                assertEquals("2000", max.value(), "the topic inherits the cluster default: " + max);
+                assertEquals(ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG, max.source(), max.toString());
+                assertEquals("message.max.bytes", max.synonyms().get(0).name(), "synonym by the broker's name");
+                assertTrue(produceFails(bs, topic, 4000) instanceof
+                        org.apache.kafka.common.errors.RecordTooLargeException,
+                        "4000 bytes over the new cluster default, applied without a restart");
+
+                KafkaTool.Result defaults = tool(KafkaTool.CONFIGS, "--bootstrap-server", bs,
+                        "--entity-type", "brokers", "--entity-default", "--describe");
+                assertTrue(defaults.stdout().contains("message.max.bytes=2000"), defaults.describe());
+                assertTrue(defaults.stdout().contains("log.retention.ms=3600000"), defaults.describe());
+
+                // this broker's own value beats the cluster default
+                tool(KafkaTool.CONFIGS, "--bootstrap-server", bs, "--entity-type", "brokers", "--entity-name", "1",
+                        "--alter", "--add-config", "message.max.bytes=5000");
+                ConfigEntry own = describe(a, broker1).get("message.max.bytes");
+                assertEquals("5000", own.value(), own.toString());
+                assertEquals(ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG, own.source(), own.toString());
+                assertEquals(List.of("5000", "2000", "1048588"),
+                        own.synonyms().stream().map(ConfigEntry.ConfigSynonym::value).toList(),
+                        "synonyms: broker, cluster default, built-in default");
+                assertFalse(own.isReadOnly(), own.toString());
+                assertTrue(describe(a, broker1).get("broker.id").isReadOnly(), "broker.id is static");
+                assertEquals(null, produceFails(bs, topic, 4000), "under the per-broker value");
+                assertEquals("3600000", describe(a, topicRes).get("retention.ms").value(), "log.retention.ms");
+
+                // refused: a read-only config, a bad value; nothing changes
+                KafkaTool.Result readOnly = KafkaTool.run(TOOL_TIMEOUT, null, KafkaTool.CONFIGS, "--bootstrap-server",
+                        bs, "--entity-type", "brokers", "--entity-default", "--alter", "--add-config",
+                        "log.dirs=/tmp/elsewhere");
+                assertTrue(readOnly.exitCode() != 0, readOnly.describe());
+                assertTrue((readOnly.stdout() + readOnly.stderr()).contains("Cannot update these configs dynamically"),
+                        readOnly.describe());
+                KafkaTool.Result bad = KafkaTool.run(TOOL_TIMEOUT, null, KafkaTool.CONFIGS, "--bootstrap-server",
+                        bs, "--entity-type", "brokers", "--entity-name", "1", "--alter", "--add-config",
+                        "log.retention.ms=soon");
+                assertTrue(bad.exitCode() != 0, bad.describe());
+                assertTrue((bad.stdout() + bad.stderr()).contains("log.retention.ms"), bad.describe());
+                assertEquals("3600000", describe(a, topicRes).get("retention.ms").value(), "unchanged by refusals");
+            } finally {
+                tool(KafkaTool.CONFIGS, "--bootstrap-server", bs, "--entity-type", "brokers", "--entity-name", "1",
+                        "--alter", "--delete-config", "message.max.bytes");
+                tool(KafkaTool.CONFIGS, "--bootstrap-server", bs, "--entity-type", "brokers", "--entity-default",
+                        "--alter", "--delete-config", "message.max.bytes,log.retention.ms");
+            }
+            ConfigEntry back = describe(a, topicRes).get("max.message.bytes");
+            assertEquals("1048588", back.value(), back.toString());
+            assertEquals(ConfigEntry.ConfigSource.DEFAULT_CONFIG, back.source(), back.toString());
+
+            // broker loggers: Kafka's log4j level names, per agent, until restart
+            tool(KafkaTool.CONFIGS, "--bootstrap-server", bs, "--entity-type", "broker-loggers", "--entity-name", "1",
+                    "--alter", "--add-config", "strata_agent.group=DEBUG");
+            KafkaTool.Result loggers = tool(KafkaTool.CONFIGS, "--bootstrap-server", bs,
+                    "--entity-type", "broker-loggers", "--entity-name", "1", "--describe");
+            assertTrue(loggers.stdout().contains("strata_agent.group=DEBUG"), loggers.describe());
+            assertTrue(loggers.stdout().contains("root=INFO"), loggers.describe());
+            KafkaTool.Result badLevel = KafkaTool.run(TOOL_TIMEOUT, null, KafkaTool.CONFIGS, "--bootstrap-server", bs,
+                    "--entity-type", "broker-loggers", "--entity-name", "1", "--alter", "--add-config",
+                    "strata_agent=LOUD");
+            assertTrue(badLevel.exitCode() != 0, badLevel.describe());
+            tool(KafkaTool.CONFIGS, "--bootstrap-server", bs, "--entity-type", "broker-loggers", "--entity-name", "1",
+                    "--alter", "--delete-config", "strata_agent.group");
+            KafkaTool.Result reset = tool(KafkaTool.CONFIGS, "--bootstrap-server", bs,
+                    "--entity-type", "broker-loggers", "--entity-name", "1", "--describe");
+            assertTrue(reset.stdout().contains("strata_agent.group=INFO"), reset.describe());
+        }
+    }
 }
