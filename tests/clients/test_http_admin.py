@@ -849,6 +849,63 @@ def test_every_action_is_audited_in_the_log_file_and_the_api(group_broker):
     assert_problem(call("GET", f"{http}/v1/audit?limit=lots"), 400)
 
 
+def test_kafka_protocol_admin_mutations_are_audited(group_broker):
+    """Privileged requests of the Kafka API (librdkafka's AdminClient here) are audited
+    as the HTTP API's actions are, one entry per resource, `via: kafka`, refusals with
+    Kafka's error name; Metadata, DescribeConfigs and produce are not audited."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, NewPartitions, NewTopic
+
+    broker = group_broker
+    b = broker.bootstrap
+    a = admin(b)
+    topic = unique_topic("adm-kaudit")
+    missing_group = f"g-{uuid.uuid4().hex[:8]}"
+
+    def done(fs: dict):
+        return {k: (f.exception(timeout=30) is None) for k, f in fs.items()}
+
+    assert done(a.create_topics([NewTopic(topic, 2, 1, config={"retention.ms": "3600000"})])) == {topic: True}
+    wait_for_partitions(a, topic, 2)
+    assert done(a.create_topics([NewTopic(topic, 1, 1)])) == {topic: False}
+    res = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("retention.ms", "soon", incremental_operation=AlterConfigOpType.SET)])
+    assert list(done(a.incremental_alter_configs([res])).values()) == [False]
+    res = ConfigResource("topic", topic, incremental_configs=[
+        ConfigEntry("retention.ms", "7200000", incremental_operation=AlterConfigOpType.SET)])
+    assert list(done(a.incremental_alter_configs([res])).values()) == [True]
+    a.describe_configs([ConfigResource("topic", topic)])[ConfigResource("topic", topic)].result(timeout=30)
+    assert done(a.create_partitions([NewPartitions(topic, 3)])) == {topic: True}
+    produce_confluent(b, topic, [Out(0, None, f"v{i}".encode(), [], BASE_TS + i) for i in range(5)])
+    assert list(done(a.delete_records([TopicPartition(topic, 0, 2)])).values()) == [True]
+    assert list(done(a.delete_consumer_groups([missing_group])).values()) == [False]
+    assert done(a.delete_topics([topic])) == {topic: True}
+
+    entries = [e for e in ok_json(call("GET", f"{broker.http_url}/v1/audit?limit=1000"))["entries"]]
+    assert all(e["via"] == "kafka" for e in entries), entries
+    assert [(e["action"], e["resource"], e["ok"]) for e in entries] == [
+        ("topic.create", f"topic:{topic}", True),
+        ("topic.create", f"topic:{topic}", False),
+        ("topic.alter_configs", f"topic:{topic}", False),
+        ("topic.alter_configs", f"topic:{topic}", True),
+        ("topic.add_partitions", f"topic:{topic}", True),
+        ("partition.delete_records", f"partition:{topic}-0", True),
+        ("group.delete", f"group:{missing_group}", False),
+        ("topic.delete", f"topic:{topic}", True),
+    ], [(e["action"], e["resource"], e["ok"]) for e in entries]
+    for e in entries:
+        assert e["principal"] == "User:ANONYMOUS" and e["address"].startswith("127.0.0.1:"), e
+    assert entries[0]["request"]["partitions"] == 2
+    assert entries[0]["request"]["configs"] == {"retention.ms": "3600000"}
+    assert entries[1]["outcome"].startswith("TOPIC_ALREADY_EXISTS"), entries[1]
+    assert entries[2]["outcome"].startswith("INVALID_CONFIG") and "soon" in entries[2]["outcome"], entries[2]
+    assert entries[3]["request"]["ops"] == [{"name": "retention.ms", "op": "set", "value": "7200000"}]
+    assert entries[4]["request"]["count"] == 3
+    assert entries[5]["request"] == {"before_offset": 2} and entries[5]["outcome"] == {"low_watermark": 2}
+    assert entries[6]["outcome"].startswith("GROUP_ID_NOT_FOUND"), entries[6]
+    lines = (broker.data_dir / "audit.log").read_text().splitlines()
+    assert [json.loads(line) for line in lines] == entries
+
+
 # =========================================================================== cluster
 @pytest.fixture
 def cluster3(broker_factory, request):

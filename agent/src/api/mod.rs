@@ -6,6 +6,7 @@
 //! connection are appended in the order they arrived, while their waits for durability
 //! overlap (which is what lets one fsync cover many of them).
 
+mod audited;
 mod authorized;
 mod cluster;
 pub(crate) mod configs;
@@ -43,12 +44,32 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 
 /// Starts handling one request in its context. The caller has checked that the version
 /// is supported; `None` means the API has no handler here, and the connection should be
-/// closed.
+/// closed. Privileged requests are audited as their answer is ready (`audited.rs`).
 pub async fn dispatch(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
     request: RequestKind,
 ) -> Option<Reply> {
+    let asked = audited::asked(&request);
+    let reply = handle(broker, ctx, request).await?;
+    Some(match asked {
+        None => reply,
+        Some(asked) => {
+            let (b, ctx) = (Arc::clone(broker), ctx.clone());
+            reply
+                .map(move |response| {
+                    if let Some(r) = &response {
+                        audited::record(&b, &ctx, asked, r);
+                    }
+                    response
+                })
+                .boxed()
+        }
+    })
+}
+
+/// [`dispatch`] before the audit of privileged requests.
+async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind) -> Option<Reply> {
     let version = ctx.api_version;
     let b = Arc::clone(broker);
     let client_id = ctx.client_id.clone();

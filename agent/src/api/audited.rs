@@ -1,0 +1,391 @@
+//! The audit log of the Kafka API's privileged mutations: topics created, deleted and
+//! grown, configs altered, groups and committed offsets deleted, partitions reassigned,
+//! leaders elected, records deleted. Each resource a request names is one entry, with
+//! the same actions the HTTP API records (`topic.create`, `topic.alter_configs`, ...),
+//! `via: "kafka"`, and the error name and message of a refusal.
+//!
+//! What was asked is taken from the request before its handler runs ([`asked`]); how
+//! each resource ended, from the response ([`record`]).
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::{RequestKind, ResponseKind};
+use serde_json::{Value, json};
+
+use crate::audit::Caller;
+use crate::broker::Broker;
+use crate::context::RequestContext;
+
+/// One resource of a privileged request, before it is handled.
+#[derive(Debug)]
+struct Entry {
+    action: &'static str,
+    resource: String,
+    request: Value,
+}
+
+/// What a privileged request asks, resource by resource; `None` for other requests.
+#[derive(Debug)]
+pub struct Asked(Vec<Entry>);
+
+// Resources are named as the HTTP API's entries name them.
+fn tp(topic: &str, partition: i32) -> String {
+    format!("partition:{topic}-{partition}")
+}
+
+fn topic(name: impl std::fmt::Display) -> String {
+    format!("topic:{name}")
+}
+
+fn group(name: impl std::fmt::Display) -> String {
+    format!("group:{name}")
+}
+
+fn config_resource(resource_type: i8, name: &str) -> (&'static str, String) {
+    match resource_type {
+        2 => ("topic.alter_configs", topic(name)),
+        4 if name.is_empty() => ("broker.alter_configs", "broker:<default>".to_string()),
+        4 => ("broker.alter_configs", format!("broker:{name}")),
+        8 => (
+            "broker_logger.alter_configs",
+            format!("broker_logger:{name}"),
+        ),
+        _ => ("config.alter", format!("{resource_type}:{name}")),
+    }
+}
+
+/// Summarizes a privileged request; `None` for every other request.
+pub fn asked(request: &RequestKind) -> Option<Asked> {
+    let entry = |action, resource: String, request| Entry {
+        action,
+        resource,
+        request,
+    };
+    let entries: Vec<Entry> = match request {
+        RequestKind::CreateTopics(r) => r
+            .topics
+            .iter()
+            .map(|t| {
+                let configs: BTreeMap<String, Option<String>> = t
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                let action = if r.validate_only {
+                    "topic.validate"
+                } else {
+                    "topic.create"
+                };
+                entry(
+                    action,
+                    topic(&*t.name),
+                    json!({
+                        "partitions": t.num_partitions,
+                        "replication_factor": t.replication_factor,
+                        "assignments": t.assignments.iter()
+                            .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>()))
+                            .collect::<BTreeMap<_, _>>(),
+                        "configs": configs,
+                    }),
+                )
+            })
+            .collect(),
+        RequestKind::DeleteTopics(r) => r
+            .topic_names
+            .iter()
+            .map(|n| topic(&**n))
+            .chain(r.topics.iter().map(|t| match &t.name {
+                Some(n) => topic(&**n),
+                None => topic(t.topic_id),
+            }))
+            .map(|name| entry("topic.delete", name, json!({})))
+            .collect(),
+        RequestKind::CreatePartitions(r) => r
+            .topics
+            .iter()
+            .map(|t| {
+                entry(
+                    "topic.add_partitions",
+                    topic(&*t.name),
+                    json!({
+                        "count": t.count,
+                        "validate_only": r.validate_only,
+                        "assignments": t.assignments.as_ref().map(|a| a.iter()
+                            .map(|a| a.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>())
+                            .collect::<Vec<_>>()),
+                    }),
+                )
+            })
+            .collect(),
+        RequestKind::AlterConfigs(r) => r
+            .resources
+            .iter()
+            .map(|res| {
+                let (action, resource) =
+                    config_resource(res.resource_type, res.resource_name.as_str());
+                let set: BTreeMap<String, Option<String>> = res
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                let request = json!({ "replace": set, "validate_only": r.validate_only });
+                entry(action, resource, request)
+            })
+            .collect(),
+        RequestKind::IncrementalAlterConfigs(r) => r
+            .resources
+            .iter()
+            .map(|res| {
+                let (action, resource) =
+                    config_resource(res.resource_type, res.resource_name.as_str());
+                let ops: Vec<Value> = res
+                    .configs
+                    .iter()
+                    .map(|c| {
+                        let op = match c.config_operation {
+                            0 => "set",
+                            1 => "delete",
+                            2 => "append",
+                            3 => "subtract",
+                            _ => "unknown",
+                        };
+                        json!({ "name": c.name.as_str(), "op": op, "value": c.value.as_ref().map(|v| v.as_str()) })
+                    })
+                    .collect();
+                let request = json!({ "ops": ops, "validate_only": r.validate_only });
+                entry(action, resource, request)
+            })
+            .collect(),
+        RequestKind::DeleteGroups(r) => r
+            .groups_names
+            .iter()
+            .map(|g| entry("group.delete", group(&**g), json!({})))
+            .collect(),
+        RequestKind::OffsetDelete(r) => {
+            let partitions: BTreeMap<String, Vec<i32>> = r
+                .topics
+                .iter()
+                .map(|t| {
+                    let p = t.partitions.iter().map(|p| p.partition_index).collect();
+                    (t.name.to_string(), p)
+                })
+                .collect();
+            vec![entry(
+                "group.delete_offsets",
+                group(&*r.group_id),
+                json!({ "partitions": partitions }),
+            )]
+        }
+        RequestKind::AlterPartitionReassignments(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    let replicas = p
+                        .replicas
+                        .as_ref()
+                        .map(|r| r.iter().map(|b| b.0).collect::<Vec<_>>());
+                    entry(
+                        "partition.reassign",
+                        tp(&t.name, p.partition_index),
+                        json!({ "replicas": replicas }),
+                    )
+                })
+            })
+            .collect(),
+        RequestKind::ElectLeaders(r) => {
+            let kind = if r.election_type == 1 {
+                "unclean"
+            } else {
+                "preferred"
+            };
+            match &r.topic_partitions {
+                Some(tps) => tps
+                    .iter()
+                    .flat_map(|t| {
+                        t.partitions.iter().map(|p| {
+                            entry(
+                                "partition.elect_leader",
+                                tp(&t.topic, *p),
+                                json!({ "election": kind }),
+                            )
+                        })
+                    })
+                    .collect(),
+                None => vec![entry(
+                    "partition.elect_leader",
+                    "partition:<all>".to_string(),
+                    json!({ "election": kind }),
+                )],
+            }
+        }
+        RequestKind::DeleteRecords(r) => r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| {
+                    entry(
+                        "partition.delete_records",
+                        tp(&t.name, p.partition_index),
+                        json!({ "before_offset": p.offset }),
+                    )
+                })
+            })
+            .collect(),
+        _ => return None,
+    };
+    Some(Asked(entries))
+}
+
+fn refused(code: i16, message: Option<&str>) -> Result<Value, String> {
+    let name = crate::metrics::kafka_error_name(code);
+    Err(match message {
+        Some(m) if !m.is_empty() => format!("{name}: {m}"),
+        _ => name,
+    })
+}
+
+/// How each resource of a response ended, by resource name.
+fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> {
+    let outcome = |code: i16, message: Option<&str>, done: Value| {
+        if code == 0 {
+            Ok(done)
+        } else {
+            refused(code, message)
+        }
+    };
+    let mut out = BTreeMap::new();
+    match response {
+        ResponseKind::CreateTopics(r) => {
+            for t in &r.topics {
+                let done =
+                    json!({ "topic_id": t.topic_id.to_string(), "partitions": t.num_partitions });
+                let o = outcome(t.error_code, t.error_message.as_deref(), done);
+                out.insert(topic(&*t.name), o);
+            }
+        }
+        ResponseKind::DeleteTopics(r) => {
+            for t in &r.responses {
+                // Under its name and its id: the request may have named either.
+                let o = outcome(t.error_code, t.error_message.as_deref(), json!({}));
+                if let Some(n) = &t.name {
+                    out.insert(topic(&**n), o.clone());
+                }
+                out.insert(topic(t.topic_id), o);
+            }
+        }
+        ResponseKind::CreatePartitions(r) => {
+            for t in &r.results {
+                let o = outcome(t.error_code, t.error_message.as_deref(), json!({}));
+                out.insert(topic(&*t.name), o);
+            }
+        }
+        ResponseKind::AlterConfigs(r) => {
+            for res in &r.responses {
+                let (_, name) = config_resource(res.resource_type, res.resource_name.as_str());
+                let o = outcome(res.error_code, res.error_message.as_deref(), json!({}));
+                out.insert(name, o);
+            }
+        }
+        ResponseKind::IncrementalAlterConfigs(r) => {
+            for res in &r.responses {
+                let (_, name) = config_resource(res.resource_type, res.resource_name.as_str());
+                let o = outcome(res.error_code, res.error_message.as_deref(), json!({}));
+                out.insert(name, o);
+            }
+        }
+        ResponseKind::DeleteGroups(r) => {
+            for g in &r.results {
+                out.insert(group(&*g.group_id), outcome(g.error_code, None, json!({})));
+            }
+        }
+        ResponseKind::OffsetDelete(r) => {
+            let failed: Vec<String> = r
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions.iter().filter(|p| p.error_code != 0).map(|p| {
+                        let name = crate::metrics::kafka_error_name(p.error_code);
+                        format!("{}: {name}", tp(&t.name, p.partition_index))
+                    })
+                })
+                .collect();
+            let o = if r.error_code != 0 {
+                refused(r.error_code, None)
+            } else if !failed.is_empty() {
+                Err(failed.join(", "))
+            } else {
+                Ok(json!({}))
+            };
+            out.insert(String::new(), o);
+        }
+        ResponseKind::AlterPartitionReassignments(r) => {
+            for t in &r.responses {
+                for p in &t.partitions {
+                    let o = if r.error_code != 0 {
+                        refused(r.error_code, r.error_message.as_deref())
+                    } else {
+                        outcome(p.error_code, p.error_message.as_deref(), json!({}))
+                    };
+                    out.insert(tp(&t.name, p.partition_index), o);
+                }
+            }
+        }
+        ResponseKind::ElectLeaders(r) => {
+            for t in &r.replica_election_results {
+                for p in &t.partition_result {
+                    let o = outcome(p.error_code, p.error_message.as_deref(), json!({}));
+                    out.insert(tp(&t.topic, p.partition_id), o);
+                }
+            }
+            if r.error_code != 0 {
+                out.insert(String::new(), refused(r.error_code, None));
+            }
+        }
+        ResponseKind::DeleteRecords(r) => {
+            for t in &r.topics {
+                for p in &t.partitions {
+                    let done = json!({ "low_watermark": p.low_watermark });
+                    let o = outcome(p.error_code, None, done);
+                    out.insert(tp(&t.name, p.partition_index), o);
+                }
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// Records what `asked` became in `response`, one entry per resource. A resource the
+/// response does not name took the request's overall outcome (an empty-named entry),
+/// or is recorded as unanswered.
+pub fn record(broker: &Broker, ctx: &RequestContext, asked: Asked, response: &ResponseKind) {
+    let principal = &ctx.connection.principal;
+    let caller = Caller {
+        principal: format!("{}:{}", principal.kind, principal.name),
+        address: Some(ctx.connection.peer),
+        via: "kafka",
+    };
+    let mut answered = answered(response);
+    let overall = answered.remove("");
+    let single = asked.0.len() == 1;
+    for e in asked.0 {
+        let outcome = match (answered.remove(&e.resource), &overall) {
+            (Some(o), _) => o,
+            (None, Some(o)) => o.clone(),
+            // One entry for many resources (ElectLeaders of every partition): each
+            // resource's outcome.
+            (None, None) if single && !answered.is_empty() => {
+                let each: BTreeMap<&String, Value> = answered
+                    .iter()
+                    .map(|(r, o)| (r, o.as_ref().map_or_else(|e| json!(e), |_| json!("ok"))))
+                    .collect();
+                Ok(json!({ "resources": each }))
+            }
+            (None, None) => Err("no answer for this resource".to_string()),
+        };
+        broker
+            .audit()
+            .record(&caller, e.action, &e.resource, e.request, outcome);
+    }
+}
