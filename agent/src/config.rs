@@ -46,6 +46,13 @@ pub struct Settings {
     /// Kafka's `max.connections`: client connections the agent holds at once. At the
     /// limit it stops accepting until one closes (new ones wait in the listen backlog).
     pub max_connections: usize,
+    /// Kafka's `max.connections.per.ip`: client connections one address may hold at
+    /// once; past it a new connection is closed as soon as it is accepted. Unbounded by
+    /// default, as in Kafka.
+    pub max_connections_per_ip: usize,
+    /// Kafka's `max.connections.per.ip.overrides`: other limits for some addresses
+    /// (IP address to limit; 0 refuses an address altogether).
+    pub max_connections_per_ip_overrides: BTreeMap<std::net::IpAddr, usize>,
     /// Kafka's `connections.max.idle.ms`: a connection that sends no request for this
     /// long, with no reply on its way, is closed.
     pub connections_max_idle_ms: u64,
@@ -184,6 +191,8 @@ impl Default for Settings {
             queued_max_request_bytes: 256 * 1024 * 1024,
             request_read_timeout_ms: 30_000,
             max_connections: 10_000,
+            max_connections_per_ip: usize::MAX,
+            max_connections_per_ip_overrides: BTreeMap::new(),
             connections_max_idle_ms: 600_000,
             request_timeout_ms: 30_000,
             auto_create_topics: true,
@@ -221,6 +230,26 @@ pub const MAX_PARTITIONS_PER_TOPIC: i32 = 10_000;
 
 /// The smallest `max_request_bytes`: room for any request header and a small batch.
 const MIN_REQUEST_BYTES: usize = 64 * 1024;
+
+/// Parses Kafka's `max.connections.per.ip.overrides` form, `address:limit` pairs
+/// separated by commas (`10.0.0.7:50,[::1]:0`). Addresses must be IP addresses.
+pub fn parse_connection_overrides(text: &str) -> Result<BTreeMap<std::net::IpAddr, usize>, String> {
+    let mut out = BTreeMap::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (host, limit) = pair
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{pair:?} is not address:limit"))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let ip: std::net::IpAddr = host
+            .parse()
+            .map_err(|_| format!("{host:?} in {pair:?} is not an IP address"))?;
+        let limit: usize = limit
+            .parse()
+            .map_err(|_| format!("{limit:?} in {pair:?} is not a connection count"))?;
+        out.insert(ip, limit);
+    }
+    Ok(out)
+}
 
 impl Settings {
     /// Checks every setting whose wrong value would only show later (a panic on the
@@ -267,6 +296,13 @@ impl Settings {
         }
         if self.max_connections == 0 {
             return fail("max_connections", "must be above 0".to_string());
+        }
+        if self.max_connections_per_ip == 0 {
+            return fail(
+                "max_connections_per_ip (--max-connections-per-ip)",
+                "must be above 0 (refuse single addresses with max_connections_per_ip_overrides)"
+                    .to_string(),
+            );
         }
         if self.connections_max_idle_ms == 0 {
             return fail("connections_max_idle_ms", "must be above 0".to_string());

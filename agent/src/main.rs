@@ -141,6 +141,14 @@ struct AgentArgs {
     /// connections wait in the listen backlog. [default: 10000]
     #[arg(long, env = "STRATA_MAX_CONNECTIONS")]
     max_connections: Option<usize>,
+    /// Client connections one address may hold (Kafka's max.connections.per.ip); past
+    /// it new ones are closed at once. [default: unbounded]
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS_PER_IP")]
+    max_connections_per_ip: Option<usize>,
+    /// Other per-address limits, as address:limit pairs separated by commas (Kafka's
+    /// max.connections.per.ip.overrides), e.g. 10.0.0.7:50,10.0.0.8:0
+    #[arg(long, env = "STRATA_MAX_CONNECTIONS_PER_IP_OVERRIDES", value_parser = strata_agent::config::parse_connection_overrides)]
+    max_connections_per_ip_overrides: Option<std::collections::BTreeMap<std::net::IpAddr, usize>>,
     /// Close connections idle this long (Kafka's connections.max.idle.ms). [default: 600000]
     #[arg(long, env = "STRATA_CONNECTIONS_MAX_IDLE_MS")]
     connections_max_idle_ms: Option<u64>,
@@ -257,6 +265,12 @@ impl AgentArgs {
         }
         if let Some(v) = self.max_connections {
             s.max_connections = v;
+        }
+        if let Some(v) = self.max_connections_per_ip {
+            s.max_connections_per_ip = v;
+        }
+        if let Some(v) = &self.max_connections_per_ip_overrides {
+            s.max_connections_per_ip_overrides = v.clone();
         }
         if let Some(v) = self.connections_max_idle_ms {
             s.connections_max_idle_ms = v;

@@ -372,6 +372,11 @@ pub fn rebalance_completed(took_ms: i64) {
     histogram!("strata_group_rebalance_duration_seconds").record(took_ms.max(0) as f64 / 1000.0);
 }
 
+/// A Kafka connection closed as soon as it was accepted, for `why` (the setting).
+pub fn connection_refused(why: &'static str) {
+    counter!("strata_connections_refused_total", "reason" => why).increment(1);
+}
+
 /// A Kafka connection opened; the guard counts it closed when dropped.
 pub fn connection_opened() -> ConnectionCounted {
     counter!("strata_connections_accepted_total").increment(1);

@@ -104,6 +104,56 @@ impl RequestMemory {
     }
 }
 
+/// Connections per client address, for `max_connections_per_ip`.
+#[derive(Debug)]
+struct PerAddress {
+    limit: usize,
+    overrides: std::collections::BTreeMap<std::net::IpAddr, usize>,
+    open: std::sync::Mutex<std::collections::HashMap<std::net::IpAddr, usize>>,
+}
+
+/// One connection counted against its address while it lives.
+struct AddressSlot {
+    per_address: Arc<PerAddress>,
+    ip: std::net::IpAddr,
+}
+
+impl PerAddress {
+    /// Counts a new connection from `ip`, or refuses it with the limit it is at.
+    fn admit(self: &Arc<Self>, ip: std::net::IpAddr) -> Result<AddressSlot, usize> {
+        let limit = self.overrides.get(&ip).copied().unwrap_or(self.limit);
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let count = open.entry(ip).or_insert(0);
+        if *count >= limit {
+            return Err(limit);
+        }
+        *count += 1;
+        Ok(AddressSlot {
+            per_address: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self
+            .per_address
+            .open
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(count) = open.get_mut(&self.ip) {
+            *count -= 1;
+            if *count == 0 {
+                open.remove(&self.ip);
+            }
+        }
+    }
+}
+
+/// Connections refused for their address are logged at most once a second.
+static REFUSED_BY_ADDRESS: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
+
 /// Bad connections are logged at most once a second: a broken or hostile client can
 /// open them at any rate.
 static BAD_CONNECTIONS: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
@@ -116,6 +166,11 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> 
     let memory = RequestMemory::new(settings.queued_max_request_bytes);
     let slots = Arc::new(Semaphore::new(settings.max_connections));
     let kafka = Arc::new(Listener::plaintext());
+    let per_address = Arc::new(PerAddress {
+        limit: settings.max_connections_per_ip,
+        overrides: settings.max_connections_per_ip_overrides.clone(),
+        open: Default::default(),
+    });
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut failures = 0u64;
     let mut full_since: Option<tokio::time::Instant> = None;
@@ -158,6 +213,19 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> 
                     failures = 0;
                     backoff = ACCEPT_BACKOFF_MIN;
                 }
+                // Past the address's limit, closed at once (as Kafka's acceptor does);
+                // the connection slot goes back with it.
+                let address_slot = match per_address.admit(peer.ip()) {
+                    Ok(s) => s,
+                    Err(limit) => {
+                        crate::metrics::connection_refused("max_connections_per_ip");
+                        if let Some(left_out) = REFUSED_BY_ADDRESS.allow() {
+                            tracing::warn!(%peer, limit, left_out, "connection refused: its address holds max_connections_per_ip connections");
+                        }
+                        drop(stream);
+                        continue;
+                    }
+                };
                 let _ = stream.set_nodelay(true);
                 let broker = Arc::clone(&broker);
                 let memory = memory.clone();
@@ -166,6 +234,7 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> 
                 let counted = crate::metrics::connection_opened();
                 tasks.spawn("kafka connection", async move {
                     let _slot = slot;
+                    let _address_slot = address_slot;
                     let _counted = counted;
                     match connection(stream, broker, info, memory).await {
                         Ok(()) => {}

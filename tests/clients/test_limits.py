@@ -8,7 +8,10 @@ request frames and then send nothing.
   `kcat -L` logs nothing; connections beyond the limit make the accept loop back off
   (a handful of log lines, not thousands); a SIGKILL and restart on the same data
   directory works.
-- `--num-partitions 0` is refused at start, naming the setting.
+- `--num-partitions 0` is refused at start, naming the setting (and bad per-address
+  connection limits).
+- `--max-connections-per-ip` (issue 17): of 500 connections from one address, the
+  limit's worth are served and the rest closed at once; overrides apply per address.
 - 60 connections declaring 99 MB frames cost the agent neither memory nor address space,
   and a frame that stalls half-sent is dropped after `--request-read-timeout-ms`.
 """
@@ -21,6 +24,7 @@ import struct
 import subprocess
 import time
 
+import requests
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import NewTopic
 
@@ -70,6 +74,14 @@ def test_bad_settings_are_refused_at_start(tmp_path):
         capture_output=True, text=True, timeout=30)
     assert r.returncode != 0, r.stderr
     assert "num_partitions" in r.stderr and "must be between 1 and" in r.stderr, r.stderr
+    for flags, says in [(["--max-connections-per-ip", "0"], "max_connections_per_ip"),
+                        (["--max-connections-per-ip-overrides", "broker-1.example:5"], "not an IP address"),
+                        (["--max-connections-per-ip-overrides", "10.0.0.1:lots"], "not a connection count")]:
+        r = subprocess.run(
+            [str(strata_bin()), "agent", *flags, "--data-dir", str(tmp_path / "d"),
+             "--kafka-listen", f"127.0.0.1:{k}", "--http-listen", f"127.0.0.1:{h}"],
+            capture_output=True, text=True, timeout=30)
+        assert r.returncode != 0 and says in r.stderr, (flags, r.stderr)
 
 
 def test_many_partitions_under_ulimit_1024(broker_factory):
@@ -168,3 +180,75 @@ def test_declared_frames_do_not_reserve_memory(broker_factory):
         for s in conns:
             s.close()
     assert b.is_running()
+
+
+def api_versions_answered(s: socket.socket, within: float = 10.0) -> bool:
+    """Sends ApiVersions v0 on `s`: True if answered, False if the agent closed it."""
+    body = struct.pack(">hhi", 18, 0, 1) + struct.pack(">h", 4) + b"test"
+    s.settimeout(within)
+    try:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        head = s.recv(4)
+    except (ConnectionResetError, BrokenPipeError):
+        return False
+    return len(head) == 4
+
+
+def connect_from(port: int, source: str) -> socket.socket:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind((source, 0))
+    s.connect(("127.0.0.1", port))
+    return s
+
+
+def test_connections_per_address_are_limited_and_overrides_apply(broker_factory):
+    """max_connections_per_ip=200: of 500 connections from one address, 200 are served
+    and 300 closed at once (counted in strata_connections_refused_total); closing 50
+    lets exactly 50 more in. An override gives 127.0.0.2 a limit of 5 and 127.0.0.3 none
+    at all, while 127.0.0.1 keeps its 200; producers from the address go on working."""
+    broker = broker_factory(extra_args=["--max-connections-per-ip", "200",
+                                        "--max-connections-per-ip-overrides", "127.0.0.2:5,127.0.0.3:0"])
+    broker.start()
+    port = int(broker.bootstrap.rsplit(":", 1)[1])
+    socks = [connect_from(port, "127.0.0.1") for _ in range(500)]
+    try:
+        served = [s for s in socks if api_versions_answered(s)]
+        assert len(served) == 200, f"{len(served)} of 500 served"
+        # The other 300 were closed by the agent, not left waiting.
+        metrics = requests.get(f"{broker.http_url}/metrics", timeout=10).text
+        refused = [line for line in metrics.splitlines()
+                   if line.startswith('strata_connections_refused_total{reason="max_connections_per_ip"}')]
+        assert refused and float(refused[0].split()[-1]) == 300, refused
+
+        for s in served[:50]:
+            s.close()
+        more = []
+
+        def next_admitted() -> bool:
+            s = connect_from(port, "127.0.0.1")
+            if api_versions_answered(s):
+                more.append(s)
+                return True
+            s.close()
+            return False
+
+        wait_until(next_admitted, 15, "a connection admitted after 50 closed")
+        while len(more) < 50:
+            assert next_admitted(), f"only {len(more)} admitted after 50 closed"
+        extra = connect_from(port, "127.0.0.1")
+        assert not api_versions_answered(extra), "the 201st connection is refused again"
+        extra.close()
+        socks.extend(more)
+
+        two = [connect_from(port, "127.0.0.2") for _ in range(6)]
+        socks.extend(two)
+        assert [api_versions_answered(s) for s in two] == [True] * 5 + [False]
+        three = connect_from(port, "127.0.0.3")
+        socks.append(three)
+        assert not api_versions_answered(three), "a limit of 0 refuses the address"
+    finally:
+        for s in socks:
+            s.close()
+    # With the sockets gone, a client from the address works again.
+    wait_until(lambda: create(broker.bootstrap, unique_topic("per-ip"), 1) is None, 30,
+               "a topic created once the connections closed")
