@@ -12,7 +12,7 @@
 //! refresh), and applies them to the topics it serves at once.
 
 use std::collections::BTreeMap;
-use std::sync::RwLock;
+use std::sync::{Arc, RwLock};
 
 use strata_metastore::BrokerConfigs;
 
@@ -129,6 +129,9 @@ pub struct BrokerConfig {
     num_partitions: (i32, bool),
     replication_factor: (i16, bool),
     dynamic: RwLock<BrokerConfigs>,
+    /// What topics inherit, derived from the above at each change (every topic's
+    /// reconciliation reads it).
+    inherited: RwLock<Arc<Inherited>>,
 }
 
 impl BrokerConfig {
@@ -204,7 +207,7 @@ impl BrokerConfig {
         });
         let defaults = &built_in.topic_defaults;
         let ours = &settings.topic_defaults;
-        BrokerConfig {
+        let config = BrokerConfig {
             settings: statics,
             topic_settings: ours.configs.clone(),
             num_partitions: (
@@ -216,7 +219,11 @@ impl BrokerConfig {
                 ours.replication_factor != defaults.replication_factor,
             ),
             dynamic: RwLock::new(BrokerConfigs::default()),
-        }
+            inherited: RwLock::new(Arc::default()),
+        };
+        let inherited = config.derive_inherited(&BrokerConfigs::default());
+        *config.inherited.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(inherited);
+        config
     }
 
     fn dynamic(&self) -> std::sync::RwLockReadGuard<'_, BrokerConfigs> {
@@ -231,6 +238,9 @@ impl BrokerConfig {
         }
         tracing::info!(cluster = ?configs.cluster, broker = ?configs.broker, "dynamic broker configs changed");
         *dynamic = configs;
+        // Derived under the lock, so that concurrent updates store it in their order.
+        let inherited = Arc::new(self.derive_inherited(&dynamic));
+        *self.inherited.write().unwrap_or_else(|p| p.into_inner()) = inherited;
         true
     }
 
@@ -267,11 +277,14 @@ impl BrokerConfig {
     }
 
     /// The broker-level values topics inherit, by topic config name, with their source.
-    pub fn inherited(&self) -> Inherited {
-        let dynamic = self.dynamic();
+    pub fn inherited(&self) -> Arc<Inherited> {
+        Arc::clone(&self.inherited.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn derive_inherited(&self, dynamic: &BrokerConfigs) -> Inherited {
         let mut out = Inherited::new();
         for (topic, broker) in TOPIC_SYNONYMS {
-            if let Some(levels) = self.levels(broker, &dynamic)
+            if let Some(levels) = self.levels(broker, dynamic)
                 && let Some((v, source)) = levels.all().into_iter().next()
                 && source != Source::Default
             {
