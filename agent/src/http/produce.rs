@@ -44,6 +44,9 @@ const IDEMPOTENCY_BYTES: u64 = 64 * 1024 * 1024;
 /// The default and the most a produce waits for its writes to be acknowledged.
 const DEFAULT_TIMEOUT_MS: u64 = 10_000;
 const MAX_TIMEOUT_MS: u64 = 30_000;
+/// The shortest wait accepted: a durable write (fsync, and the in-sync replicas) needs
+/// some, and a shorter one would only turn writes that succeed into timeouts.
+const MIN_TIMEOUT_MS: u64 = 1_000;
 /// A forwarded produce must be answered before the connection's response timeout.
 const FORWARD_TIMEOUT_MS: u64 = 9_000;
 
@@ -311,9 +314,9 @@ fn parse(body: &[u8]) -> Result<Parsed, Problem> {
         ));
     }
     let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-    if timeout_ms == 0 || timeout_ms > MAX_TIMEOUT_MS {
+    if !(MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&timeout_ms) {
         return Err(Problem::bad_request(format!(
-            "timeout_ms must be 1 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
+            "timeout_ms must be {MIN_TIMEOUT_MS} to {MAX_TIMEOUT_MS}, not {timeout_ms}"
         )));
     }
     let now = crate::clock::now_ms();
