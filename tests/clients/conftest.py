@@ -47,18 +47,49 @@ def strata_bin() -> Path:
     return Path(os.environ.get("STRATA_BIN", str(DEFAULT_BIN)))
 
 
-def pick_free_ports(n: int) -> list[int]:
-    """n distinct free loopback TCP ports (all sockets held open until all are picked)."""
-    socks = []
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (Linux: 32768)."""
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+# Ports handed out by pick_free_ports, in this test process, from below the ephemeral
+# range: a port picked there cannot be taken by some process's outgoing connection
+# between picking it and the agent binding it (the agents' own connections to each
+# other once did exactly that), and a port is never handed out twice in one session.
+# Each pytest process starts at its own offset so that parallel runs rarely meet.
+_PORT_FLOOR = 20000
+_PORT_SPAN = max(1000, _ephemeral_low() - _PORT_FLOOR)
+_next_port = _PORT_FLOOR + (os.getpid() * 97) % _PORT_SPAN
+_handed_out: set[int] = set()
+
+
+def pick_free_ports(n: int) -> list[int]:
+    """n distinct loopback TCP ports free now, each handed out once per session."""
+    global _next_port
+    ports: list[int] = []
+    for _ in range(_PORT_SPAN):
+        if len(ports) == n:
+            break
+        port = _next_port
+        _next_port = _PORT_FLOOR + (_next_port - _PORT_FLOOR + 1) % _PORT_SPAN
+        if port in _handed_out:
+            continue
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
             s.close()
+        _handed_out.add(port)
+        ports.append(port)
+    if len(ports) < n:
+        raise BrokerError(f"no {n} free loopback ports below {_PORT_FLOOR + _PORT_SPAN}")
+    return ports
 
 
 class BrokerError(AssertionError):

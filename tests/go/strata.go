@@ -318,23 +318,41 @@ func (b *Broker) LogTail(limit int) string {
 	return fmt.Sprintf("----- strata log (%s) -----\n%s%s", b.LogPath, prefix, bytes.TrimRight(data, "\n"))
 }
 
-// freePorts returns n distinct free loopback TCP ports (all listeners are held open
-// until all are picked).
+// Ports are handed out from below the kernel's ephemeral range (32768 and up on
+// Linux), so no outgoing connection can take one between picking and binding it,
+// and never twice in one test binary. Each binary starts at its own offset.
+const (
+	portFloor = 20000
+	portSpan  = 12000
+)
+
+var (
+	portMu    sync.Mutex
+	nextPort  = portFloor + (os.Getpid()*97)%portSpan
+	handedOut = map[int]bool{}
+)
+
+// freePorts returns n distinct loopback TCP ports free now, each handed out once.
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
+	portMu.Lock()
+	defer portMu.Unlock()
 	var ports []int
-	for i := 0; i < n; i++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
+	for tries := 0; tries < portSpan && len(ports) < n; tries++ {
+		port := nextPort
+		nextPort = portFloor + (nextPort-portFloor+1)%portSpan
+		if handedOut[port] {
+			continue
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		handedOut[port] = true
+		ports = append(ports, port)
+	}
+	if len(ports) < n {
+		return nil, fmt.Errorf("no %d free loopback ports below %d", n, portFloor+portSpan)
 	}
 	return ports, nil
 }

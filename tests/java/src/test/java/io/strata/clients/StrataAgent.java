@@ -99,24 +99,37 @@ public final class StrataAgent {
         return Duration.ofMillis((long) (Double.parseDouble(env == null ? "60" : env) * 1000));
     }
 
-    /** n distinct free loopback ports (all held open until all are picked). */
-    public static int[] freePorts(int n) throws IOException {
-        List<ServerSocket> socks = new ArrayList<>();
-        try {
-            int[] out = new int[n];
-            for (int i = 0; i < n; i++) {
-                ServerSocket s = new ServerSocket();
+    // Ports are handed out from below the kernel's ephemeral range (32768 and up on
+    // Linux), so no outgoing connection can take one between picking and binding it,
+    // and never twice in one JVM. Each JVM starts at its own offset.
+    private static final int PORT_FLOOR = 20000;
+    private static final int PORT_SPAN = 12000;
+    private static int nextPort = PORT_FLOOR + (int) (ProcessHandle.current().pid() * 97 % PORT_SPAN);
+    private static final java.util.Set<Integer> HANDED_OUT = new java.util.HashSet<>();
+
+    /** n distinct loopback ports free now, each handed out once per JVM. */
+    public static synchronized int[] freePorts(int n) throws IOException {
+        int[] out = new int[n];
+        int found = 0;
+        for (int tries = 0; tries < PORT_SPAN && found < n; tries++) {
+            int port = nextPort;
+            nextPort = PORT_FLOOR + (nextPort - PORT_FLOOR + 1) % PORT_SPAN;
+            if (HANDED_OUT.contains(port)) {
+                continue;
+            }
+            try (ServerSocket s = new ServerSocket()) {
                 s.setReuseAddress(true);
-                s.bind(new InetSocketAddress("127.0.0.1", 0));
-                socks.add(s);
-                out[i] = s.getLocalPort();
+                s.bind(new InetSocketAddress("127.0.0.1", port));
+            } catch (IOException busy) {
+                continue;
             }
-            return out;
-        } finally {
-            for (ServerSocket s : socks) {
-                s.close();
-            }
+            HANDED_OUT.add(port);
+            out[found++] = port;
         }
+        if (found < n) {
+            throw new IOException("no " + n + " free loopback ports below " + (PORT_FLOOR + PORT_SPAN));
+        }
+        return out;
     }
 
     public String bootstrap() {
