@@ -137,10 +137,33 @@ pub struct BrokerConfig {
 impl BrokerConfig {
     pub fn new(settings: &Settings, advertised: (&str, i32)) -> BrokerConfig {
         let built_in = Settings::default();
+        // Every listener, the default PLAINTEXT one first (a named listener that is not
+        // advertised is reached at its listen address).
+        let specs = settings.listener_specs().unwrap_or_default();
+        let listed = |f: &dyn Fn(&crate::config::ListenerSpec) -> String| {
+            specs.iter().skip(1).map(f).collect::<Vec<_>>()
+        };
+        let mut advertised_listeners =
+            vec![format!("PLAINTEXT://{}:{}", advertised.0, advertised.1)];
+        advertised_listeners.extend(listed(&|l| match &l.advertised {
+            Some((host, port)) => format!("{}://{host}:{port}", l.name),
+            None => format!("{}://{}", l.name, l.listen),
+        }));
+        let mut listeners = vec![format!("PLAINTEXT://{}", settings.kafka_listen)];
+        listeners.extend(listed(&|l| format!("{}://{}", l.name, l.listen)));
+        let mut protocols = vec!["PLAINTEXT:PLAINTEXT".to_string()];
+        protocols.extend(listed(&|l| format!("{}:{}", l.name, l.protocol.name())));
         let mut statics: Vec<(&'static str, String, Kind, bool)> = vec![
             (
                 "advertised.listeners",
-                format!("PLAINTEXT://{}:{}", advertised.0, advertised.1),
+                advertised_listeners.join(","),
+                Kind::String,
+                true,
+            ),
+            ("listeners", listeners.join(","), Kind::String, true),
+            (
+                "listener.security.protocol.map",
+                protocols.join(","),
                 Kind::String,
                 true,
             ),
@@ -165,6 +188,17 @@ impl BrokerConfig {
         });
         push("connections.max.idle.ms", Kind::Long, &|s| {
             s.connections_max_idle_ms.to_string()
+        });
+        push("connections.max.reauth.ms", Kind::Long, &|s| {
+            s.connections_max_reauth_ms.to_string()
+        });
+        push(
+            "connection.failed.authentication.delay.ms",
+            Kind::Int,
+            &|s| s.connection_failed_authentication_delay_ms.to_string(),
+        );
+        push("sasl.enabled.mechanisms", Kind::List, &|s| {
+            s.sasl_enabled_mechanisms.clone()
         });
         push("group.initial.rebalance.delay.ms", Kind::Int, &|s| {
             s.group_initial_rebalance_delay_ms.to_string()

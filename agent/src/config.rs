@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::context::SecurityProtocol;
+
 /// Everything an agent needs to start.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -20,6 +22,26 @@ pub struct Settings {
     pub kafka_listen: SocketAddr,
     /// `host:port` clients are told to connect to; defaults to `kafka_listen`.
     pub kafka_advertised: Option<String>,
+    /// More Kafka listeners beside the default one at `kafka_listen` (which is named
+    /// PLAINTEXT and carries the agents' own traffic), in Kafka's `listeners` form:
+    /// `NAME://host:port` separated by commas (`SASL_PLAINTEXT://0.0.0.0:9093`).
+    pub listeners: String,
+    /// Where clients reach those listeners, in Kafka's `advertised.listeners` form; a
+    /// listener left out is advertised at its listen address.
+    pub advertised_listeners: String,
+    /// Each listener name's security protocol, in Kafka's
+    /// `listener.security.protocol.map` form (`CLIENT:SASL_PLAINTEXT`); a listener named
+    /// after a protocol has that protocol without an entry.
+    pub listener_security_protocol_map: String,
+    /// The SASL mechanisms SASL listeners offer (Kafka's `sasl.enabled.mechanisms`).
+    pub sasl_enabled_mechanisms: String,
+    /// How long an authenticated SASL session lasts before the client must
+    /// re-authenticate (Kafka's `connections.max.reauth.ms`, KIP-368); 0: for ever.
+    pub connections_max_reauth_ms: u64,
+    /// How long a failed authentication waits before its answer (Kafka's
+    /// `connection.failed.authentication.delay.ms`); doubled for each further failure
+    /// from the same address within ten minutes, up to 5 s.
+    pub connection_failed_authentication_delay_ms: u64,
     /// Where the HTTP API binds.
     pub http_listen: SocketAddr,
     /// Segments, the lock file and (by default) the embedded metastore live here.
@@ -181,6 +203,12 @@ impl Default for Settings {
             rack: None,
             kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
             kafka_advertised: None,
+            listeners: String::new(),
+            advertised_listeners: String::new(),
+            listener_security_protocol_map: String::new(),
+            sasl_enabled_mechanisms: "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN".to_string(),
+            connections_max_reauth_ms: 0,
+            connection_failed_authentication_delay_ms: 100,
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9644)),
             data_dir: PathBuf::from("./data"),
             metastore: MetastoreKind::Embedded,
@@ -258,6 +286,8 @@ impl Settings {
     pub fn validate(&self) -> anyhow::Result<()> {
         let fail = |name: &str, why: String| Err(anyhow::anyhow!("invalid setting {name}: {why}"));
         self.advertised()?;
+        self.listener_specs()?;
+        self.sasl_mechanisms()?;
         let partitions = self.topic_defaults.num_partitions;
         if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
             return fail(
@@ -409,6 +439,166 @@ impl Settings {
     }
 }
 
+/// One Kafka listener, as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListenerSpec {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub listen: SocketAddr,
+    /// Where clients reach it; `None`: at the address it is bound to.
+    pub advertised: Option<(String, i32)>,
+}
+
+/// The name of the default listener, at `kafka_listen`, which the agents use among
+/// themselves.
+pub const INTER_AGENT_LISTENER: &str = "PLAINTEXT";
+
+fn split_host_port(text: &str) -> Option<(&str, u16)> {
+    let (host, port) = text.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+/// Kafka's `NAME://host:port,...` lists, by name, in order.
+fn parse_listener_list(setting: &str, text: &str) -> anyhow::Result<Vec<(String, String, u16)>> {
+    let mut out: Vec<(String, String, u16)> = Vec::new();
+    for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        let bad = || {
+            anyhow::anyhow!(
+                "invalid setting {setting}: {entry:?} is not NAME://host:port (e.g. SASL_PLAINTEXT://0.0.0.0:9093)"
+            )
+        };
+        let (name, address) = entry.split_once("://").ok_or_else(bad)?;
+        let (host, port) = split_host_port(address).ok_or_else(bad)?;
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(anyhow::anyhow!(
+                "invalid setting {setting}: listener name {name:?} must be letters, digits and _"
+            ));
+        }
+        let name = name.to_ascii_uppercase();
+        if out.iter().any(|(n, _, _)| *n == name) {
+            return Err(anyhow::anyhow!(
+                "invalid setting {setting}: listener {name} appears twice"
+            ));
+        }
+        out.push((name, host.to_string(), port));
+    }
+    Ok(out)
+}
+
+impl Settings {
+    /// Every Kafka listener: the default PLAINTEXT one at `kafka_listen` first, then
+    /// `listeners`, each with its protocol and advertised address.
+    pub fn listener_specs(&self) -> anyhow::Result<Vec<ListenerSpec>> {
+        let mut protocols = BTreeMap::new();
+        for pair in self
+            .listener_security_protocol_map
+            .split(',')
+            .map(str::trim)
+            .filter(|p| !p.is_empty())
+        {
+            let (name, protocol) = pair.split_once(':').ok_or_else(|| {
+                anyhow::anyhow!(
+                    "invalid setting listener_security_protocol_map: {pair:?} is not NAME:PROTOCOL"
+                )
+            })?;
+            let protocol = SecurityProtocol::from_name(protocol).map_err(|m| {
+                anyhow::anyhow!("invalid setting listener_security_protocol_map: {m}")
+            })?;
+            protocols.insert(name.to_ascii_uppercase(), protocol);
+        }
+        let advertised = parse_listener_list("advertised_listeners", &self.advertised_listeners)?;
+        let mut specs = vec![ListenerSpec {
+            name: INTER_AGENT_LISTENER.to_string(),
+            protocol: SecurityProtocol::Plaintext,
+            listen: self.kafka_listen,
+            advertised: Some(self.advertised()?),
+        }];
+        for (name, host, port) in parse_listener_list("listeners", &self.listeners)? {
+            if name == INTER_AGENT_LISTENER {
+                return Err(anyhow::anyhow!(
+                    "invalid setting listeners: {INTER_AGENT_LISTENER} is the listener at kafka_listen; \
+                     name this one otherwise (e.g. CLIENT://{host}:{port} with \
+                     listener_security_protocol_map CLIENT:PLAINTEXT)"
+                ));
+            }
+            let protocol = match protocols.get(&name) {
+                Some(p) => *p,
+                None => SecurityProtocol::from_name(&name).map_err(|why| {
+                    if matches!(name.as_str(), "SSL" | "SASL_SSL") {
+                        return anyhow::anyhow!("invalid setting listeners: {why}");
+                    }
+                    anyhow::anyhow!(
+                        "invalid setting listener_security_protocol_map: it gives no protocol for \
+                         listener {name} (add {name}:SASL_PLAINTEXT, for example)"
+                    )
+                })?,
+            };
+            let listen = format!("{host}:{port}")
+                .parse::<SocketAddr>()
+                .or_else(|_| match host.as_str() {
+                    "localhost" => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+                    _ => Err(()),
+                })
+                .map_err(|_| {
+                    anyhow::anyhow!(
+                        "invalid setting listeners: {name} listens on {host:?}, which is not an IP address"
+                    )
+                })?;
+            let advertised = advertised
+                .iter()
+                .find(|(n, _, _)| *n == name)
+                .map(|(_, h, p)| (h.clone(), i32::from(*p)));
+            if advertised.is_none() && listen.ip().is_unspecified() {
+                return Err(anyhow::anyhow!(
+                    "invalid setting advertised_listeners: listener {name} listens on every address \
+                     ({listen}), so it must be advertised: add {name}://broker-1.internal:{port}"
+                ));
+            }
+            specs.push(ListenerSpec {
+                name,
+                protocol,
+                listen,
+                advertised,
+            });
+        }
+        if let Some((name, _, _)) = advertised
+            .iter()
+            .find(|(n, _, _)| !specs.iter().any(|s| s.name == *n))
+        {
+            return Err(anyhow::anyhow!(
+                "invalid setting advertised_listeners: {name} is not one of listeners"
+            ));
+        }
+        Ok(specs)
+    }
+
+    /// The SASL mechanisms offered, as configured (at least one, each one strata has).
+    pub fn sasl_mechanisms(&self) -> anyhow::Result<Vec<String>> {
+        let mechanisms: Vec<String> = self
+            .sasl_enabled_mechanisms
+            .split(',')
+            .map(str::trim)
+            .filter(|m| !m.is_empty())
+            .map(str::to_string)
+            .collect();
+        if mechanisms.is_empty() {
+            return Err(anyhow::anyhow!(
+                "invalid setting sasl_enabled_mechanisms: it names no mechanism"
+            ));
+        }
+        for m in &mechanisms {
+            if !crate::sasl::MECHANISMS.contains(&m.as_str()) {
+                return Err(anyhow::anyhow!(
+                    "invalid setting sasl_enabled_mechanisms: {m} is not one of {}",
+                    crate::sasl::MECHANISMS.join(", ")
+                ));
+            }
+        }
+        Ok(mechanisms)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -439,6 +629,101 @@ mod tests {
 
     /// Settings that would fail later (the first auto-created topic panicked a worker
     /// with `num_partitions = 0`) are refused at start, naming the setting.
+    #[test]
+    fn listeners_are_read_in_kafka_form() {
+        let s = Settings {
+            listeners: "SASL_PLAINTEXT://127.0.0.1:9093, client://0.0.0.0:9094".to_string(),
+            advertised_listeners: "CLIENT://broker-1.internal:19094".to_string(),
+            listener_security_protocol_map: "CLIENT:SASL_PLAINTEXT".to_string(),
+            ..Settings::default()
+        };
+        let specs = s.listener_specs().expect("valid");
+        let spec =
+            |name: &str, protocol, listen: &str, advertised: Option<(&str, i32)>| ListenerSpec {
+                name: name.to_string(),
+                protocol,
+                listen: listen.parse().expect("address"),
+                advertised: advertised.map(|(h, p)| (h.to_string(), p)),
+            };
+        assert_eq!(
+            specs,
+            [
+                spec(
+                    "PLAINTEXT",
+                    SecurityProtocol::Plaintext,
+                    "127.0.0.1:9092",
+                    Some(("127.0.0.1", 9092))
+                ),
+                spec(
+                    "SASL_PLAINTEXT",
+                    SecurityProtocol::SaslPlaintext,
+                    "127.0.0.1:9093",
+                    None
+                ),
+                spec(
+                    "CLIENT",
+                    SecurityProtocol::SaslPlaintext,
+                    "0.0.0.0:9094",
+                    Some(("broker-1.internal", 19094))
+                ),
+            ]
+        );
+        let refused = |listeners: &str, advertised: &str, map: &str, why: &str| {
+            let s = Settings {
+                listeners: listeners.to_string(),
+                advertised_listeners: advertised.to_string(),
+                listener_security_protocol_map: map.to_string(),
+                ..Settings::default()
+            };
+            let e = s.validate().expect_err(why).to_string();
+            assert!(e.contains(why), "{listeners} {advertised} {map}: {e}");
+        };
+        refused("SASL_PLAINTEXT:9093", "", "", "is not NAME://host:port");
+        refused(
+            "A://127.0.0.1:1,a://127.0.0.1:2",
+            "",
+            "A:PLAINTEXT",
+            "appears twice",
+        );
+        refused(
+            "PLAINTEXT://127.0.0.1:9093",
+            "",
+            "",
+            "name this one otherwise",
+        );
+        refused(
+            "CLIENT://127.0.0.1:9093",
+            "",
+            "",
+            "gives no protocol for listener CLIENT",
+        );
+        refused("SSL://127.0.0.1:9093", "", "", "not supported yet");
+        refused(
+            "SASL_PLAINTEXT://0.0.0.0:9093",
+            "",
+            "",
+            "must be advertised",
+        );
+        refused(
+            "SASL_PLAINTEXT://127.0.0.1:9093",
+            "OTHER://h:1",
+            "",
+            "not one of listeners",
+        );
+        refused(
+            "SASL_PLAINTEXT://example.com:9093",
+            "",
+            "",
+            "not an IP address",
+        );
+        let s = Settings {
+            sasl_enabled_mechanisms: "SCRAM-SHA-512,GSSAPI".to_string(),
+            ..Settings::default()
+        };
+        let e = s.validate().expect_err("GSSAPI").to_string();
+        assert!(e.contains("GSSAPI is not one of"), "{e}");
+    }
+
     #[test]
     fn bad_settings_are_refused_at_start() {
         assert!(Settings::default().validate().is_ok());

@@ -18,6 +18,35 @@ use tokio::time::Instant;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SecurityProtocol {
     Plaintext,
+    /// SASL authentication (SaslHandshake, SaslAuthenticate) on a plain connection.
+    SaslPlaintext,
+}
+
+impl SecurityProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+        }
+    }
+
+    /// Kafka's protocol names; the TLS ones are refused until TLS is built.
+    pub fn from_name(name: &str) -> Result<SecurityProtocol, String> {
+        match name.to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SSL" | "SASL_SSL" => Err(format!(
+                "security protocol {name} (TLS) is not supported yet; use PLAINTEXT or SASL_PLAINTEXT"
+            )),
+            _ => Err(format!(
+                "{name:?} is not a security protocol (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL)"
+            )),
+        }
+    }
+
+    pub fn is_sasl(self) -> bool {
+        self == SecurityProtocol::SaslPlaintext
+    }
 }
 
 /// One of the agent's Kafka listeners.
@@ -29,6 +58,13 @@ pub struct Listener {
 }
 
 impl Listener {
+    pub fn new(name: &str, security_protocol: SecurityProtocol) -> Listener {
+        Listener {
+            name: name.to_string(),
+            security_protocol,
+        }
+    }
+
     pub fn plaintext() -> Listener {
         Listener {
             name: "PLAINTEXT".to_string(),
@@ -45,6 +81,14 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// A user, as SASL authenticates one.
+    pub fn user(name: &str) -> Principal {
+        Principal {
+            kind: "User".to_string(),
+            name: name.to_string(),
+        }
+    }
+
     /// Kafka's principal for connections that did not authenticate.
     pub fn anonymous() -> Principal {
         Principal {

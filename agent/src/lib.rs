@@ -30,6 +30,7 @@ pub mod partition;
 mod peer;
 pub mod producer_ids;
 pub mod replicas;
+pub mod sasl;
 pub mod server;
 pub mod service;
 pub mod tasks;
@@ -120,13 +121,18 @@ pub async fn start_on(
             clock: Arc::clone(&clock),
         },
     );
-    let kafka_listener = TcpListener::bind(settings.kafka_listen)
-        .await
-        .with_context(|| format!("cannot listen for Kafka on {}", settings.kafka_listen))?;
+    let mut sockets = Vec::new();
+    for spec in settings.listener_specs()? {
+        let socket = TcpListener::bind(spec.listen).await.with_context(|| {
+            format!("cannot listen for Kafka ({}) on {}", spec.name, spec.listen)
+        })?;
+        let bound = socket.local_addr()?;
+        sockets.push((spec, socket, bound));
+    }
     let http_listener = TcpListener::bind(settings.http_listen)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", settings.http_listen))?;
-    let kafka_addr = kafka_listener.local_addr()?;
+    let kafka_addr = sockets[0].2;
     let http_addr = http_listener.local_addr()?;
     let mut settings = settings;
     if settings.kafka_advertised.is_none() {
@@ -153,6 +159,20 @@ pub async fn start_on(
             membership::Joining {
                 node_id: settings.node_id,
                 kafka: settings.advertised()?,
+                listeners: sockets
+                    .iter()
+                    .map(|(spec, _, bound)| {
+                        let (host, port) = spec
+                            .advertised
+                            .clone()
+                            .unwrap_or_else(|| (bound.ip().to_string(), i32::from(bound.port())));
+                        strata_metastore::ListenerAddress {
+                            name: spec.name.clone(),
+                            host,
+                            port,
+                        }
+                    })
+                    .collect(),
                 http: http_addr.to_string(),
                 rack: settings.rack.clone(),
                 data_dir_id: data_dir.id().to_string(),
@@ -226,10 +246,36 @@ pub async fn start_on(
         });
         tracing::info!(archive = %archive_url, "tiering closed segments");
     }
-    tasks.spawn(
-        "kafka listener",
-        server::serve(kafka_listener, Arc::clone(&broker), tasks.clone()),
-    );
+    let sasl = if sockets.iter().any(|(spec, _, _)| spec.protocol.is_sasl()) {
+        Some(Arc::new(sasl::Sasl::new(
+            broker.metastore().clone(),
+            &settings.sasl_mechanisms()?,
+            Duration::from_millis(settings.connection_failed_authentication_delay_ms),
+        )))
+    } else {
+        None
+    };
+    let reauth = (settings.connections_max_reauth_ms > 0)
+        .then(|| Duration::from_millis(settings.connections_max_reauth_ms));
+    let shared = server::Shared::new(settings);
+    let mut bound = Vec::new();
+    for (spec, socket, address) in sockets {
+        let advertised = match &spec.advertised {
+            Some((host, port)) => format!("{host}:{port}"),
+            None => address.to_string(),
+        };
+        bound.push((spec.name.clone(), address, advertised));
+        let endpoint = server::Endpoint {
+            socket,
+            listener: Arc::new(context::Listener::new(&spec.name, spec.protocol)),
+            sasl: sasl.clone().filter(|_| spec.protocol.is_sasl()),
+            reauth,
+        };
+        tasks.spawn(
+            "kafka listener",
+            server::serve(endpoint, shared.clone(), Arc::clone(&broker), tasks.clone()),
+        );
+    }
     {
         let http = http::serve(http_listener, Arc::clone(&broker));
         tasks.spawn("http listener", async move {
@@ -239,7 +285,7 @@ pub async fn start_on(
             }
         });
     }
-    ready_log(&broker, kafka_addr, http_addr);
+    ready_log(&broker, &bound, http_addr);
     Ok(Agent {
         kafka_addr,
         http_addr,
@@ -250,16 +296,19 @@ pub async fn start_on(
     })
 }
 
-fn ready_log(broker: &Broker, kafka: SocketAddr, http: SocketAddr) {
+fn ready_log(broker: &Broker, kafka: &[(String, SocketAddr, String)], http: SocketAddr) {
     let id = broker.identity();
-    tracing::info!(
-        listener = "kafka",
-        address = %kafka,
-        advertised = %format!("{}:{}", id.advertised_host, id.advertised_port),
-        node_id = id.node_id,
-        cluster_id = %id.cluster_id,
-        "listening"
-    );
+    for (name, address, advertised) in kafka {
+        tracing::info!(
+            listener = "kafka",
+            name = %name,
+            address = %address,
+            advertised = %advertised,
+            node_id = id.node_id,
+            cluster_id = %id.cluster_id,
+            "listening"
+        );
+    }
     tracing::info!(listener = "http", address = %http, "listening");
 }
 

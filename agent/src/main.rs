@@ -61,6 +61,32 @@ struct AgentArgs {
     /// host:port clients are told to connect to. [default: the listen address; required when listening on 0.0.0.0]
     #[arg(long, env = "STRATA_KAFKA_ADVERTISED")]
     kafka_advertised: Option<String>,
+    /// More Kafka listeners, as Kafka's listeners: NAME://host:port separated by commas,
+    /// e.g. SASL_PLAINTEXT://0.0.0.0:9093 (the one at --kafka-listen is PLAINTEXT).
+    #[arg(long, env = "STRATA_LISTENERS")]
+    listeners: Option<String>,
+    /// Where clients reach those listeners, as Kafka's advertised.listeners
+    /// (SASL_PLAINTEXT://broker-1.internal:9093). [default: their listen addresses]
+    #[arg(long, env = "STRATA_ADVERTISED_LISTENERS")]
+    advertised_listeners: Option<String>,
+    /// Each listener name's security protocol, as Kafka's
+    /// listener.security.protocol.map (CLIENT:SASL_PLAINTEXT); needed only for
+    /// listeners not named after their protocol.
+    #[arg(long, env = "STRATA_LISTENER_SECURITY_PROTOCOL_MAP")]
+    listener_security_protocol_map: Option<String>,
+    /// SASL mechanisms offered on SASL listeners (Kafka's sasl.enabled.mechanisms).
+    /// [default: SCRAM-SHA-512,SCRAM-SHA-256,PLAIN]
+    #[arg(long, env = "STRATA_SASL_ENABLED_MECHANISMS")]
+    sasl_enabled_mechanisms: Option<String>,
+    /// How long (ms) a SASL session lasts before the client must re-authenticate
+    /// (Kafka's connections.max.reauth.ms, KIP-368); 0: for ever. [default: 0]
+    #[arg(long, env = "STRATA_CONNECTIONS_MAX_REAUTH_MS")]
+    connections_max_reauth_ms: Option<u64>,
+    /// How long (ms) a failed SASL authentication waits before its answer (Kafka's
+    /// connection.failed.authentication.delay.ms), doubling for repeated failures from
+    /// one address. [default: 100]
+    #[arg(long, env = "STRATA_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS")]
+    connection_failed_authentication_delay_ms: Option<u64>,
     /// Address the HTTP API binds. [default: 127.0.0.1:9644]
     #[arg(long, env = "STRATA_HTTP_LISTEN", value_parser = listen_address)]
     http_listen: Option<SocketAddr>,
@@ -196,6 +222,24 @@ impl AgentArgs {
         }
         if let Some(v) = self.kafka_advertised {
             s.kafka_advertised = Some(v);
+        }
+        if let Some(v) = self.listeners {
+            s.listeners = v;
+        }
+        if let Some(v) = self.advertised_listeners {
+            s.advertised_listeners = v;
+        }
+        if let Some(v) = self.listener_security_protocol_map {
+            s.listener_security_protocol_map = v;
+        }
+        if let Some(v) = self.sasl_enabled_mechanisms {
+            s.sasl_enabled_mechanisms = v;
+        }
+        if let Some(v) = self.connections_max_reauth_ms {
+            s.connections_max_reauth_ms = v;
+        }
+        if let Some(v) = self.connection_failed_authentication_delay_ms {
+            s.connection_failed_authentication_delay_ms = v;
         }
         if let Some(v) = self.http_listen {
             s.http_listen = v;

@@ -38,8 +38,10 @@ use crate::tasks::Stopped;
 #[derive(Debug, Clone)]
 pub struct Joining {
     pub node_id: i32,
-    /// The advertised Kafka address.
+    /// The inter-agent listener's advertised address.
     pub kafka: (String, i32),
+    /// Every Kafka listener's advertised address, by name.
+    pub listeners: Vec<strata_metastore::ListenerAddress>,
     pub http: String,
     pub rack: Option<String>,
     /// The id of this agent's data directory (a node id in use by another directory
@@ -76,6 +78,7 @@ impl Membership {
         let Joining {
             node_id,
             kafka: (host, port),
+            listeners,
             http,
             rack,
             data_dir_id,
@@ -86,6 +89,7 @@ impl Membership {
             host,
             port,
             http,
+            listeners,
             rack,
             incarnation: uuid::Uuid::new_v4().simple().to_string(),
             data_dir_id,
@@ -432,6 +436,7 @@ mod tests {
                 Joining {
                     node_id: 1,
                     kafka: ("127.0.0.1".to_string(), 9092),
+                    listeners: Vec::new(),
                     http: "127.0.0.1:9644".to_string(),
                     rack: None,
                     data_dir_id: "dir-1".to_string(),

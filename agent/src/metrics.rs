@@ -377,6 +377,18 @@ pub fn connection_refused(why: &'static str) {
     counter!("strata_connections_refused_total", "reason" => why).increment(1);
 }
 
+/// One SASL authentication finished: `outcome` is `ok` or `failed`; `reauth` tells a
+/// re-authentication (KIP-368) from a connection's first.
+pub fn sasl_authentication(mechanism: &'static str, outcome: &'static str, reauth: bool) {
+    counter!(
+        "strata_sasl_authentications_total",
+        "mechanism" => mechanism,
+        "outcome" => outcome,
+        "reauthentication" => if reauth { "true" } else { "false" },
+    )
+    .increment(1);
+}
+
 /// A Kafka connection opened; the guard counts it closed when dropped.
 pub fn connection_opened() -> ConnectionCounted {
     counter!("strata_connections_accepted_total").increment(1);

@@ -33,6 +33,8 @@ use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, mpsc
 use crate::api::{self, Reply, versions};
 use crate::broker::Broker;
 use crate::context::{ConnectionInfo, Listener, RequestContext};
+use crate::sasl::Sasl;
+use crate::sasl::session::{Session, Verdict};
 use crate::tasks::{Stopped, Tasks};
 
 /// Requests one connection may have in flight before it stops reading.
@@ -158,19 +160,60 @@ static REFUSED_BY_ADDRESS: crate::throttle::Throttle = crate::throttle::Throttle
 /// open them at any rate.
 static BAD_CONNECTIONS: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
 
-/// Accepts connections until shutdown; each connection is a task of `tasks`. A failed
-/// accept (out of file descriptors, most often) is retried after a pause that doubles
-/// while it keeps failing, and logged once per run of failures.
-pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> Stopped {
+/// The connection limits and request memory every listener of an agent shares.
+#[derive(Debug, Clone)]
+pub struct Shared {
+    memory: RequestMemory,
+    slots: Arc<Semaphore>,
+    per_address: Arc<PerAddress>,
+}
+
+impl Shared {
+    pub fn new(settings: &crate::config::Settings) -> Shared {
+        Shared {
+            memory: RequestMemory::new(settings.queued_max_request_bytes),
+            slots: Arc::new(Semaphore::new(settings.max_connections)),
+            per_address: Arc::new(PerAddress {
+                limit: settings.max_connections_per_ip,
+                overrides: settings.max_connections_per_ip_overrides.clone(),
+                open: Default::default(),
+            }),
+        }
+    }
+}
+
+/// One Kafka listener's socket, and how its connections authenticate.
+#[derive(Debug)]
+pub struct Endpoint {
+    pub socket: TcpListener,
+    pub listener: Arc<Listener>,
+    /// The authenticator, on a SASL listener.
+    pub sasl: Option<Arc<Sasl>>,
+    /// How long a SASL session lasts before re-authentication (KIP-368).
+    pub reauth: Option<Duration>,
+}
+
+/// Accepts connections on `endpoint` until shutdown; each connection is a task of
+/// `tasks`. A failed accept (out of file descriptors, most often) is retried after a
+/// pause that doubles while it keeps failing, and logged once per run of failures.
+pub async fn serve(
+    endpoint: Endpoint,
+    shared: Shared,
+    broker: Arc<Broker>,
+    tasks: Tasks,
+) -> Stopped {
     let settings = broker.settings();
-    let memory = RequestMemory::new(settings.queued_max_request_bytes);
-    let slots = Arc::new(Semaphore::new(settings.max_connections));
-    let kafka = Arc::new(Listener::plaintext());
-    let per_address = Arc::new(PerAddress {
-        limit: settings.max_connections_per_ip,
-        overrides: settings.max_connections_per_ip_overrides.clone(),
-        open: Default::default(),
-    });
+    let Shared {
+        memory,
+        slots,
+        per_address,
+    } = shared;
+    let Endpoint {
+        socket: listener,
+        listener: kafka,
+        sasl,
+        reauth,
+    } = endpoint;
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut failures = 0u64;
     let mut full_since: Option<tokio::time::Instant> = None;
@@ -230,15 +273,17 @@ pub async fn serve(listener: TcpListener, broker: Arc<Broker>, tasks: Tasks) -> 
                 let broker = Arc::clone(&broker);
                 let memory = memory.clone();
                 let info = ConnectionInfo::new(Arc::clone(&kafka), peer);
+                let session = Session::new(sasl.clone(), reauth);
                 tracing::debug!(%peer, "connection accepted");
                 let counted = crate::metrics::connection_opened();
                 tasks.spawn("kafka connection", async move {
                     let _slot = slot;
                     let _address_slot = address_slot;
                     let _counted = counted;
-                    match connection(stream, broker, info, memory).await {
+                    match connection(stream, broker, info, session, memory).await {
                         Ok(()) => {}
                         Err(e @ (ConnectionError::Io(_) | ConnectionError::Idle { .. })) => tracing::debug!(%peer, error = %e, "connection closed"),
+                        Err(ConnectionError::Unauthenticated(why)) => tracing::info!(%peer, reason = %why, "closed an unauthenticated connection"),
                         Err(e @ ConnectionError::Encode(_)) => tracing::error!(%peer, error = %e, "connection closed"),
                         Err(e) => {
                             if let Some(left_out) = BAD_CONNECTIONS.allow() {
@@ -291,6 +336,8 @@ pub enum ConnectionError {
         version: i16,
         reason: String,
     },
+    #[error("{0}")]
+    Unauthenticated(String),
     #[error("cannot encode response: {0}")]
     Encode(String),
     #[error(transparent)]
@@ -301,6 +348,7 @@ async fn connection(
     stream: TcpStream,
     broker: Arc<Broker>,
     mut info: ConnectionInfo,
+    mut session: Session,
     memory: RequestMemory,
 ) -> Result<(), ConnectionError> {
     let (mut reader, writer) = stream.into_split();
@@ -368,13 +416,41 @@ async fn connection(
             Ok(None) => break Ok(()),
             Err(e) => break Err(e),
         };
+        let mut close_after = false;
         let pending = match parse_request(frame) {
             Ok(Parsed::Request { header, request }) => {
                 if matches!(*request, RequestKind::ApiVersions(_)) {
                     info.learn(&request);
                     shared = Arc::new(info.clone());
                 }
-                handle(&broker, &shared, header, *request, request_timeout).await
+                let api = ApiKey::try_from(header.request_api_key).unwrap_or(ApiKey::ApiVersions);
+                let (verdict, authenticated) = session
+                    .check(
+                        api,
+                        &request,
+                        header.request_api_version,
+                        info.peer.ip(),
+                        crate::clock::instant(),
+                    )
+                    .await;
+                if let Some(principal) = authenticated {
+                    info.principal = principal;
+                    shared = Arc::new(info.clone());
+                }
+                match verdict {
+                    Verdict::Pass => {
+                        handle(&broker, &shared, header, *request, request_timeout).await
+                    }
+                    Verdict::Answer {
+                        response,
+                        delay,
+                        close,
+                    } => {
+                        close_after = close;
+                        Ok(answer_now(&header, api, response, delay))
+                    }
+                    Verdict::Close(why) => Err(ConnectionError::Unauthenticated(why)),
+                }
             }
             Ok(Parsed::UnknownApiVersions { correlation_id }) => {
                 Ok(unknown_api_versions(correlation_id))
@@ -388,7 +464,7 @@ async fn connection(
             Err(e) => break Err(e),
         };
         in_flight.fetch_add(1, Ordering::AcqRel);
-        if tx.send(pending).await.is_err() {
+        if tx.send(pending).await.is_err() || close_after {
             break Ok(());
         }
     };
@@ -531,6 +607,26 @@ fn unknown_api_versions(correlation_id: i32) -> Pending {
         api_key: ApiKey::ApiVersions,
         version: 0,
         reply: Box::pin(async move { Some(response.into()) }),
+    }
+}
+
+/// An answer the connection gives itself (the SASL exchange), after `delay`.
+fn answer_now(
+    header: &RequestHeader,
+    api: ApiKey,
+    response: Box<ResponseKind>,
+    delay: Duration,
+) -> Pending {
+    Pending {
+        correlation_id: header.correlation_id,
+        api_key: api,
+        version: header.request_api_version,
+        reply: Box::pin(async move {
+            if !delay.is_zero() {
+                crate::clock::pause(delay).await;
+            }
+            Some(*response)
+        }),
     }
 }
 

@@ -26,6 +26,11 @@ pub struct AgentRecord {
     pub port: i32,
     /// Its HTTP API (`host:port`).
     pub http: String,
+    /// Every Kafka listener's advertised address, by listener name (the one above is
+    /// the inter-agent listener's). Empty in records written before listeners had names:
+    /// then the address above serves every listener.
+    #[serde(default)]
+    pub listeners: Vec<ListenerAddress>,
     pub rack: Option<String>,
     /// Random per process start: tells a restarted agent from the one before it.
     pub incarnation: String,
@@ -34,6 +39,28 @@ pub struct AgentRecord {
     pub data_dir_id: String,
     /// Wall-clock milliseconds until which it is a member.
     pub lease_until_ms: i64,
+}
+
+/// Where one named Kafka listener of an agent is reached.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerAddress {
+    pub name: String,
+    pub host: String,
+    pub port: i32,
+}
+
+impl AgentRecord {
+    /// The address clients that came in on `listener` should use to reach this agent;
+    /// `None` if it has no such listener (Kafka then leaves the broker out of Metadata).
+    pub fn address(&self, listener: &str) -> Option<(&str, i32)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .map(|l| (l.host.as_str(), l.port))
+    }
 }
 
 impl Metastore {
@@ -146,6 +173,7 @@ mod tests {
     fn agent(node_id: i32, incarnation: &str, lease_until_ms: i64) -> AgentRecord {
         AgentRecord {
             node_id,
+            listeners: Vec::new(),
             host: "127.0.0.1".into(),
             port: 9000 + node_id,
             http: format!("127.0.0.1:{}", 9600 + node_id),

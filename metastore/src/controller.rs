@@ -178,6 +178,7 @@ mod tests {
     fn agent(node_id: i32, lease_until_ms: i64) -> AgentRecord {
         AgentRecord {
             node_id,
+            listeners: Vec::new(),
             host: "127.0.0.1".to_string(),
             port: 9092,
             http: String::new(),

@@ -9,6 +9,7 @@ pub mod agents;
 pub mod configs;
 pub mod conformance;
 pub mod controller;
+pub mod credentials;
 pub mod error;
 pub mod fault;
 #[cfg(feature = "fdb")]
@@ -21,9 +22,10 @@ pub mod sqlite;
 pub mod topics;
 pub mod transactions;
 
-pub use agents::AgentRecord;
+pub use agents::{AgentRecord, ListenerAddress};
 pub use configs::{BrokerConfigs, ConfigScope};
 pub use controller::ControllerLease;
+pub use credentials::{ScramCredential, UserCredentials};
 pub use error::{Error, Result};
 pub use groups::{CommittedOffset, GroupRecord, TopicPartition};
 pub use kv::{CallLimits, KvStore, KvTransaction, transact, transact_within};

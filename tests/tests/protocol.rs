@@ -20,6 +20,11 @@ use kafka_protocol::messages::{
     list_offsets_request, metadata_request, offset_commit_request, offset_delete_request,
     offset_fetch_request, offset_for_leader_epoch_request, sync_group_request,
 };
+use kafka_protocol::messages::{
+    AlterUserScramCredentialsRequest, DescribeUserScramCredentialsRequest, SaslAuthenticateRequest,
+    SaslHandshakeRequest, alter_user_scram_credentials_request,
+    describe_user_scram_credentials_request,
+};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{Compression, RecordBatchDecoder};
 use strata_agent::api::versions::SUPPORTED;
@@ -615,6 +620,70 @@ async fn every_api_answers_at_every_advertised_version() {
                         .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert!(r.producer_id.0 >= 0, "{ctx}");
+                }
+                // This connection is on the PLAINTEXT listener: SASL is an illegal
+                // state there, as in Kafka (the SASL listener: test_sasl.py).
+                ApiKey::SaslHandshake => {
+                    let mut req = SaslHandshakeRequest::default();
+                    req.mechanism = StrBytes::from_static_str("PLAIN");
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        r.error_code,
+                        ResponseError::IllegalSaslState.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::SaslAuthenticate => {
+                    let r = c
+                        .send(v, &SaslAuthenticateRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        r.error_code,
+                        ResponseError::IllegalSaslState.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::AlterUserScramCredentials => {
+                    let mut u =
+                        alter_user_scram_credentials_request::ScramCredentialUpsertion::default();
+                    u.name = StrBytes::from_string(format!("user-v{v}"));
+                    u.mechanism = 2;
+                    u.iterations = 4096;
+                    u.salt = bytes::Bytes::from_static(b"salt");
+                    u.salted_password = bytes::Bytes::from(vec![7u8; 64]);
+                    let mut req = AlterUserScramCredentialsRequest::default();
+                    req.upsertions = vec![u];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.results.len(), 1, "{ctx}");
+                    assert_eq!(r.results[0].error_code, 0, "{ctx}");
+                    let mut d = describe_user_scram_credentials_request::UserName::default();
+                    d.name = StrBytes::from_string(format!("user-v{v}"));
+                    let mut req = DescribeUserScramCredentialsRequest::default();
+                    req.users = Some(vec![d]);
+                    let r = c
+                        .send(0, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let infos = &r.results[0].credential_infos;
+                    assert_eq!(
+                        (infos[0].mechanism, infos[0].iterations),
+                        (2, 4096),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::DescribeUserScramCredentials => {
+                    let r = c
+                        .send(v, &DescribeUserScramCredentialsRequest::default())
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
                 }
                 api if txn_cases::handles(api) => txn_cases::check(&mut c, api, v).await,
                 other => panic!("no test for advertised API {other:?}"),

@@ -1,6 +1,6 @@
 //! The audit log of the Kafka API's privileged mutations: topics created, deleted and
 //! grown, configs altered, groups and committed offsets deleted, partitions reassigned,
-//! leaders elected, records deleted. Each resource a request names is one entry, with
+//! leaders elected, records deleted, SCRAM credentials altered. Each resource a request names is one entry, with
 //! the same actions the HTTP API records (`topic.create`, `topic.alter_configs`, ...),
 //! `via: "kafka"`, and the error name and message of a refusal.
 //!
@@ -39,6 +39,10 @@ fn topic(name: impl std::fmt::Display) -> String {
 
 fn group(name: impl std::fmt::Display) -> String {
     format!("group:{name}")
+}
+
+fn user(name: &str) -> String {
+    format!("user:{name}")
 }
 
 fn config_resource(resource_type: i8, name: &str) -> (&'static str, String) {
@@ -232,6 +236,34 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
                 })
             })
             .collect(),
+        RequestKind::AlterUserScramCredentials(r) => {
+            // Per user, the mechanisms changed and the iteration counts; never the salt
+            // or the salted password.
+            let mechanism = |m: i8| match m {
+                1 => "SCRAM-SHA-256".to_string(),
+                2 => "SCRAM-SHA-512".to_string(),
+                _ => format!("unknown ({m})"),
+            };
+            let mut users: BTreeMap<String, (Vec<String>, Vec<Value>)> = BTreeMap::new();
+            for d in &r.deletions {
+                let u = users.entry(d.name.to_string()).or_default();
+                u.0.push(mechanism(d.mechanism));
+            }
+            for up in &r.upsertions {
+                let u = users.entry(up.name.to_string()).or_default();
+                u.1.push(json!({ "mechanism": mechanism(up.mechanism), "iterations": up.iterations }));
+            }
+            users
+                .into_iter()
+                .map(|(name, (delete, upsert))| {
+                    entry(
+                        "user.alter_scram_credentials",
+                        user(&name),
+                        json!({ "delete": delete, "upsert": upsert }),
+                    )
+                })
+                .collect()
+        }
         _ => return None,
     };
     Some(Asked(entries))
@@ -292,6 +324,12 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
                 let (_, name) = config_resource(res.resource_type, res.resource_name.as_str());
                 let o = outcome(res.error_code, res.error_message.as_deref(), json!({}));
                 out.insert(name, o);
+            }
+        }
+        ResponseKind::AlterUserScramCredentials(r) => {
+            for u in &r.results {
+                let o = outcome(u.error_code, u.error_message.as_deref(), json!({}));
+                out.insert(user(&u.user), o);
             }
         }
         ResponseKind::DeleteGroups(r) => {

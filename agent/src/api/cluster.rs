@@ -6,21 +6,26 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
 
-pub fn describe_cluster(broker: &Broker, req: DescribeClusterRequest) -> DescribeClusterResponse {
+pub fn describe_cluster(
+    broker: &Broker,
+    req: DescribeClusterRequest,
+    listener: &str,
+) -> DescribeClusterResponse {
     let mut response = DescribeClusterResponse::default();
     response.cluster_id = StrBytes::from_string(broker.identity().cluster_id.clone());
     response.controller_id = BrokerId(broker.membership().controller_id());
     response.brokers = broker
         .membership()
         .live()
-        .into_iter()
-        .map(|a| {
+        .iter()
+        .filter_map(|a| {
+            let (host, port) = a.address(listener)?;
             let mut b = DescribeClusterBroker::default();
             b.broker_id = BrokerId(a.node_id);
-            b.host = StrBytes::from_string(a.host);
-            b.port = a.port;
-            b.rack = a.rack.map(StrBytes::from_string);
-            b
+            b.host = StrBytes::from_string(host.to_string());
+            b.port = port;
+            b.rack = a.rack.clone().map(StrBytes::from_string);
+            Some(b)
         })
         .collect();
     response.cluster_authorized_operations = super::authorized::if_asked(

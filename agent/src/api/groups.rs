@@ -56,10 +56,21 @@ fn group_code(e: GroupError) -> i16 {
     ApiError::from(e).code()
 }
 
+/// The coordinator of `key`, at its address on `listener`; without that listener it is
+/// not available to this client (as Kafka answers).
+fn coordinator(broker: &Broker, key: &str, listener: &str) -> Result<(i32, String, i32), i16> {
+    let agent = broker.membership().coordinator_of(key);
+    match agent.address(listener) {
+        Some((host, port)) => Ok((agent.node_id, host.to_string(), port)),
+        None => Err(ResponseError::CoordinatorNotAvailable.code()),
+    }
+}
+
 pub fn find_coordinator(
     broker: &Broker,
     req: FindCoordinatorRequest,
     version: i16,
+    listener: &str,
 ) -> FindCoordinatorResponse {
     let mut response = FindCoordinatorResponse::default();
     if version >= 4 {
@@ -67,20 +78,36 @@ pub fn find_coordinator(
             .coordinator_keys
             .iter()
             .map(|key| {
-                let agent = broker.membership().coordinator_of(key.as_str());
                 let mut c = CoordinatorEntry::default();
                 c.key = key.clone();
-                c.node_id = BrokerId(agent.node_id);
-                c.host = s(agent.host);
-                c.port = agent.port;
+                match coordinator(broker, key.as_str(), listener) {
+                    Ok((node_id, host, port)) => {
+                        c.node_id = BrokerId(node_id);
+                        c.host = s(host);
+                        c.port = port;
+                    }
+                    Err(code) => {
+                        c.node_id = BrokerId(-1);
+                        c.port = -1;
+                        c.error_code = code;
+                    }
+                }
                 c
             })
             .collect();
     } else {
-        let agent = broker.membership().coordinator_of(req.key.as_str());
-        response.node_id = BrokerId(agent.node_id);
-        response.host = s(agent.host);
-        response.port = agent.port;
+        match coordinator(broker, req.key.as_str(), listener) {
+            Ok((node_id, host, port)) => {
+                response.node_id = BrokerId(node_id);
+                response.host = s(host);
+                response.port = port;
+            }
+            Err(code) => {
+                response.node_id = BrokerId(-1);
+                response.port = -1;
+                response.error_code = code;
+            }
+        }
     }
     response
 }

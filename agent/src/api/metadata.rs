@@ -14,11 +14,16 @@ use crate::broker::Broker;
 use crate::replicas::TopicState;
 use crate::service::admin::NewTopicSpec;
 
-pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+pub async fn metadata(
+    broker: &Broker,
+    req: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     // KIP-430: asked for in v8+ (the cluster's only up to v10; later, DescribeCluster).
     let ask_topics = version >= 8 && req.include_topic_authorized_operations;
     let ask_cluster = (8..=10).contains(&version) && req.include_cluster_authorized_operations;
-    let mut response = answer(broker, req, version).await;
+    let mut response = answer(broker, req, version, listener).await;
     response.cluster_authorized_operations = authorized::if_asked(ask_cluster, authorized::CLUSTER);
     for t in &mut response.topics {
         authorized::topic(t, ask_topics);
@@ -26,24 +31,32 @@ pub async fn metadata(broker: &Broker, req: MetadataRequest, version: i16) -> Me
     response
 }
 
-async fn answer(broker: &Broker, req: MetadataRequest, version: i16) -> MetadataResponse {
+async fn answer(
+    broker: &Broker,
+    req: MetadataRequest,
+    version: i16,
+    listener: &str,
+) -> MetadataResponse {
     let mut response = MetadataResponse::default();
     if version >= 1 {
         response.controller_id = BrokerId(broker.membership().controller_id());
     }
     let agents = broker.membership().live();
     let live: Vec<i32> = agents.iter().map(|a| a.node_id).collect();
+    // As Kafka: each broker at its address on the listener the request came in on; a
+    // broker without that listener is left out.
     response.brokers = agents
-        .into_iter()
-        .map(|a| {
+        .iter()
+        .filter_map(|a| {
+            let (host, port) = a.address(listener)?;
             let mut b = MetadataResponseBroker::default();
             b.node_id = BrokerId(a.node_id);
-            b.host = StrBytes::from_string(a.host);
-            b.port = a.port;
+            b.host = StrBytes::from_string(host.to_string());
+            b.port = port;
             if version >= 1 {
-                b.rack = a.rack.map(StrBytes::from_string);
+                b.rack = a.rack.clone().map(StrBytes::from_string);
             }
-            b
+            Some(b)
         })
         .collect();
     if version >= 2 {

@@ -22,6 +22,7 @@ mod reassign;
 mod records;
 mod topics;
 mod transactions;
+mod users;
 pub mod versions;
 
 use std::sync::Arc;
@@ -88,7 +89,9 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             async move { Some(records::delete_records(&b, req).await.into()) }.boxed()
         }
         RequestKind::Metadata(req) => {
-            async move { Some(metadata::metadata(&b, req, version).await.into()) }.boxed()
+            let listener = ctx.connection.listener.name.clone();
+            async move { Some(metadata::metadata(&b, req, version, &listener).await.into()) }
+                .boxed()
         }
         RequestKind::CreateTopics(req) => {
             async move { Some(topics::create_topics(&b, req, version).await.into()) }.boxed()
@@ -106,8 +109,17 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         RequestKind::IncrementalAlterConfigs(req) => {
             async move { Some(configs::incremental_alter_configs(&b, req).await.into()) }.boxed()
         }
-        RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(broker, req)),
-        RequestKind::FindCoordinator(req) => ready(groups::find_coordinator(broker, req, version)),
+        RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(
+            broker,
+            req,
+            &ctx.connection.listener.name,
+        )),
+        RequestKind::FindCoordinator(req) => ready(groups::find_coordinator(
+            broker,
+            req,
+            version,
+            &ctx.connection.listener.name,
+        )),
         RequestKind::JoinGroup(req) => async move {
             Some(
                 groups::join_group(&b, req, version, &client_id, &client_host)
@@ -197,6 +209,12 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             async move { Some(transactions::list_transactions(&b, req).await.into()) }.boxed()
         }
         RequestKind::DescribeProducers(req) => ready(transactions::describe_producers(broker, req)),
+        RequestKind::DescribeUserScramCredentials(req) => {
+            async move { Some(users::describe(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::AlterUserScramCredentials(req) => {
+            async move { Some(users::alter(&b, req).await.into()) }.boxed()
+        }
         _ => return None,
     })
 }

@@ -422,6 +422,7 @@ mod placement_tests {
     fn agent(node_id: i32, rack: Option<&str>) -> strata_metastore::AgentRecord {
         strata_metastore::AgentRecord {
             node_id,
+            listeners: Vec::new(),
             host: "127.0.0.1".to_string(),
             port: 9092,
             http: String::new(),
