@@ -200,6 +200,12 @@ impl BrokerConfig {
         push("sasl.enabled.mechanisms", Kind::List, &|s| {
             s.sasl_enabled_mechanisms.clone()
         });
+        push("ssl.client.auth", Kind::String, &|s| {
+            s.ssl_client_auth.clone()
+        });
+        push("ssl.principal.mapping.rules", Kind::String, &|s| {
+            s.ssl_principal_mapping_rules.clone()
+        });
         push("group.initial.rebalance.delay.ms", Kind::Int, &|s| {
             s.group_initial_rebalance_delay_ms.to_string()
         });

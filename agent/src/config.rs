@@ -42,6 +42,23 @@ pub struct Settings {
     /// `connection.failed.authentication.delay.ms`); doubled for each further failure
     /// from the same address within ten minutes, up to 5 s.
     pub connection_failed_authentication_delay_ms: u64,
+    /// The agent's certificate chain for SSL and SASL_SSL listeners, PEM (its own
+    /// certificate first; Kafka's `ssl.keystore.location` with type PEM).
+    pub ssl_certificate_location: Option<PathBuf>,
+    /// The private key of that certificate, PEM.
+    pub ssl_key_location: Option<PathBuf>,
+    /// The authorities client certificates must chain to, PEM (Kafka's
+    /// `ssl.truststore.location` with type PEM).
+    pub ssl_truststore_location: Option<PathBuf>,
+    /// Whether SSL listeners ask clients for certificates: `none`, `requested` or
+    /// `required` (Kafka's `ssl.client.auth`; SASL_SSL listeners ask for none, KIP-684).
+    pub ssl_client_auth: String,
+    /// How a client certificate's subject becomes its principal (Kafka's
+    /// `ssl.principal.mapping.rules`).
+    pub ssl_principal_mapping_rules: String,
+    /// How often the TLS files are read again, so a renewed certificate is used without
+    /// a restart.
+    pub ssl_reload_interval_ms: u64,
     /// Where the HTTP API binds.
     pub http_listen: SocketAddr,
     /// Segments, the lock file and (by default) the embedded metastore live here.
@@ -209,6 +226,12 @@ impl Default for Settings {
             sasl_enabled_mechanisms: "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN".to_string(),
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
+            ssl_certificate_location: None,
+            ssl_key_location: None,
+            ssl_truststore_location: None,
+            ssl_client_auth: "none".to_string(),
+            ssl_principal_mapping_rules: "DEFAULT".to_string(),
+            ssl_reload_interval_ms: 10_000,
             http_listen: SocketAddr::from(([127, 0, 0, 1], 9644)),
             data_dir: PathBuf::from("./data"),
             metastore: MetastoreKind::Embedded,
@@ -288,6 +311,12 @@ impl Settings {
         self.advertised()?;
         self.listener_specs()?;
         self.sasl_mechanisms()?;
+        self.tls_files()?;
+        crate::tls::PrincipalRules::parse(&self.ssl_principal_mapping_rules)
+            .map_err(|why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"))?;
+        if self.ssl_reload_interval_ms == 0 {
+            return fail("ssl_reload_interval_ms", "must be at least 1".to_string());
+        }
         let partitions = self.topic_defaults.num_partitions;
         if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {
             return fail(
@@ -524,10 +553,7 @@ impl Settings {
             }
             let protocol = match protocols.get(&name) {
                 Some(p) => *p,
-                None => SecurityProtocol::from_name(&name).map_err(|why| {
-                    if matches!(name.as_str(), "SSL" | "SASL_SSL") {
-                        return anyhow::anyhow!("invalid setting listeners: {why}");
-                    }
+                None => SecurityProtocol::from_name(&name).map_err(|_| {
                     anyhow::anyhow!(
                         "invalid setting listener_security_protocol_map: it gives no protocol for \
                          listener {name} (add {name}:SASL_PLAINTEXT, for example)"
@@ -571,6 +597,45 @@ impl Settings {
             ));
         }
         Ok(specs)
+    }
+
+    /// The TLS files, when a listener is SSL or SASL_SSL; an error when one is and they
+    /// are not all given.
+    pub fn tls_files(&self) -> anyhow::Result<Option<crate::tls::TlsFiles>> {
+        let client_auth = crate::tls::ClientAuth::from_name(&self.ssl_client_auth)
+            .map_err(|why| anyhow::anyhow!("invalid setting ssl_client_auth: {why}"))?;
+        let tls: Vec<String> = self
+            .listener_specs()?
+            .into_iter()
+            .filter(|s| s.protocol.is_tls())
+            .map(|s| s.name)
+            .collect();
+        if tls.is_empty() {
+            return Ok(None);
+        }
+        let named = tls.join(", ");
+        let (Some(certificate), Some(key)) =
+            (&self.ssl_certificate_location, &self.ssl_key_location)
+        else {
+            return Err(anyhow::anyhow!(
+                "invalid setting ssl_certificate_location: listener {named} uses TLS, so \
+                 ssl_certificate_location and ssl_key_location must name the agent's PEM \
+                 certificate chain and key"
+            ));
+        };
+        if client_auth != crate::tls::ClientAuth::None && self.ssl_truststore_location.is_none() {
+            return Err(anyhow::anyhow!(
+                "invalid setting ssl_client_auth: {} needs ssl_truststore_location, the PEM \
+                 authorities client certificates chain to",
+                self.ssl_client_auth
+            ));
+        }
+        Ok(Some(crate::tls::TlsFiles {
+            certificate: certificate.clone(),
+            key: key.clone(),
+            truststore: self.ssl_truststore_location.clone(),
+            client_auth,
+        }))
     }
 
     /// The SASL mechanisms offered, as configured (at least one, each one strata has).
@@ -697,7 +762,12 @@ mod tests {
             "",
             "gives no protocol for listener CLIENT",
         );
-        refused("SSL://127.0.0.1:9093", "", "", "not supported yet");
+        refused(
+            "SSL://127.0.0.1:9093",
+            "",
+            "",
+            "ssl_certificate_location and ssl_key_location must name",
+        );
         refused(
             "SASL_PLAINTEXT://0.0.0.0:9093",
             "",

@@ -20,6 +20,10 @@ pub enum SecurityProtocol {
     Plaintext,
     /// SASL authentication (SaslHandshake, SaslAuthenticate) on a plain connection.
     SaslPlaintext,
+    /// TLS; the principal is the client certificate's, if it presents one.
+    Ssl,
+    /// SASL authentication inside TLS.
+    SaslSsl,
 }
 
 impl SecurityProtocol {
@@ -27,17 +31,18 @@ impl SecurityProtocol {
         match self {
             SecurityProtocol::Plaintext => "PLAINTEXT",
             SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
         }
     }
 
-    /// Kafka's protocol names; the TLS ones are refused until TLS is built.
+    /// Kafka's protocol names.
     pub fn from_name(name: &str) -> Result<SecurityProtocol, String> {
         match name.to_ascii_uppercase().as_str() {
             "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
             "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
-            "SSL" | "SASL_SSL" => Err(format!(
-                "security protocol {name} (TLS) is not supported yet; use PLAINTEXT or SASL_PLAINTEXT"
-            )),
+            "SSL" => Ok(SecurityProtocol::Ssl),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
             _ => Err(format!(
                 "{name:?} is not a security protocol (PLAINTEXT, SASL_PLAINTEXT, SSL, SASL_SSL)"
             )),
@@ -45,7 +50,14 @@ impl SecurityProtocol {
     }
 
     pub fn is_sasl(self) -> bool {
-        self == SecurityProtocol::SaslPlaintext
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+
+    pub fn is_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
     }
 }
 

@@ -36,6 +36,7 @@ pub mod service;
 pub mod tasks;
 pub mod throttle;
 pub mod tiering_process;
+pub mod tls;
 pub mod topic_config;
 pub mod txn;
 
@@ -255,6 +256,24 @@ pub async fn start_on(
     } else {
         None
     };
+    let tls = match settings.tls_files()? {
+        Some(files) => {
+            let rules = tls::PrincipalRules::parse(&settings.ssl_principal_mapping_rules).map_err(
+                |why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"),
+            )?;
+            let tls = Arc::new(tls::Tls::load(files, rules)?);
+            let watch = Arc::clone(&tls).watch(
+                Duration::from_millis(settings.ssl_reload_interval_ms),
+                shutdown.clone(),
+            );
+            tasks.spawn("tls reload", async move {
+                watch.await;
+                Stopped::Shutdown
+            });
+            Some(tls)
+        }
+        None => None,
+    };
     let reauth = (settings.connections_max_reauth_ms > 0)
         .then(|| Duration::from_millis(settings.connections_max_reauth_ms));
     let shared = server::Shared::new(settings);
@@ -269,6 +288,7 @@ pub async fn start_on(
             socket,
             listener: Arc::new(context::Listener::new(&spec.name, spec.protocol)),
             sasl: sasl.clone().filter(|_| spec.protocol.is_sasl()),
+            tls: tls.clone().filter(|_| spec.protocol.is_tls()),
             reauth,
         };
         tasks.spawn(

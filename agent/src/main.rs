@@ -87,6 +87,28 @@ struct AgentArgs {
     /// one address. [default: 100]
     #[arg(long, env = "STRATA_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS")]
     connection_failed_authentication_delay_ms: Option<u64>,
+    /// PEM certificate chain (own certificate first) for SSL and SASL_SSL listeners.
+    #[arg(long, env = "STRATA_SSL_CERTIFICATE_LOCATION")]
+    ssl_certificate_location: Option<PathBuf>,
+    /// PEM private key of --ssl-certificate-location.
+    #[arg(long, env = "STRATA_SSL_KEY_LOCATION")]
+    ssl_key_location: Option<PathBuf>,
+    /// PEM authorities that client certificates must chain to (Kafka's
+    /// ssl.truststore.location with type PEM).
+    #[arg(long, env = "STRATA_SSL_TRUSTSTORE_LOCATION")]
+    ssl_truststore_location: Option<PathBuf>,
+    /// Client certificates on SSL listeners: none, requested or required (Kafka's
+    /// ssl.client.auth). [default: none]
+    #[arg(long, env = "STRATA_SSL_CLIENT_AUTH")]
+    ssl_client_auth: Option<String>,
+    /// How a client certificate's subject becomes its principal (Kafka's
+    /// ssl.principal.mapping.rules), e.g. RULE:^CN=([^,]+).*$/$1/L,DEFAULT. [default: DEFAULT]
+    #[arg(long, env = "STRATA_SSL_PRINCIPAL_MAPPING_RULES")]
+    ssl_principal_mapping_rules: Option<String>,
+    /// How often (ms) the TLS files are read again, to take up a renewed certificate
+    /// without a restart. [default: 10000]
+    #[arg(long, env = "STRATA_SSL_RELOAD_INTERVAL_MS")]
+    ssl_reload_interval_ms: Option<u64>,
     /// Address the HTTP API binds. [default: 127.0.0.1:9644]
     #[arg(long, env = "STRATA_HTTP_LISTEN", value_parser = listen_address)]
     http_listen: Option<SocketAddr>,
@@ -240,6 +262,24 @@ impl AgentArgs {
         }
         if let Some(v) = self.connection_failed_authentication_delay_ms {
             s.connection_failed_authentication_delay_ms = v;
+        }
+        if let Some(v) = self.ssl_certificate_location {
+            s.ssl_certificate_location = Some(v);
+        }
+        if let Some(v) = self.ssl_key_location {
+            s.ssl_key_location = Some(v);
+        }
+        if let Some(v) = self.ssl_truststore_location {
+            s.ssl_truststore_location = Some(v);
+        }
+        if let Some(v) = self.ssl_client_auth {
+            s.ssl_client_auth = v;
+        }
+        if let Some(v) = self.ssl_principal_mapping_rules {
+            s.ssl_principal_mapping_rules = v;
+        }
+        if let Some(v) = self.ssl_reload_interval_ms {
+            s.ssl_reload_interval_ms = v;
         }
         if let Some(v) = self.http_listen {
             s.http_listen = v;

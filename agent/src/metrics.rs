@@ -389,6 +389,12 @@ pub fn sasl_authentication(mechanism: &'static str, outcome: &'static str, reaut
     .increment(1);
 }
 
+/// One TLS handshake on an SSL or SASL_SSL listener finished: `outcome` is `ok` or
+/// `failed` (no certificate where one is required, an untrusted one, not TLS at all).
+pub fn tls_handshake(outcome: &'static str) {
+    counter!("strata_tls_handshakes_total", "outcome" => outcome).increment(1);
+}
+
 /// A Kafka connection opened; the guard counts it closed when dropped.
 pub fn connection_opened() -> ConnectionCounted {
     counter!("strata_connections_accepted_total").increment(1);

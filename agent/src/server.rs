@@ -11,6 +11,10 @@
 //! of its size, an unknown API key, an unsupported version of any API but ApiVersions
 //! (which answers per KIP-511), or a body that does not decode.
 //!
+//! On an SSL or SASL_SSL listener the TLS handshake (see [`crate::tls`]) comes first,
+//! within `request_read_timeout_ms`; a connection that does not finish it is closed
+//! without a Kafka answer, as Kafka's is.
+//!
 //! Memory: a frame's declared size is reserved from the agent's request budget
 //! (`queued_max_request_bytes`) before its body is read, and its buffer grows with the
 //! bytes that arrive, so connections that declare large frames and send nothing cost
@@ -26,7 +30,7 @@ use futures::{FutureExt, StreamExt};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, TryAcquireError, mpsc};
 
@@ -36,6 +40,7 @@ use crate::context::{ConnectionInfo, Listener, RequestContext};
 use crate::sasl::Sasl;
 use crate::sasl::session::{Session, Verdict};
 use crate::tasks::{Stopped, Tasks};
+use crate::tls::Tls;
 
 /// Requests one connection may have in flight before it stops reading.
 const MAX_IN_FLIGHT: usize = 64;
@@ -160,6 +165,9 @@ static REFUSED_BY_ADDRESS: crate::throttle::Throttle = crate::throttle::Throttle
 /// open them at any rate.
 static BAD_CONNECTIONS: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
 
+/// Failed TLS handshakes are logged at most once a second, however many there are.
+static FAILED_HANDSHAKES: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
+
 /// The connection limits and request memory every listener of an agent shares.
 #[derive(Debug, Clone)]
 pub struct Shared {
@@ -191,6 +199,8 @@ pub struct Endpoint {
     pub sasl: Option<Arc<Sasl>>,
     /// How long a SASL session lasts before re-authentication (KIP-368).
     pub reauth: Option<Duration>,
+    /// The TLS configuration, on an SSL or SASL_SSL listener.
+    pub tls: Option<Arc<Tls>>,
 }
 
 /// Accepts connections on `endpoint` until shutdown; each connection is a task of
@@ -213,6 +223,7 @@ pub async fn serve(
         listener: kafka,
         sasl,
         reauth,
+        tls,
     } = endpoint;
     let mut backoff = ACCEPT_BACKOFF_MIN;
     let mut failures = 0u64;
@@ -276,14 +287,27 @@ pub async fn serve(
                 let session = Session::new(sasl.clone(), reauth);
                 tracing::debug!(%peer, "connection accepted");
                 let counted = crate::metrics::connection_opened();
+                let tls = tls.clone();
                 tasks.spawn("kafka connection", async move {
                     let _slot = slot;
                     let _address_slot = address_slot;
                     let _counted = counted;
-                    match connection(stream, broker, info, session, memory).await {
+                    let outcome = match tls {
+                        None => {
+                            let (reader, writer) = stream.into_split();
+                            connection(reader, writer, broker, info, session, memory).await
+                        }
+                        Some(tls) => secured(&tls, stream, broker, info, session, memory).await,
+                    };
+                    match outcome {
                         Ok(()) => {}
                         Err(e @ (ConnectionError::Io(_) | ConnectionError::Idle { .. })) => tracing::debug!(%peer, error = %e, "connection closed"),
                         Err(ConnectionError::Unauthenticated(why)) => tracing::info!(%peer, reason = %why, "closed an unauthenticated connection"),
+                        Err(ConnectionError::Tls(e)) => {
+                            if let Some(left_out) = FAILED_HANDSHAKES.allow() {
+                                tracing::info!(%peer, error = %e, left_out, "closed a connection whose TLS handshake failed");
+                            }
+                        }
                         Err(e @ ConnectionError::Encode(_)) => tracing::error!(%peer, error = %e, "connection closed"),
                         Err(e) => {
                             if let Some(left_out) = BAD_CONNECTIONS.allow() {
@@ -338,20 +362,48 @@ pub enum ConnectionError {
     },
     #[error("{0}")]
     Unauthenticated(String),
+    #[error(transparent)]
+    Tls(#[from] crate::tls::TlsError),
     #[error("cannot encode response: {0}")]
     Encode(String),
     #[error(transparent)]
     Io(#[from] std::io::Error),
 }
 
-async fn connection(
+/// Runs the TLS handshake, then the connection inside it. On an SSL listener the
+/// principal is the client certificate's.
+async fn secured(
+    tls: &Tls,
     stream: TcpStream,
+    broker: Arc<Broker>,
+    mut info: ConnectionInfo,
+    session: Session,
+    memory: RequestMemory,
+) -> Result<(), ConnectionError> {
+    let timeout = Duration::from_millis(broker.settings().request_read_timeout_ms);
+    let sasl = info.listener.security_protocol.is_sasl();
+    let accepted = tls.accept(stream, sasl, timeout).await;
+    crate::metrics::tls_handshake(if accepted.is_ok() { "ok" } else { "failed" });
+    let (stream, principal) = accepted?;
+    if let Some(principal) = principal {
+        info.principal = principal;
+    }
+    let (reader, writer) = tokio::io::split(stream);
+    connection(reader, writer, broker, info, session, memory).await
+}
+
+async fn connection<R, W>(
+    mut reader: R,
+    writer: W,
     broker: Arc<Broker>,
     mut info: ConnectionInfo,
     mut session: Session,
     memory: RequestMemory,
-) -> Result<(), ConnectionError> {
-    let (mut reader, writer) = stream.into_split();
+) -> Result<(), ConnectionError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let writing = tokio::spawn(write_replies(rx, writer, Arc::clone(&in_flight)));
@@ -677,9 +729,9 @@ async fn handle(
 }
 
 /// Awaits replies in request order and writes them.
-async fn write_replies(
+async fn write_replies<W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<Pending>,
-    mut writer: tokio::net::tcp::OwnedWriteHalf,
+    mut writer: W,
     unanswered: Arc<AtomicUsize>,
 ) -> Result<(), ConnectionError> {
     let mut in_flight = FuturesOrdered::new();

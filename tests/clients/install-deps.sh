@@ -8,10 +8,11 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 # kcat (librdkafka 2.0.2 on bookworm). kafkajs-lz4's native addon (lz4@0.6.5) is
 # built by node-gyp at npm install time: needs make, g++ and python3.
 # prometheus: the real server test_metrics.py scrapes a cluster with.
+# openssl: the CLI test_tls.py and the Java TlsTest make certificates with.
 if ! command -v kcat >/dev/null || ! command -v g++ >/dev/null || ! command -v make >/dev/null \
-    || ! command -v prometheus >/dev/null; then
+    || ! command -v prometheus >/dev/null || ! command -v openssl >/dev/null; then
     apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat build-essential prometheus
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends kcat build-essential prometheus openssl
 fi
 
 # Into the machine's python3. A Debian-packaged python3 refuses that (PEP 668);
