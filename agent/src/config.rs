@@ -35,6 +35,20 @@ pub struct Settings {
     pub listener_security_protocol_map: String,
     /// The SASL mechanisms SASL listeners offer (Kafka's `sasl.enabled.mechanisms`).
     pub sasl_enabled_mechanisms: String,
+    /// The JWKS document (a file) whose public keys OAUTHBEARER tokens must be signed
+    /// by (Kafka's `sasl.oauthbearer.jwks.endpoint.url`, as a file).
+    pub sasl_oauthbearer_jwks_location: Option<PathBuf>,
+    /// The `iss` OAUTHBEARER tokens must carry, if set
+    /// (`sasl.oauthbearer.expected.issuer`).
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Audiences, comma-separated, one of which a token's `aud` must name; empty: not
+    /// checked (`sasl.oauthbearer.expected.audience`).
+    pub sasl_oauthbearer_expected_audience: String,
+    /// The claim naming the principal (`sasl.oauthbearer.sub.claim.name`).
+    pub sasl_oauthbearer_sub_claim_name: String,
+    /// How far a token's `exp` and `nbf` may be off the agent's clock
+    /// (`sasl.oauthbearer.clock.skew.seconds`).
+    pub sasl_oauthbearer_clock_skew_seconds: u64,
     /// How long an authenticated SASL session lasts before the client must
     /// re-authenticate (Kafka's `connections.max.reauth.ms`, KIP-368); 0: for ever.
     pub connections_max_reauth_ms: u64,
@@ -224,6 +238,11 @@ impl Default for Settings {
             advertised_listeners: String::new(),
             listener_security_protocol_map: String::new(),
             sasl_enabled_mechanisms: "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN".to_string(),
+            sasl_oauthbearer_jwks_location: None,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: String::new(),
+            sasl_oauthbearer_sub_claim_name: "sub".to_string(),
+            sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
             ssl_certificate_location: None,
@@ -311,6 +330,7 @@ impl Settings {
         self.advertised()?;
         self.listener_specs()?;
         self.sasl_mechanisms()?;
+        self.oauth_settings()?;
         self.tls_files()?;
         crate::tls::PrincipalRules::parse(&self.ssl_principal_mapping_rules)
             .map_err(|why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"))?;
@@ -635,6 +655,41 @@ impl Settings {
             key: key.clone(),
             truststore: self.ssl_truststore_location.clone(),
             client_auth,
+        }))
+    }
+
+    /// What OAUTHBEARER tokens must satisfy, when the mechanism is enabled (it then needs
+    /// a JWKS file).
+    pub fn oauth_settings(&self) -> anyhow::Result<Option<crate::sasl::oauth::OAuthSettings>> {
+        if !self.sasl_mechanisms()?.iter().any(|m| m == "OAUTHBEARER") {
+            return Ok(None);
+        }
+        let Some(jwks) = &self.sasl_oauthbearer_jwks_location else {
+            return Err(anyhow::anyhow!(
+                "invalid setting sasl_oauthbearer_jwks_location: sasl_enabled_mechanisms names \
+                 OAUTHBEARER, so it must name the JWKS file of the keys tokens are signed by"
+            ));
+        };
+        if self.sasl_oauthbearer_sub_claim_name.trim().is_empty() {
+            return Err(anyhow::anyhow!(
+                "invalid setting sasl_oauthbearer_sub_claim_name: must name a claim"
+            ));
+        }
+        Ok(Some(crate::sasl::oauth::OAuthSettings {
+            jwks: jwks.clone(),
+            issuer: self
+                .sasl_oauthbearer_expected_issuer
+                .clone()
+                .filter(|i| !i.is_empty()),
+            audience: self
+                .sasl_oauthbearer_expected_audience
+                .split(',')
+                .map(str::trim)
+                .filter(|a| !a.is_empty())
+                .map(str::to_string)
+                .collect(),
+            sub_claim: self.sasl_oauthbearer_sub_claim_name.trim().to_string(),
+            clock_skew: std::time::Duration::from_secs(self.sasl_oauthbearer_clock_skew_seconds),
         }))
     }
 

@@ -252,6 +252,10 @@ pub async fn start_on(
             broker.metastore().clone(),
             &settings.sasl_mechanisms()?,
             Duration::from_millis(settings.connection_failed_authentication_delay_ms),
+            match settings.oauth_settings()? {
+                Some(o) => Some(sasl::oauth::Validator::load(o)?),
+                None => None,
+            },
         )))
     } else {
         None

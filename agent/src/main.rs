@@ -78,6 +78,22 @@ struct AgentArgs {
     /// [default: SCRAM-SHA-512,SCRAM-SHA-256,PLAIN]
     #[arg(long, env = "STRATA_SASL_ENABLED_MECHANISMS")]
     sasl_enabled_mechanisms: Option<String>,
+    /// JWKS file of the public keys OAUTHBEARER tokens are signed by (Kafka's
+    /// sasl.oauthbearer.jwks.endpoint.url, as a file); needed with OAUTHBEARER.
+    #[arg(long, env = "STRATA_SASL_OAUTHBEARER_JWKS_LOCATION")]
+    sasl_oauthbearer_jwks_location: Option<PathBuf>,
+    /// The iss OAUTHBEARER tokens must carry. [default: not checked]
+    #[arg(long, env = "STRATA_SASL_OAUTHBEARER_EXPECTED_ISSUER")]
+    sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Audiences, comma-separated, one of which a token's aud must name. [default: not checked]
+    #[arg(long, env = "STRATA_SASL_OAUTHBEARER_EXPECTED_AUDIENCE")]
+    sasl_oauthbearer_expected_audience: Option<String>,
+    /// The token claim naming the principal. [default: sub]
+    #[arg(long, env = "STRATA_SASL_OAUTHBEARER_SUB_CLAIM_NAME")]
+    sasl_oauthbearer_sub_claim_name: Option<String>,
+    /// How far (s) a token's exp and nbf may be off the agent's clock. [default: 30]
+    #[arg(long, env = "STRATA_SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS")]
+    sasl_oauthbearer_clock_skew_seconds: Option<u64>,
     /// How long (ms) a SASL session lasts before the client must re-authenticate
     /// (Kafka's connections.max.reauth.ms, KIP-368); 0: for ever. [default: 0]
     #[arg(long, env = "STRATA_CONNECTIONS_MAX_REAUTH_MS")]
@@ -256,6 +272,21 @@ impl AgentArgs {
         }
         if let Some(v) = self.sasl_enabled_mechanisms {
             s.sasl_enabled_mechanisms = v;
+        }
+        if let Some(v) = self.sasl_oauthbearer_jwks_location {
+            s.sasl_oauthbearer_jwks_location = Some(v);
+        }
+        if let Some(v) = self.sasl_oauthbearer_expected_issuer {
+            s.sasl_oauthbearer_expected_issuer = Some(v);
+        }
+        if let Some(v) = self.sasl_oauthbearer_expected_audience {
+            s.sasl_oauthbearer_expected_audience = v;
+        }
+        if let Some(v) = self.sasl_oauthbearer_sub_claim_name {
+            s.sasl_oauthbearer_sub_claim_name = v;
+        }
+        if let Some(v) = self.sasl_oauthbearer_clock_skew_seconds {
+            s.sasl_oauthbearer_clock_skew_seconds = v;
         }
         if let Some(v) = self.connections_max_reauth_ms {
             s.connections_max_reauth_ms = v;

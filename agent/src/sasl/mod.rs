@@ -1,12 +1,14 @@
 //! SASL authentication on SASL listeners: the mechanisms (PLAIN, SCRAM-SHA-256,
-//! SCRAM-SHA-512), their exchanges, and the growing delay after failures.
+//! SCRAM-SHA-512, OAUTHBEARER), their exchanges, and the growing delay after failures.
 //!
 //! The credentials are the SCRAM ones in the metastore (set with
 //! AlterUserScramCredentials, as Kafka's `kafka-configs --entity-type users`); PLAIN
 //! checks its password against them, so a user has one password for every mechanism
-//! and no password is ever stored. The connection's side (which requests may come
+//! and no password is ever stored. OAUTHBEARER tokens are JWTs checked against the
+//! keys of a JWKS file (`oauth.rs`). The connection's side (which requests may come
 //! before authentication, re-authentication) is in `server.rs`.
 
+pub mod oauth;
 pub mod scram;
 pub mod session;
 
@@ -20,7 +22,7 @@ use crate::context::Principal;
 use scram::{ScramError, ScramHash, ServerFirst};
 
 /// The mechanisms strata has, by Kafka name.
-pub const MECHANISMS: &[&str] = &["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN"];
+pub const MECHANISMS: &[&str] = &["SCRAM-SHA-512", "SCRAM-SHA-256", "PLAIN", "OAUTHBEARER"];
 
 /// The longest a failed authentication's answer is held back.
 const MAX_FAILURE_DELAY: Duration = Duration::from_secs(5);
@@ -33,6 +35,7 @@ const FAILURES_REMEMBERED: Duration = Duration::from_secs(600);
 pub enum Mechanism {
     Plain,
     Scram(ScramHash),
+    OAuthBearer,
 }
 
 impl Mechanism {
@@ -40,12 +43,14 @@ impl Mechanism {
         match self {
             Mechanism::Plain => "PLAIN",
             Mechanism::Scram(h) => h.mechanism(),
+            Mechanism::OAuthBearer => "OAUTHBEARER",
         }
     }
 
     fn from_name(name: &str) -> Option<Mechanism> {
         match name {
             "PLAIN" => Some(Mechanism::Plain),
+            "OAUTHBEARER" => Some(Mechanism::OAuthBearer),
             n => ScramHash::from_mechanism(n).map(Mechanism::Scram),
         }
     }
@@ -74,8 +79,9 @@ impl Exchange {
 pub enum Step {
     /// Answer with these bytes and wait for the next message.
     Continue(Exchange, Bytes),
-    /// Authenticated: answer with these bytes.
-    Done(Principal, Bytes),
+    /// Authenticated: answer with these bytes. The credential expires at the time given
+    /// (milliseconds since the epoch), if it does (an OAUTHBEARER token).
+    Done(Principal, Bytes, Option<u64>),
     /// Failed: answer SASL_AUTHENTICATION_FAILED with this message, after `delay`, and
     /// close the connection.
     Failed { message: String, delay: Duration },
@@ -85,6 +91,8 @@ pub enum Step {
 pub struct Sasl {
     metastore: Metastore,
     enabled: Vec<Mechanism>,
+    /// OAUTHBEARER's token validation, when it is enabled.
+    oauth: Option<oauth::Validator>,
     base_delay: Duration,
     /// Failures per client address, for the growing delay.
     failures: moka::future::Cache<IpAddr, u32>,
@@ -108,13 +116,22 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 }
 
 impl Sasl {
-    /// `mechanisms` are names from [`MECHANISMS`] (checked with the settings).
-    pub fn new(metastore: Metastore, mechanisms: &[String], base_delay: Duration) -> Sasl {
+    /// `mechanisms` are names from [`MECHANISMS`] (checked with the settings); `oauth`
+    /// validates OAUTHBEARER's tokens, which is offered only with it.
+    pub fn new(
+        metastore: Metastore,
+        mechanisms: &[String],
+        base_delay: Duration,
+        oauth: Option<oauth::Validator>,
+    ) -> Sasl {
+        let oauth_enabled = oauth.is_some();
         Sasl {
             metastore,
+            oauth,
             enabled: mechanisms
                 .iter()
                 .filter_map(|m| Mechanism::from_name(m))
+                .filter(|m| *m != Mechanism::OAuthBearer || oauth_enabled)
                 .collect(),
             base_delay,
             failures: moka::future::Cache::builder()
@@ -141,15 +158,26 @@ impl Sasl {
     /// Takes one client message of `exchange`, from `peer`.
     pub async fn step(&self, exchange: Exchange, input: &[u8], peer: IpAddr) -> Step {
         let mechanism = exchange.mechanism();
+        let refused = |e: ScramError| match e {
+            ScramError::BadProof => format!(
+                "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
+                mechanism.name()
+            ),
+            other => format!("Authentication failed: {other}"),
+        };
         let outcome = match exchange {
-            Exchange::Started(Mechanism::Plain) => self.plain(input).await,
-            Exchange::Started(Mechanism::Scram(h)) => self.scram_first(h, input).await,
+            Exchange::Started(Mechanism::Plain) => self.plain(input).await.map_err(refused),
+            Exchange::Started(Mechanism::Scram(h)) => {
+                self.scram_first(h, input).await.map_err(refused)
+            }
+            Exchange::Started(Mechanism::OAuthBearer) => self.oauthbearer(input),
             Exchange::ScramSent(server) => match server.finish(input) {
                 Ok(last) => Ok(Step::Done(
                     Principal::user(server.user()),
                     Bytes::from(last),
+                    None,
                 )),
-                Err(e) => Err(e),
+                Err(e) => Err(refused(e)),
             },
         };
         match outcome {
@@ -159,7 +187,7 @@ impl Sasl {
                 }
                 step
             }
-            Err(e) => {
+            Err(message) => {
                 let failures = self
                     .failures
                     .entry(peer)
@@ -168,18 +196,34 @@ impl Sasl {
                     .into_value();
                 let doubling = failures.saturating_sub(1).min(16);
                 let delay = (self.base_delay * 2u32.pow(doubling)).min(MAX_FAILURE_DELAY);
-                Step::Failed {
-                    message: match e {
-                        ScramError::BadProof => format!(
-                            "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
-                            mechanism.name()
-                        ),
-                        other => format!("Authentication failed: {other}"),
-                    },
-                    delay,
-                }
+                Step::Failed { message, delay }
             }
         }
+    }
+
+    /// OAUTHBEARER: one client message carrying the token; the principal is its
+    /// subject, and an authorization id, if given, must be that subject.
+    fn oauthbearer(&self, input: &[u8]) -> Result<Step, String> {
+        let Some(validator) = &self.oauth else {
+            return Err("Authentication failed: OAUTHBEARER is not configured".to_string());
+        };
+        let (authzid, token) = oauth::parse_client_response(input).map_err(|why| {
+            format!("Authentication failed: malformed OAUTHBEARER message: {why}")
+        })?;
+        let valid = validator
+            .validate(&token, crate::clock::now_ms().max(0) as u64)
+            .map_err(|why| format!("Authentication failed: invalid OAUTHBEARER token: {why}"))?;
+        if authzid.as_ref().is_some_and(|a| *a != valid.principal) {
+            return Err(format!(
+                "Authentication failed: the authorization id is not the token's subject {}",
+                valid.principal
+            ));
+        }
+        Ok(Step::Done(
+            Principal::user(&valid.principal),
+            Bytes::new(),
+            Some(valid.expires_ms),
+        ))
     }
 
     async fn credential(
@@ -264,7 +308,7 @@ impl Sasl {
                 .await
                 .unwrap_or(false);
         if known && matches {
-            Ok(Step::Done(Principal::user(user), Bytes::new()))
+            Ok(Step::Done(Principal::user(user), Bytes::new(), None))
         } else {
             Err(ScramError::BadProof)
         }

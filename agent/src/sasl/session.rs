@@ -283,7 +283,7 @@ impl Session {
                 (Verdict::answer(r), None)
             }
             Step::Failed { message, delay } => fail(message, delay),
-            Step::Done(principal, bytes) => {
+            Step::Done(principal, bytes, expires_ms) => {
                 if let Some(b) = &before
                     && b.principal != principal
                 {
@@ -297,7 +297,16 @@ impl Session {
                 }
                 crate::metrics::sasl_authentication(mechanism.name(), "ok", reauth);
                 tracing::debug!(%peer, %principal, mechanism = mechanism.name(), reauthentication = reauth, "SASL authenticated");
-                let lifetime = self.reauth;
+                // As Kafka: with re-authentication on, a session ends when its
+                // credential does (an OAUTHBEARER token's exp), if that is sooner.
+                let lifetime = match (self.reauth, expires_ms) {
+                    (Some(l), Some(expires)) => {
+                        let left = expires.saturating_sub(crate::clock::now_ms().max(0) as u64);
+                        // Never 0, which would mean "no expiry" to the client.
+                        Some(l.min(Duration::from_millis(left.max(1))))
+                    }
+                    (l, _) => l,
+                };
                 self.state = State::Authenticated(Authenticated {
                     principal: principal.clone(),
                     mechanism,
@@ -359,6 +368,7 @@ mod tests {
             metastore,
             &["PLAIN".to_string()],
             Duration::from_millis(100),
+            None,
         ))
     }
 
