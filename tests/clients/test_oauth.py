@@ -26,9 +26,8 @@ from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 
 from conftest import pick_free_ports
 from strata_testlib import unique_topic, wait_until
-from test_sasl import metric
+from test_sasl import kafkajs, metric
 
-HERE = Path(__file__).resolve().parent
 NODE = shutil.which("node")
 
 ISSUER = "https://idp.strata.test"
@@ -314,51 +313,19 @@ def test_kafka_python_authenticates_with_a_token(oauth_broker):
     assert got == [f"kp{i}".encode() for i in range(5)]
 
 
-KAFKAJS_SCRIPT = r"""
-const { Kafka, logLevel } = require('kafkajs')
-const [broker, topic, token] = process.argv.slice(2)
-const kafka = new Kafka({ brokers: [broker], clientId: 'kafkajs-oauth', logLevel: logLevel.NOTHING,
-  sasl: { mechanism: 'oauthbearer', oauthBearerProvider: async () => ({ value: token }) },
-  retry: { retries: 1 } })
-;(async () => {
-  const producer = kafka.producer()
-  await producer.connect()
-  await producer.send({ topic, messages: [1, 2, 3].map(i => ({ value: `js${i}` })) })
-  await producer.disconnect()
-  const consumer = kafka.consumer({ groupId: `g-${topic}` })
-  await consumer.connect()
-  await consumer.subscribe({ topic, fromBeginning: true })
-  const got = []
-  await new Promise((resolve) => {
-    consumer.run({ eachMessage: async ({ message }) => {
-      got.push(message.value.toString()); if (got.length === 3) resolve()
-    } })
-  })
-  await consumer.disconnect()
-  console.log(JSON.stringify(got))
-})().catch(e => { console.error(`${e.name}: ${e.message}`); process.exit(1) })
-"""
-
-
 @pytest.mark.skipif(NODE is None, reason="node not installed")
-def test_kafkajs_authenticates_with_a_token(oauth_broker, rsa_key, tmp_path):
+def test_kafkajs_authenticates_with_a_token(oauth_broker, rsa_key):
     b = oauth_broker
     topic = unique_topic("oauth-js")
     admin = AdminClient(oauth_conf(b, rsa_key.token))
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(timeout=20)
-    script = HERE / f".kafkajs_oauth_{tmp_path.name}.js"
-    script.write_text(KAFKAJS_SCRIPT)
-    try:
-        ok = subprocess.run([NODE, str(script), b.sasl, topic, rsa_key.token("svc-js")],
-                            cwd=HERE, capture_output=True, timeout=120, text=True)
-        assert ok.returncode == 0, ok.stderr
-        assert json.loads(ok.stdout) == ["js1", "js2", "js3"]
-        bad = subprocess.run([NODE, str(script), b.sasl, topic, rsa_key.token(lifetime=-60)],
-                             cwd=HERE, capture_output=True, timeout=120, text=True)
-        assert bad.returncode == 1
-        assert "expired" in bad.stderr, bad.stderr
-    finally:
-        script.unlink(missing_ok=True)
+    ok = kafkajs(b.sasl, topic, {"sasl": {"mechanism": "oauthbearer", "token": rsa_key.token("svc-js")}})
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == ["js1", "js2", "js3"]
+    bad = kafkajs(b.sasl, topic, {"sasl": {"mechanism": "oauthbearer",
+                                           "token": rsa_key.token(lifetime=-60)}})
+    assert bad.returncode == 1
+    assert "expired" in bad.stderr, bad.stderr
 
 
 def test_oauthbearer_without_a_jwks_file_stops_the_agent_at_start(broker_factory):

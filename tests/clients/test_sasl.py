@@ -294,49 +294,25 @@ def test_kafka_python_authenticates_with_scram(sasl_broker):
     assert got == [f"kp{i}".encode() for i in range(5)]
 
 
-KAFKAJS_SCRIPT = r"""
-const { Kafka, logLevel } = require('kafkajs')
-const [broker, topic, username, password] = process.argv.slice(2)
-const kafka = new Kafka({ brokers: [broker], clientId: 'kafkajs-sasl', logLevel: logLevel.NOTHING,
-  sasl: { mechanism: 'scram-sha-512', username, password }, retry: { retries: 2 } })
-;(async () => {
-  const producer = kafka.producer()
-  await producer.connect()
-  await producer.send({ topic, messages: [1, 2, 3].map(i => ({ value: `js${i}` })) })
-  await producer.disconnect()
-  const consumer = kafka.consumer({ groupId: `g-${topic}` })
-  await consumer.connect()
-  await consumer.subscribe({ topic, fromBeginning: true })
-  const got = []
-  await new Promise((resolve) => {
-    consumer.run({ eachMessage: async ({ message }) => {
-      got.push(message.value.toString()); if (got.length === 3) resolve()
-    } })
-  })
-  await consumer.disconnect()
-  console.log(JSON.stringify(got))
-})().catch(e => { console.error(`${e.name}: ${e.message}`); process.exit(1) })
-"""
+def kafkajs(bootstrap: str, topic: str, options: dict) -> subprocess.CompletedProcess:
+    """kafkajs_auth.js: produce three records and read them back in a group, with the
+    connection options (sasl, ssl) given."""
+    return subprocess.run([NODE, str(HERE / "kafkajs_auth.js"), bootstrap, topic, json.dumps(options)],
+                          cwd=HERE, capture_output=True, timeout=120, text=True)
 
 
 @pytest.mark.skipif(NODE is None, reason="node not installed")
-def test_kafkajs_authenticates_with_scram_sha_512(sasl_broker, tmp_path):
+def test_kafkajs_authenticates_with_scram_sha_512(sasl_broker):
     b = sasl_broker
     topic = unique_topic("sasl-js")
     create_topic(b.plaintext, topic, 1)
-    script = HERE / f".kafkajs_sasl_{tmp_path.name}.js"
-    script.write_text(KAFKAJS_SCRIPT)
-    try:
-        ok = subprocess.run([NODE, str(script), b.sasl, topic, "bob", USERS["bob"]],
-                            cwd=HERE, capture_output=True, timeout=120, text=True)
-        assert ok.returncode == 0, ok.stderr
-        assert json.loads(ok.stdout) == ["js1", "js2", "js3"]
-        bad = subprocess.run([NODE, str(script), b.sasl, topic, "bob", "wrong"],
-                             cwd=HERE, capture_output=True, timeout=120, text=True)
-        assert bad.returncode == 1
-        assert "SASL SCRAM SHA512 authentication failed" in bad.stderr, bad.stderr
-    finally:
-        script.unlink(missing_ok=True)
+    scram = {"mechanism": "scram-sha-512", "username": "bob"}
+    ok = kafkajs(b.sasl, topic, {"sasl": {**scram, "password": USERS["bob"]}})
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout) == ["js1", "js2", "js3"]
+    bad = kafkajs(b.sasl, topic, {"sasl": {**scram, "password": "wrong"}})
+    assert bad.returncode == 1
+    assert "SASL SCRAM SHA512 authentication failed" in bad.stderr, bad.stderr
 
 
 def test_librdkafka_reauthenticates_before_the_session_expires(broker_factory):

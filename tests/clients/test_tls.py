@@ -27,9 +27,8 @@ from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from conftest import pick_free_ports
 from strata_testlib import unique_topic, wait_until
-from test_sasl import USERS, add_users, metric
+from test_sasl import USERS, add_users, kafkajs, metric
 
-HERE = Path(__file__).resolve().parent
 NODE = shutil.which("node")
 OPENSSL = shutil.which("openssl")
 
@@ -341,51 +340,17 @@ def test_kafka_python_with_a_client_certificate(tls_broker):
     assert meta.offset == 0
 
 
-KAFKAJS_SCRIPT = r"""
-const fs = require('fs')
-const { Kafka, logLevel } = require('kafkajs')
-const [broker, topic, username, password, ca, cert, key] = process.argv.slice(2)
-const ssl = { ca: [fs.readFileSync(ca, 'utf-8')] }
-if (cert) { ssl.cert = fs.readFileSync(cert, 'utf-8'); ssl.key = fs.readFileSync(key, 'utf-8') }
-const sasl = username ? { mechanism: 'scram-sha-512', username, password } : undefined
-const kafka = new Kafka({ brokers: [broker], clientId: 'kafkajs-tls', logLevel: logLevel.NOTHING,
-  ssl, sasl, retry: { retries: 2 } })
-;(async () => {
-  const producer = kafka.producer()
-  await producer.connect()
-  await producer.send({ topic, messages: [1, 2, 3].map(i => ({ value: `js${i}` })) })
-  await producer.disconnect()
-  const consumer = kafka.consumer({ groupId: `g-${topic}` })
-  await consumer.connect()
-  await consumer.subscribe({ topic, fromBeginning: true })
-  const got = []
-  await new Promise((resolve) => {
-    consumer.run({ eachMessage: async ({ message }) => {
-      got.push(message.value.toString()); if (got.length === 3) resolve()
-    } })
-  })
-  await consumer.disconnect()
-  console.log(JSON.stringify(got))
-})().catch(e => { console.error(`${e.name}: ${e.message}`); process.exit(1) })
-"""
-
-
 @pytest.mark.skipif(NODE is None, reason="node not installed")
-def test_kafkajs_over_tls_with_scram_and_with_a_client_certificate(tls_broker, tmp_path):
+def test_kafkajs_over_tls_with_scram_and_with_a_client_certificate(tls_broker):
     b = tls_broker
-    script = HERE / f".kafkajs_tls_{tmp_path.name}.js"
-    script.write_text(KAFKAJS_SCRIPT)
-    try:
-        for name, args in (
-            ("scram", [b.sasl_ssl, "bob", USERS["bob"], b.path("ca.pem")]),
-            ("mtls", [b.ssl, "", "", b.path("ca.pem"), b.path("alice.pem"), b.path("alice.key")]),
-        ):
-            topic = unique_topic(f"tls-js-{name}")
-            create(b.mtls_conf(), topic, 1)
-            argv = [args[0], topic, *args[1:]]
-            ok = subprocess.run([NODE, str(script), *argv], cwd=HERE, capture_output=True,
-                                timeout=120, text=True)
-            assert ok.returncode == 0, (name, ok.stderr)
-            assert json.loads(ok.stdout) == ["js1", "js2", "js3"]
-    finally:
-        script.unlink(missing_ok=True)
+    scram = {"mechanism": "scram-sha-512", "username": "bob", "password": USERS["bob"]}
+    for name, bootstrap, options in (
+        ("scram", b.sasl_ssl, {"sasl": scram, "ssl": {"ca": b.path("ca.pem")}}),
+        ("mtls", b.ssl, {"ssl": {"ca": b.path("ca.pem"), "cert": b.path("alice.pem"),
+                                 "key": b.path("alice.key")}}),
+    ):
+        topic = unique_topic(f"tls-js-{name}")
+        create(b.mtls_conf(), topic, 1)
+        ok = kafkajs(bootstrap, topic, options)
+        assert ok.returncode == 0, (name, ok.stderr)
+        assert json.loads(ok.stdout) == ["js1", "js2", "js3"]
