@@ -11,6 +11,7 @@ use strata_metastore::Metastore;
 use strata_tiering::{ArchiveReader, TieringWorker};
 use tokio_util::sync::CancellationToken;
 
+use crate::authz::Authorizer;
 use crate::broker_config::BrokerConfig;
 use crate::config::{AckDurability, Settings};
 use crate::group::Coordinator;
@@ -55,6 +56,8 @@ pub struct Broker {
     tiering: Option<Arc<TieringWorker>>,
     /// Privileged actions, who asked for them and how they ended.
     audit: crate::audit::Audit,
+    /// Who may do what (ACLs), when an authorizer is configured.
+    authorizer: Arc<Authorizer>,
     shutdown: CancellationToken,
 }
 
@@ -133,6 +136,10 @@ impl Broker {
             },
         ));
         let producer_ids = Arc::new(ProducerIds::new(metastore.clone()));
+        // The ACLs are read before the first request is served: none is decided on an
+        // empty set that would deny (or allow) what the bindings say otherwise.
+        let authorizer = Arc::new(Authorizer::new(settings.authz()?, metastore.clone()));
+        authorizer.refresh().await?;
         let transactions = Arc::new(Transactions::new(
             metastore.clone(),
             Arc::clone(&membership),
@@ -165,6 +172,7 @@ impl Broker {
             replicas,
             tiering,
             audit: crate::audit::Audit::at(&settings_data_dir.join("audit.log")),
+            authorizer,
             shutdown,
         }))
     }
@@ -234,6 +242,10 @@ impl Broker {
     /// Cancelled when the agent begins to stop.
     pub fn audit(&self) -> &crate::audit::Audit {
         &self.audit
+    }
+
+    pub fn authorizer(&self) -> &Arc<Authorizer> {
+        &self.authorizer
     }
 
     pub fn shutdown(&self) -> &CancellationToken {

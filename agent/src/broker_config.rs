@@ -200,6 +200,18 @@ impl BrokerConfig {
         push("sasl.enabled.mechanisms", Kind::List, &|s| {
             s.sasl_enabled_mechanisms.clone()
         });
+        push(
+            "authorizer.class.name",
+            Kind::String,
+            &|s| match s.authz().map(|a| a.enabled) {
+                Ok(true) => "org.apache.kafka.metadata.authorizer.StandardAuthorizer".to_string(),
+                _ => String::new(),
+            },
+        );
+        push("super.users", Kind::String, &|s| s.super_users.clone());
+        push("allow.everyone.if.no.acl.found", Kind::Boolean, &|s| {
+            s.allow_everyone_if_no_acl_found.to_string()
+        });
         push("ssl.client.auth", Kind::String, &|s| {
             s.ssl_client_auth.clone()
         });

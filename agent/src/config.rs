@@ -67,6 +67,16 @@ pub struct Settings {
     /// Whether SSL listeners ask clients for certificates: `none`, `requested` or
     /// `required` (Kafka's `ssl.client.auth`; SASL_SSL listeners ask for none, KIP-684).
     pub ssl_client_auth: String,
+    /// The authorizer (Kafka's `authorizer.class.name`): empty for none (every request
+    /// allowed, as Kafka without one), `acl` for ACLs in the metastore (Kafka's
+    /// `StandardAuthorizer` and `AclAuthorizer` class names mean the same).
+    pub authorizer: String,
+    /// Principals allowed everything, separated by `;` (Kafka's `super.users`:
+    /// `User:admin;User:ops`).
+    pub super_users: String,
+    /// Whether a resource no ACL names is open to everyone (Kafka's
+    /// `allow.everyone.if.no.acl.found`); false: closed to all but super users.
+    pub allow_everyone_if_no_acl_found: bool,
     /// How a client certificate's subject becomes its principal (Kafka's
     /// `ssl.principal.mapping.rules`).
     pub ssl_principal_mapping_rules: String,
@@ -245,6 +255,9 @@ impl Default for Settings {
             sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
+            authorizer: String::new(),
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
             ssl_certificate_location: None,
             ssl_key_location: None,
             ssl_truststore_location: None,
@@ -332,6 +345,7 @@ impl Settings {
         self.sasl_mechanisms()?;
         self.oauth_settings()?;
         self.tls_files()?;
+        self.authz()?;
         crate::tls::PrincipalRules::parse(&self.ssl_principal_mapping_rules)
             .map_err(|why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"))?;
         if self.ssl_reload_interval_ms == 0 {
@@ -617,6 +631,41 @@ impl Settings {
             ));
         }
         Ok(specs)
+    }
+
+    /// How requests are authorized: `authorizer` and `super_users` checked.
+    pub fn authz(&self) -> anyhow::Result<crate::authz::AuthzConfig> {
+        let enabled = match self.authorizer.trim() {
+            "" | "none" => false,
+            "acl"
+            | "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+            | "kafka.security.authorizer.AclAuthorizer" => true,
+            other => anyhow::bail!(
+                "invalid setting authorizer: {other:?} is not an authorizer (acl, or empty for none)"
+            ),
+        };
+        let mut super_users = Vec::new();
+        for user in self
+            .super_users
+            .split(';')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+        {
+            match user.split_once(':') {
+                Some((kind, name)) if !kind.is_empty() && !name.is_empty() => {
+                    super_users.push(user.to_string())
+                }
+                _ => anyhow::bail!(
+                    "invalid setting super_users: {user:?} is not a principal (User:admin; \
+                     several are separated by ;)"
+                ),
+            }
+        }
+        Ok(crate::authz::AuthzConfig {
+            enabled,
+            super_users,
+            allow_if_no_acl: self.allow_everyone_if_no_acl_found,
+        })
     }
 
     /// The TLS files, when a listener is SSL or SASL_SSL; an error when one is and they

@@ -6,6 +6,7 @@
 
 pub mod api;
 pub mod audit;
+pub mod authz;
 pub mod broker;
 pub mod broker_config;
 pub mod cli;
@@ -206,6 +207,10 @@ pub async fn start_on(
         let shutdown = shutdown.clone();
         async move { transactions.run(shutdown).await }
     });
+    tasks.spawn(
+        "follow acl changes",
+        Arc::clone(broker.authorizer()).follow_changes(Duration::from_secs(60), shutdown.clone()),
+    );
     tasks.spawn(
         "follow topic changes",
         Arc::clone(replicas).follow_topic_changes(),

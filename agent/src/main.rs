@@ -117,6 +117,18 @@ struct AgentArgs {
     /// ssl.client.auth). [default: none]
     #[arg(long, env = "STRATA_SSL_CLIENT_AUTH")]
     ssl_client_auth: Option<String>,
+    /// The authorizer (Kafka's authorizer.class.name): acl to enforce the ACLs in the
+    /// metastore (CreateAcls, kafka-acls). [default: none, everything allowed]
+    #[arg(long, env = "STRATA_AUTHORIZER")]
+    authorizer: Option<String>,
+    /// Principals allowed everything, separated by ; (Kafka's super.users), e.g.
+    /// "User:admin;User:ops".
+    #[arg(long, env = "STRATA_SUPER_USERS")]
+    super_users: Option<String>,
+    /// Open resources no ACL names to everyone (Kafka's allow.everyone.if.no.acl.found).
+    /// [default: false]
+    #[arg(long, env = "STRATA_ALLOW_EVERYONE_IF_NO_ACL_FOUND")]
+    allow_everyone_if_no_acl_found: Option<bool>,
     /// How a client certificate's subject becomes its principal (Kafka's
     /// ssl.principal.mapping.rules), e.g. RULE:^CN=([^,]+).*$/$1/L,DEFAULT. [default: DEFAULT]
     #[arg(long, env = "STRATA_SSL_PRINCIPAL_MAPPING_RULES")]
@@ -305,6 +317,15 @@ impl AgentArgs {
         }
         if let Some(v) = self.ssl_client_auth {
             s.ssl_client_auth = v;
+        }
+        if let Some(v) = self.authorizer {
+            s.authorizer = v;
+        }
+        if let Some(v) = self.super_users {
+            s.super_users = v;
+        }
+        if let Some(v) = self.allow_everyone_if_no_acl_found {
+            s.allow_everyone_if_no_acl_found = v;
         }
         if let Some(v) = self.ssl_principal_mapping_rules {
             s.ssl_principal_mapping_rules = v;

@@ -118,6 +118,10 @@ fn describe() {
         "Segments the tiering worker failed to archive, by cause (object_store, metastore, other)"
     );
     describe_counter!(
+        "strata_authorization_denied_total",
+        "Requests (or parts of them) an ACL denied, by resource type and operation"
+    );
+    describe_counter!(
         "strata_metastore_transactions_total",
         "Metastore transactions run"
     );
@@ -375,6 +379,16 @@ pub fn rebalance_completed(took_ms: i64) {
 /// A Kafka connection closed as soon as it was accepted, for `why` (the setting).
 pub fn connection_refused(why: &'static str) {
     counter!("strata_connections_refused_total", "reason" => why).increment(1);
+}
+
+/// The authorizer denied `operation` on a resource of type `resource_type`.
+pub fn authorization_denied(resource_type: &'static str, operation: &'static str) {
+    counter!(
+        "strata_authorization_denied_total",
+        "resource_type" => resource_type,
+        "operation" => operation
+    )
+    .increment(1);
 }
 
 /// One SASL authentication finished: `outcome` is `ok` or `failed`; `reauth` tells a

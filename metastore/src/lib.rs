@@ -5,6 +5,7 @@
 //! backend; [`agents`] and [`controller`] hold the leases that say who is in the
 //! cluster and who runs elections.
 
+pub mod acls;
 pub mod agents;
 pub mod configs;
 pub mod conformance;
@@ -22,6 +23,7 @@ pub mod sqlite;
 pub mod topics;
 pub mod transactions;
 
+pub use acls::AclRecord;
 pub use agents::{AgentRecord, ListenerAddress};
 pub use configs::{BrokerConfigs, ConfigScope};
 pub use controller::ControllerLease;

@@ -2,6 +2,7 @@
 //! is linked into one test executable instead of five.
 
 mod archive;
+mod authorization;
 mod cluster;
 mod connections;
 mod hardening;

@@ -685,6 +685,68 @@ async fn every_api_answers_at_every_advertised_version() {
                         .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
                     assert_eq!(r.error_code, 0, "{ctx}");
                 }
+                // Without an authorizer, as Kafka: SECURITY_DISABLED (the authorization
+                // suite covers them with one).
+                ApiKey::CreateAcls => {
+                    let mut a =
+                        kafka_protocol::messages::create_acls_request::AclCreation::default();
+                    a.resource_type = 2;
+                    a.resource_name = StrBytes::from_static_str("t");
+                    a.principal = StrBytes::from_static_str("User:a");
+                    a.host = StrBytes::from_static_str("*");
+                    a.operation = 3;
+                    a.permission_type = 3;
+                    let mut req = kafka_protocol::messages::CreateAclsRequest::default();
+                    req.creations = vec![a];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        r.results[0].error_code,
+                        ResponseError::SecurityDisabled.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::DescribeAcls => {
+                    let mut req = kafka_protocol::messages::DescribeAclsRequest::default();
+                    req.resource_type_filter = 1;
+                    req.resource_name_filter = None;
+                    req.principal_filter = None;
+                    req.host_filter = None;
+                    req.operation = 1;
+                    req.permission_type = 1;
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        r.error_code,
+                        ResponseError::SecurityDisabled.code(),
+                        "{ctx}"
+                    );
+                }
+                ApiKey::DeleteAcls => {
+                    let mut f =
+                        kafka_protocol::messages::delete_acls_request::DeleteAclsFilter::default();
+                    f.resource_type_filter = 1;
+                    f.resource_name_filter = None;
+                    f.principal_filter = None;
+                    f.host_filter = None;
+                    f.operation = 1;
+                    f.permission_type = 1;
+                    let mut req = kafka_protocol::messages::DeleteAclsRequest::default();
+                    req.filters = vec![f];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(
+                        r.filter_results[0].error_code,
+                        ResponseError::SecurityDisabled.code(),
+                        "{ctx}"
+                    );
+                }
                 api if txn_cases::handles(api) => txn_cases::check(&mut c, api, v).await,
                 other => panic!("no test for advertised API {other:?}"),
             }

@@ -1,6 +1,6 @@
 //! The audit log of the Kafka API's privileged mutations: topics created, deleted and
 //! grown, configs altered, groups and committed offsets deleted, partitions reassigned,
-//! leaders elected, records deleted, SCRAM credentials altered. Each resource a request names is one entry, with
+//! leaders elected, records deleted, SCRAM credentials altered, ACLs created and deleted. Each resource a request names is one entry, with
 //! the same actions the HTTP API records (`topic.create`, `topic.alter_configs`, ...),
 //! `via: "kafka"`, and the error name and message of a refusal.
 //!
@@ -56,6 +56,51 @@ fn config_resource(resource_type: i8, name: &str) -> (&'static str, String) {
         ),
         _ => ("config.alter", format!("{resource_type}:{name}")),
     }
+}
+
+/// An ACL binding's (or filter's) resource: `acl:TOPIC:PREFIXED:orders-`, `ANY` and
+/// `*` for what a filter leaves open.
+fn acl_resource(resource_type: i8, pattern_type: i8, name: Option<&str>) -> String {
+    use crate::authz::rules::{PatternType, ResourceType};
+    let kind = match resource_type {
+        1 => "ANY".to_string(),
+        c => ResourceType::from_code(c)
+            .map_or_else(|| format!("UNKNOWN({c})"), |t| t.name().to_string()),
+    };
+    let pattern = match PatternType::from_code(pattern_type) {
+        Some(PatternType::Literal) => "LITERAL".to_string(),
+        Some(PatternType::Prefixed) => "PREFIXED".to_string(),
+        None if pattern_type == 1 => "ANY".to_string(),
+        None if pattern_type == 2 => "MATCH".to_string(),
+        None => format!("UNKNOWN({pattern_type})"),
+    };
+    format!("acl:{kind}:{pattern}:{}", name.unwrap_or("*"))
+}
+
+fn acl_request(
+    principal: Option<&str>,
+    host: Option<&str>,
+    operation: i8,
+    permission: i8,
+) -> Value {
+    use crate::authz::rules::{Operation, Permission};
+    let operation = Operation::from_code(operation).map_or_else(
+        || {
+            if operation == 1 {
+                "ANY".to_string()
+            } else {
+                format!("UNKNOWN({operation})")
+            }
+        },
+        |o| o.name().to_string(),
+    );
+    let permission = match Permission::from_code(permission) {
+        Some(Permission::Allow) => "ALLOW".to_string(),
+        Some(Permission::Deny) => "DENY".to_string(),
+        None if permission == 1 => "ANY".to_string(),
+        None => format!("UNKNOWN({permission})"),
+    };
+    json!({ "principal": principal, "host": host, "operation": operation, "permission": permission })
 }
 
 /// Summarizes a privileged request; `None` for every other request.
@@ -264,6 +309,37 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
                 })
                 .collect()
         }
+        RequestKind::CreateAcls(r) => r
+            .creations
+            .iter()
+            .map(|c| {
+                entry(
+                    "acl.create",
+                    acl_resource(c.resource_type, c.resource_pattern_type, Some(&c.resource_name)),
+                    acl_request(Some(&c.principal), Some(&c.host), c.operation, c.permission_type),
+                )
+            })
+            .collect(),
+        RequestKind::DeleteAcls(r) => r
+            .filters
+            .iter()
+            .map(|f| {
+                entry(
+                    "acl.delete",
+                    acl_resource(
+                        f.resource_type_filter,
+                        f.pattern_type_filter,
+                        f.resource_name_filter.as_deref(),
+                    ),
+                    acl_request(
+                        f.principal_filter.as_deref(),
+                        f.host_filter.as_deref(),
+                        f.operation,
+                        f.permission_type,
+                    ),
+                )
+            })
+            .collect(),
         _ => return None,
     };
     Some(Asked(entries))
@@ -330,6 +406,20 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
             for u in &r.results {
                 let o = outcome(u.error_code, u.error_message.as_deref(), json!({}));
                 out.insert(user(&u.user), o);
+            }
+        }
+        // Positional answers: `#i` is the request's `i`th binding or filter.
+        ResponseKind::CreateAcls(r) => {
+            for (i, c) in r.results.iter().enumerate() {
+                let o = outcome(c.error_code, c.error_message.as_deref(), json!({}));
+                out.insert(format!("#{i}"), o);
+            }
+        }
+        ResponseKind::DeleteAcls(r) => {
+            for (i, f) in r.filter_results.iter().enumerate() {
+                let done = json!({ "deleted": f.matching_acls.len() });
+                let o = outcome(f.error_code, f.error_message.as_deref(), done);
+                out.insert(format!("#{i}"), o);
             }
         }
         ResponseKind::DeleteGroups(r) => {
@@ -407,8 +497,11 @@ pub fn record(broker: &Broker, ctx: &RequestContext, asked: Asked, response: &Re
     let mut answered = answered(response);
     let overall = answered.remove("");
     let single = asked.0.len() == 1;
-    for e in asked.0 {
-        let outcome = match (answered.remove(&e.resource), &overall) {
+    for (i, e) in asked.0.into_iter().enumerate() {
+        let answer = answered
+            .remove(&e.resource)
+            .or_else(|| answered.remove(&format!("#{i}")));
+        let outcome = match (answer, &overall) {
             (Some(o), _) => o,
             (None, Some(o)) => o.clone(),
             // One entry for many resources (ElectLeaders of every partition): each

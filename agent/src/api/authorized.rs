@@ -1,8 +1,9 @@
 //! The operations a client may ask to be told it is authorized for (KIP-430: Metadata,
 //! DescribeCluster, DescribeGroups), as Kafka's bit field: bit `n` is the ACL operation
 //! of code `n`. With no authorizer configured Kafka answers every operation the
-//! resource type supports, and so does strata (there is no authorizer yet); a client
-//! that does not ask gets `i32::MIN`, Kafka's "not included".
+//! resource type supports, and so do these handlers; with one, the gate (`gate.rs`)
+//! replaces them with the principal's own. A client that does not ask gets `i32::MIN`,
+//! Kafka's "not included".
 
 use kafka_protocol::messages::metadata_response::MetadataResponseTopic;
 

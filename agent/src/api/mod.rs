@@ -6,12 +6,14 @@
 //! connection are appended in the order they arrived, while their waits for durability
 //! overlap (which is what lets one fsync cover many of them).
 
+mod acls;
 mod audited;
 mod authorized;
 mod cluster;
 pub(crate) mod configs;
 pub mod errors;
 mod fetch;
+mod gate;
 pub(crate) mod groups;
 mod leader_epochs;
 pub(crate) mod list_offsets;
@@ -45,14 +47,27 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 
 /// Starts handling one request in its context. The caller has checked that the version
 /// is supported; `None` means the API has no handler here, and the connection should be
-/// closed. Privileged requests are audited as their answer is ready (`audited.rs`).
+/// closed. The caller's authorization is checked first (`gate.rs`); privileged requests
+/// are audited as their answer is ready (`audited.rs`), refusals included.
 pub async fn dispatch(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
     request: RequestKind,
 ) -> Option<Reply> {
     let asked = audited::asked(&request);
-    let reply = handle(broker, ctx, request).await?;
+    let reply = match gate::check(broker, ctx, request) {
+        gate::Gate::Refused(response) => ready(response),
+        gate::Gate::Proceed(request, None) => handle(broker, ctx, request).await?,
+        gate::Gate::Proceed(request, Some(fixup)) => handle(broker, ctx, request)
+            .await?
+            .map(move |response| {
+                response.map(|mut r| {
+                    fixup(&mut r);
+                    r
+                })
+            })
+            .boxed(),
+    };
     Some(match asked {
         None => reply,
         Some(asked) => {
@@ -214,6 +229,15 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::AlterUserScramCredentials(req) => {
             async move { Some(users::alter(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::CreateAcls(req) => {
+            async move { Some(acls::create_acls(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DescribeAcls(req) => {
+            async move { Some(acls::describe_acls(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DeleteAcls(req) => {
+            async move { Some(acls::delete_acls(&b, req).await.into()) }.boxed()
         }
         _ => return None,
     })

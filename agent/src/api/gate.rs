@@ -1,0 +1,1316 @@
+//! Authorization of the Kafka API: every request is checked here, from its context,
+//! before its handler runs, with the operations Kafka's own broker requires of each API
+//! (`KafkaApis`), and answered with the same codes.
+//!
+//! A request is either refused whole (JoinGroup without READ on its group: the handler
+//! never runs), or narrowed: the resources the principal may not touch are taken out
+//! before the handler sees the request (so nothing happens to them) and put back into
+//! the answer with their error, TOPIC_AUTHORIZATION_FAILED and the like. Reads that
+//! change nothing (Metadata, OffsetFetch, DescribeGroups, ...) are answered by their
+//! handler and then filtered: what the principal may not describe is hidden (a listing)
+//! or replaced by its error (a resource it named). KIP-430's authorized-operation
+//! fields get the principal's real set.
+//!
+//! With no authorizer configured nothing here runs.
+
+use std::collections::HashSet;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use crate::authz::{Authorizer, CLUSTER_NAME, Caller, Operation, ResourceType};
+use crate::broker::Broker;
+use crate::context::{Principal, RequestContext};
+
+use Operation as Op;
+use ResourceType as R;
+
+/// What completes a narrowed request's answer.
+pub type Fixup = Box<dyn FnOnce(&mut ResponseKind) + Send>;
+
+/// The gate's verdict on one request.
+pub enum Gate {
+    /// Refused whole: this is the answer, and the handler does not run.
+    Refused(ResponseKind),
+    /// Handle this (perhaps narrowed) request, then complete the answer with the fixup.
+    Proceed(RequestKind, Option<Fixup>),
+}
+
+fn proceed(
+    request: impl Into<RequestKind>,
+    fixup: impl FnOnce(&mut ResponseKind) + Send + 'static,
+) -> Gate {
+    Gate::Proceed(request.into(), Some(Box::new(fixup)))
+}
+
+const TOPIC_DENIED: i16 = 29; // TOPIC_AUTHORIZATION_FAILED
+const GROUP_DENIED: i16 = 30; // GROUP_AUTHORIZATION_FAILED
+const CLUSTER_DENIED: i16 = 31; // CLUSTER_AUTHORIZATION_FAILED
+const TXN_DENIED: i16 = 53; // TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+const NOT_ATTEMPTED: i16 = 55; // OPERATION_NOT_ATTEMPTED
+
+fn msg(code: i16) -> Option<StrBytes> {
+    let text = ResponseError::try_from_code(code)
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    Some(StrBytes::from_string(text))
+}
+
+/// The checks of one request, for its caller; owned, so that a fixup can take it
+/// along to the answer.
+#[derive(Clone)]
+struct Check {
+    az: Arc<Authorizer>,
+    principal: Principal,
+    host: IpAddr,
+}
+
+impl Check {
+    fn who(&self) -> Caller<'_> {
+        Caller {
+            principal: &self.principal,
+            host: self.host,
+        }
+    }
+
+    fn may(&self, op: Operation, kind: ResourceType, name: &str) -> bool {
+        self.az.allows(self.who(), op, kind, name)
+    }
+
+    /// Without logging or counting a denial: for what is only filtered.
+    fn sees(&self, op: Operation, kind: ResourceType, name: &str) -> bool {
+        self.az.decide(self.who(), op, kind, name)
+    }
+
+    fn on_cluster(&self, op: Operation) -> bool {
+        self.may(op, R::Cluster, CLUSTER_NAME)
+    }
+
+    fn ops(&self, kind: ResourceType, name: &str) -> i32 {
+        self.az.operations(self.who(), kind, name)
+    }
+}
+
+/// Checks `request` for the caller of `ctx`.
+pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gate {
+    let az = broker.authorizer();
+    if !az.is_enabled() {
+        return Gate::Proceed(request, None);
+    }
+    let c = Check {
+        az: Arc::clone(az),
+        principal: ctx.principal().clone(),
+        host: ctx.peer().ip(),
+    };
+    let version = ctx.api_version;
+    match request {
+        RequestKind::Produce(r) => produce(&c, r, version),
+        RequestKind::Fetch(r) => fetch(&c, r),
+        RequestKind::ListOffsets(r) => list_offsets(&c, r),
+        RequestKind::Metadata(r) => metadata(&c, broker, r, version),
+        RequestKind::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(&c, r),
+        RequestKind::CreateTopics(r) => create_topics(&c, r),
+        RequestKind::DeleteTopics(r) => delete_topics(&c, broker, r, version),
+        RequestKind::CreatePartitions(r) => create_partitions(&c, r),
+        RequestKind::DeleteRecords(r) => delete_records(&c, r),
+        RequestKind::DescribeConfigs(r) => describe_configs(&c, r),
+        RequestKind::AlterConfigs(r) => alter_configs(&c, r),
+        RequestKind::IncrementalAlterConfigs(r) => incremental_alter_configs(&c, r),
+        RequestKind::DescribeCluster(r) => {
+            let asked = r.include_cluster_authorized_operations;
+            let ops = c.ops(R::Cluster, CLUSTER_NAME);
+            proceed(r, move |resp| {
+                if let ResponseKind::DescribeCluster(resp) = resp
+                    && asked
+                {
+                    resp.cluster_authorized_operations = ops;
+                }
+            })
+        }
+        RequestKind::FindCoordinator(r) => find_coordinator(&c, r, version),
+        RequestKind::JoinGroup(r) => {
+            if c.may(Op::Read, R::Group, &r.group_id) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = JoinGroupResponse::default();
+            resp.error_code = GROUP_DENIED;
+            resp.generation_id = -1;
+            resp.member_id = r.member_id;
+            Gate::Refused(resp.into())
+        }
+        RequestKind::SyncGroup(r) => group_or(&c, &r.group_id.clone(), r, || {
+            let mut resp = SyncGroupResponse::default();
+            resp.error_code = GROUP_DENIED;
+            resp.into()
+        }),
+        RequestKind::Heartbeat(r) => group_or(&c, &r.group_id.clone(), r, || {
+            let mut resp = HeartbeatResponse::default();
+            resp.error_code = GROUP_DENIED;
+            resp.into()
+        }),
+        RequestKind::LeaveGroup(r) => group_or(&c, &r.group_id.clone(), r, || {
+            let mut resp = LeaveGroupResponse::default();
+            resp.error_code = GROUP_DENIED;
+            resp.into()
+        }),
+        RequestKind::OffsetCommit(r) => offset_commit(&c, r),
+        RequestKind::OffsetFetch(r) => offset_fetch(&c, r, version),
+        RequestKind::ListGroups(r) => list_groups(&c, r),
+        RequestKind::DescribeGroups(r) => describe_groups(&c, r),
+        RequestKind::DeleteGroups(r) => delete_groups(&c, r),
+        RequestKind::OffsetDelete(r) => offset_delete(&c, r),
+        RequestKind::AlterPartitionReassignments(r) => {
+            if c.on_cluster(Op::Alter) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = AlterPartitionReassignmentsResponse::default();
+            resp.error_code = CLUSTER_DENIED;
+            resp.error_message = msg(CLUSTER_DENIED);
+            Gate::Refused(resp.into())
+        }
+        RequestKind::ListPartitionReassignments(r) => {
+            if c.on_cluster(Op::Describe) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = ListPartitionReassignmentsResponse::default();
+            resp.error_code = CLUSTER_DENIED;
+            resp.error_message = msg(CLUSTER_DENIED);
+            Gate::Refused(resp.into())
+        }
+        RequestKind::ElectLeaders(r) => elect_leaders(&c, r),
+        RequestKind::InitProducerId(r) => init_producer_id(&c, r),
+        RequestKind::AddPartitionsToTxn(r) => add_partitions_to_txn(&c, r, version),
+        RequestKind::AddOffsetsToTxn(r) => {
+            let code = if !c.may(Op::Write, R::TransactionalId, &r.transactional_id) {
+                TXN_DENIED
+            } else if !c.may(Op::Read, R::Group, &r.group_id) {
+                GROUP_DENIED
+            } else {
+                return Gate::Proceed(r.into(), None);
+            };
+            let mut resp = AddOffsetsToTxnResponse::default();
+            resp.error_code = code;
+            Gate::Refused(resp.into())
+        }
+        RequestKind::EndTxn(r) => {
+            if c.may(Op::Write, R::TransactionalId, &r.transactional_id) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = EndTxnResponse::default();
+            resp.error_code = TXN_DENIED;
+            resp.producer_id = ProducerId(-1);
+            resp.producer_epoch = -1;
+            Gate::Refused(resp.into())
+        }
+        RequestKind::TxnOffsetCommit(r) => txn_offset_commit(&c, r),
+        RequestKind::WriteTxnMarkers(r) => {
+            if c.on_cluster(Op::ClusterAction) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = WriteTxnMarkersResponse::default();
+            resp.markers = r
+                .markers
+                .iter()
+                .map(|m| {
+                    let mut out = write_txn_markers_response::WritableTxnMarkerResult::default();
+                    out.producer_id = m.producer_id;
+                    out.topics = m
+                        .topics
+                        .iter()
+                        .map(|t| {
+                            let mut tr =
+                                write_txn_markers_response::WritableTxnMarkerTopicResult::default();
+                            tr.name = t.name.clone();
+                            tr.partitions = t
+                                .partition_indexes
+                                .iter()
+                                .map(|p| {
+                                    let mut pr = write_txn_markers_response::WritableTxnMarkerPartitionResult::default();
+                                    pr.partition_index = *p;
+                                    pr.error_code = CLUSTER_DENIED;
+                                    pr
+                                })
+                                .collect();
+                            tr
+                        })
+                        .collect();
+                    out
+                })
+                .collect();
+            Gate::Refused(resp.into())
+        }
+        RequestKind::DescribeTransactions(r) => describe_transactions(&c, r),
+        RequestKind::ListTransactions(r) => list_transactions(&c, r),
+        RequestKind::DescribeProducers(r) => describe_producers(&c, r),
+        RequestKind::DescribeUserScramCredentials(r) => {
+            if c.on_cluster(Op::Describe) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = DescribeUserScramCredentialsResponse::default();
+            resp.error_code = CLUSTER_DENIED;
+            resp.error_message = msg(CLUSTER_DENIED);
+            Gate::Refused(resp.into())
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            if c.on_cluster(Op::Alter) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = AlterUserScramCredentialsResponse::default();
+            let users: std::collections::BTreeSet<String> = r
+                .deletions
+                .iter()
+                .map(|d| d.name.to_string())
+                .chain(r.upsertions.iter().map(|u| u.name.to_string()))
+                .collect();
+            resp.results = users
+                .into_iter()
+                .map(|u| {
+                    let mut res =
+                        alter_user_scram_credentials_response::AlterUserScramCredentialsResult::default();
+                    res.user = StrBytes::from_string(u);
+                    res.error_code = CLUSTER_DENIED;
+                    res.error_message = msg(CLUSTER_DENIED);
+                    res
+                })
+                .collect();
+            Gate::Refused(resp.into())
+        }
+        RequestKind::CreateAcls(r) => {
+            if c.on_cluster(Op::Alter) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = CreateAclsResponse::default();
+            resp.results = r
+                .creations
+                .iter()
+                .map(|_| {
+                    let mut res = create_acls_response::AclCreationResult::default();
+                    res.error_code = CLUSTER_DENIED;
+                    res.error_message = msg(CLUSTER_DENIED);
+                    res
+                })
+                .collect();
+            Gate::Refused(resp.into())
+        }
+        RequestKind::DeleteAcls(r) => {
+            if c.on_cluster(Op::Alter) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = DeleteAclsResponse::default();
+            resp.filter_results = r
+                .filters
+                .iter()
+                .map(|_| {
+                    let mut res = delete_acls_response::DeleteAclsFilterResult::default();
+                    res.error_code = CLUSTER_DENIED;
+                    res.error_message = msg(CLUSTER_DENIED);
+                    res
+                })
+                .collect();
+            Gate::Refused(resp.into())
+        }
+        RequestKind::DescribeAcls(r) => {
+            if c.on_cluster(Op::Describe) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = DescribeAclsResponse::default();
+            resp.error_code = CLUSTER_DENIED;
+            resp.error_message = msg(CLUSTER_DENIED);
+            Gate::Refused(resp.into())
+        }
+        // ApiVersions and the SASL exchange need no authorization; any other API has
+        // no handler and closes the connection.
+        other => Gate::Proceed(other, None),
+    }
+}
+
+fn group_or(
+    c: &Check,
+    group: &str,
+    request: impl Into<RequestKind>,
+    refused: impl FnOnce() -> ResponseKind,
+) -> Gate {
+    if c.may(Op::Read, R::Group, group) {
+        Gate::Proceed(request.into(), None)
+    } else {
+        Gate::Refused(refused())
+    }
+}
+
+fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
+    use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+    let failed = move |index: i32, code: i16| {
+        let mut p = PartitionProduceResponse::default();
+        p.index = index;
+        p.error_code = code;
+        p.base_offset = -1;
+        p.log_append_time_ms = -1;
+        p.log_start_offset = -1;
+        if version >= 8 {
+            p.error_message = msg(code);
+        }
+        p
+    };
+    let txn_denied = r
+        .transactional_id
+        .as_ref()
+        .is_some_and(|id| !id.is_empty() && !c.may(Op::Write, R::TransactionalId, id));
+    let mut denied: Vec<(TopicName, Vec<i32>, i16)> = Vec::new();
+    r.topic_data.retain(|t| {
+        let code = if txn_denied {
+            TXN_DENIED
+        } else if !c.may(Op::Write, R::Topic, &t.name) {
+            TOPIC_DENIED
+        } else {
+            return true;
+        };
+        let partitions = t.partition_data.iter().map(|p| p.index).collect();
+        denied.push((t.name.clone(), partitions, code));
+        false
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::Produce(resp) = resp {
+            for (name, partitions, code) in denied {
+                let mut t = TopicProduceResponse::default();
+                t.name = name;
+                t.partition_responses = partitions.into_iter().map(|p| failed(p, code)).collect();
+                resp.responses.push(t);
+            }
+        }
+    })
+}
+
+fn fetch(c: &Check, mut r: FetchRequest) -> Gate {
+    use fetch_response::{FetchableTopicResponse, PartitionData};
+    let failed = |index: i32| {
+        let mut p = PartitionData::default();
+        p.partition_index = index;
+        p.error_code = TOPIC_DENIED;
+        p.high_watermark = -1;
+        p.last_stable_offset = -1;
+        p.log_start_offset = -1;
+        p
+    };
+    // A follower's fetch needs CLUSTER_ACTION; without it every partition is denied
+    // (as Kafka), whatever the topics' ACLs.
+    let follower = r.replica_id.0 >= 0;
+    let as_replica = follower && c.on_cluster(Op::ClusterAction);
+    let readable = |c: &Check, name: &str| {
+        if follower {
+            as_replica
+        } else {
+            c.may(Op::Read, R::Topic, name)
+        }
+    };
+    let mut denied: Vec<(TopicName, Vec<i32>)> = Vec::new();
+    r.topics.retain(|t| {
+        if readable(c, &t.topic) {
+            return true;
+        }
+        denied.push((
+            t.topic.clone(),
+            t.partitions.iter().map(|p| p.partition).collect(),
+        ));
+        false
+    });
+    // A fetch session may answer partitions it holds from an earlier request: each
+    // topic of the answer is checked again (an ACL may have been deleted since).
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::Fetch(resp) = resp {
+            for t in &mut resp.responses {
+                if !(if follower {
+                    as_replica
+                } else {
+                    c.sees(Op::Read, R::Topic, &t.topic)
+                }) {
+                    for p in &mut t.partitions {
+                        *p = failed(p.partition_index);
+                    }
+                }
+            }
+            for (name, partitions) in denied {
+                let mut t = FetchableTopicResponse::default();
+                t.topic = name;
+                t.partitions = partitions.into_iter().map(failed).collect();
+                resp.responses.push(t);
+            }
+        }
+    })
+}
+
+fn list_offsets(c: &Check, r: ListOffsetsRequest) -> Gate {
+    let denied: HashSet<String> = r
+        .topics
+        .iter()
+        .filter(|t| !c.may(Op::Describe, R::Topic, &t.name))
+        .map(|t| t.name.to_string())
+        .collect();
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    let mut r = r;
+    let mut removed: Vec<(TopicName, Vec<i32>)> = Vec::new();
+    r.topics.retain(|t| {
+        if denied.contains(t.name.as_str()) {
+            removed.push((
+                t.name.clone(),
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            ));
+            false
+        } else {
+            true
+        }
+    });
+    proceed(r, move |resp| {
+        if let ResponseKind::ListOffsets(resp) = resp {
+            for (name, partitions) in removed {
+                let mut t = list_offsets_response::ListOffsetsTopicResponse::default();
+                t.name = name;
+                t.partitions = partitions
+                    .into_iter()
+                    .map(|i| {
+                        let mut p = list_offsets_response::ListOffsetsPartitionResponse::default();
+                        p.partition_index = i;
+                        p.error_code = TOPIC_DENIED;
+                        p.timestamp = -1;
+                        p.offset = -1;
+                        p
+                    })
+                    .collect();
+                resp.topics.push(t);
+            }
+        }
+    })
+}
+
+fn metadata(c: &Check, broker: &Broker, mut r: MetadataRequest, version: i16) -> Gate {
+    use metadata_response::MetadataResponseTopic;
+    let ask_topics = version >= 8 && r.include_topic_authorized_operations;
+    let ask_cluster = (8..=10).contains(&version) && r.include_cluster_authorized_operations;
+    let all = match &r.topics {
+        None => true,
+        Some(t) => version == 0 && t.is_empty(),
+    };
+    // Named topics the caller may not describe, or that do not exist and that it may
+    // not create, are taken out: nothing is auto-created for it.
+    let mut removed: Vec<TopicName> = Vec::new();
+    if !all && let Some(topics) = &mut r.topics {
+        let creates =
+            broker.settings().auto_create_topics && (version < 4 || r.allow_auto_topic_creation);
+        let on_cluster = creates && c.sees(Op::Create, R::Cluster, CLUSTER_NAME);
+        topics.retain(|t| {
+            let Some(name) = &t.name else { return true };
+            let denied = !c.may(Op::Describe, R::Topic, name)
+                || (creates
+                    && !on_cluster
+                    && broker.replicas().topic(name).is_none()
+                    && !c.may(Op::Create, R::Topic, name));
+            if denied {
+                removed.push(name.clone());
+            }
+            !denied
+        });
+    }
+    let cluster_ops = ask_cluster.then(|| c.ops(R::Cluster, CLUSTER_NAME));
+    let c = c.clone();
+    proceed(r, move |resp| {
+        let ResponseKind::Metadata(resp) = resp else {
+            return;
+        };
+        if let Some(ops) = cluster_ops {
+            resp.cluster_authorized_operations = ops;
+        }
+        if all {
+            resp.topics.retain(|t| {
+                t.name
+                    .as_ref()
+                    .is_none_or(|n| c.sees(Op::Describe, R::Topic, n))
+            });
+        }
+        for t in &mut resp.topics {
+            let Some(name) = t.name.clone() else { continue };
+            if !c.sees(Op::Describe, R::Topic, &name) {
+                t.error_code = TOPIC_DENIED;
+                t.partitions.clear();
+                t.topic_authorized_operations = i32::MIN;
+            } else if ask_topics && t.error_code == 0 {
+                t.topic_authorized_operations = c.ops(R::Topic, &name);
+            }
+        }
+        for name in removed {
+            let mut t = MetadataResponseTopic::default();
+            t.name = Some(name);
+            t.error_code = TOPIC_DENIED;
+            t.topic_authorized_operations = i32::MIN;
+            resp.topics.push(t);
+        }
+    })
+}
+
+fn offset_for_leader_epoch(c: &Check, r: OffsetForLeaderEpochRequest) -> Gate {
+    // A follower with CLUSTER_ACTION reads any topic's epochs; anyone else needs
+    // DESCRIBE on each topic. The answer changes nothing, so it is filtered.
+    if r.replica_id.0 >= 0 && c.sees(Op::ClusterAction, R::Cluster, CLUSTER_NAME) {
+        return Gate::Proceed(r.into(), None);
+    }
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::OffsetForLeaderEpoch(resp) = resp {
+            for t in &mut resp.topics {
+                if !c.may(Op::Describe, R::Topic, &t.topic) {
+                    for p in &mut t.partitions {
+                        p.error_code = TOPIC_DENIED;
+                        p.leader_epoch = -1;
+                        p.end_offset = -1;
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn create_topics(c: &Check, mut r: CreateTopicsRequest) -> Gate {
+    let on_cluster = c.sees(Op::Create, R::Cluster, CLUSTER_NAME);
+    let mut denied: Vec<TopicName> = Vec::new();
+    r.topics.retain(|t| {
+        let ok = on_cluster || c.may(Op::Create, R::Topic, &t.name);
+        if !ok {
+            denied.push(t.name.clone());
+        }
+        ok
+    });
+    let c = c.clone();
+    proceed(r, move |resp| {
+        let ResponseKind::CreateTopics(resp) = resp else {
+            return;
+        };
+        // The configs of a created topic are shown only with DESCRIBE_CONFIGS on it.
+        for t in &mut resp.topics {
+            if t.error_code == 0 && !c.sees(Op::DescribeConfigs, R::Topic, &t.name) {
+                t.topic_config_error_code = TOPIC_DENIED;
+                t.configs = None;
+            }
+        }
+        for name in denied {
+            let mut t = create_topics_response::CreatableTopicResult::default();
+            t.name = name;
+            t.error_code = TOPIC_DENIED;
+            t.error_message = msg(TOPIC_DENIED);
+            t.num_partitions = -1;
+            t.replication_factor = -1;
+            resp.topics.push(t);
+        }
+    })
+}
+
+fn delete_topics(c: &Check, broker: &Broker, mut r: DeleteTopicsRequest, version: i16) -> Gate {
+    use delete_topics_response::DeletableTopicResult;
+    let mut denied: Vec<DeletableTopicResult> = Vec::new();
+    let mut deny = |name: Option<TopicName>, id: uuid::Uuid| {
+        let mut t = DeletableTopicResult::default();
+        t.name = name;
+        t.topic_id = id;
+        t.error_code = TOPIC_DENIED;
+        if version >= 5 {
+            t.error_message = msg(TOPIC_DENIED);
+        }
+        denied.push(t);
+    };
+    r.topic_names.retain(|n| {
+        let ok = c.may(Op::Delete, R::Topic, n);
+        if !ok {
+            deny(Some(n.clone()), uuid::Uuid::nil());
+        }
+        ok
+    });
+    r.topics.retain(|t| {
+        // A topic named by id is checked under its name; an unknown id is left to the
+        // handler (UNKNOWN_TOPIC_ID), as Kafka does.
+        let name = t.name.as_ref().map(|n| n.to_string()).or_else(|| {
+            broker
+                .replicas()
+                .topic_by_id(t.topic_id.as_bytes())
+                .map(|s| s.record.name.clone())
+        });
+        let ok = name.as_ref().is_none_or(|n| c.may(Op::Delete, R::Topic, n));
+        if !ok {
+            deny(t.name.clone(), t.topic_id);
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::DeleteTopics(resp) = resp {
+            resp.responses.extend(denied);
+        }
+    })
+}
+
+fn create_partitions(c: &Check, mut r: CreatePartitionsRequest) -> Gate {
+    let mut denied: Vec<TopicName> = Vec::new();
+    r.topics.retain(|t| {
+        let ok = c.may(Op::Alter, R::Topic, &t.name);
+        if !ok {
+            denied.push(t.name.clone());
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::CreatePartitions(resp) = resp {
+            for name in denied {
+                let mut t = create_partitions_response::CreatePartitionsTopicResult::default();
+                t.name = name;
+                t.error_code = TOPIC_DENIED;
+                t.error_message = msg(TOPIC_DENIED);
+                resp.results.push(t);
+            }
+        }
+    })
+}
+
+fn delete_records(c: &Check, mut r: DeleteRecordsRequest) -> Gate {
+    let mut denied: Vec<(TopicName, Vec<i32>)> = Vec::new();
+    r.topics.retain(|t| {
+        let ok = c.may(Op::Delete, R::Topic, &t.name);
+        if !ok {
+            denied.push((
+                t.name.clone(),
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            ));
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::DeleteRecords(resp) = resp {
+            for (name, partitions) in denied {
+                let mut t = delete_records_response::DeleteRecordsTopicResult::default();
+                t.name = name;
+                t.partitions = partitions
+                    .into_iter()
+                    .map(|i| {
+                        let mut p =
+                            delete_records_response::DeleteRecordsPartitionResult::default();
+                        p.partition_index = i;
+                        p.low_watermark = -1;
+                        p.error_code = TOPIC_DENIED;
+                        p
+                    })
+                    .collect();
+                resp.topics.push(t);
+            }
+        }
+    })
+}
+
+/// Config resources: topics (type 2) are checked on the topic; brokers (4) and broker
+/// loggers (8) on the cluster. `None`: any other type, left to the handler.
+fn config_denied(c: &Check, op: Operation, resource_type: i8, name: &str) -> Option<i16> {
+    let allowed = match resource_type {
+        2 => c.may(op, R::Topic, name),
+        4 | 8 => c.on_cluster(op),
+        _ => return None,
+    };
+    match (allowed, resource_type) {
+        (true, _) => None,
+        (false, 2) => Some(TOPIC_DENIED),
+        (false, _) => Some(CLUSTER_DENIED),
+    }
+}
+
+fn describe_configs(c: &Check, mut r: DescribeConfigsRequest) -> Gate {
+    let mut denied: Vec<(i8, StrBytes, i16)> = Vec::new();
+    r.resources.retain(|res| {
+        match config_denied(
+            c,
+            Op::DescribeConfigs,
+            res.resource_type,
+            &res.resource_name,
+        ) {
+            Some(code) => {
+                denied.push((res.resource_type, res.resource_name.clone(), code));
+                false
+            }
+            None => true,
+        }
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::DescribeConfigs(resp) = resp {
+            for (resource_type, resource_name, code) in denied {
+                let mut res = describe_configs_response::DescribeConfigsResult::default();
+                res.resource_type = resource_type;
+                res.resource_name = resource_name;
+                res.error_code = code;
+                res.error_message = msg(code);
+                resp.results.push(res);
+            }
+        }
+    })
+}
+
+/// What AlterConfigs and IncrementalAlterConfigs answer a refused resource.
+fn config_refusal(
+    denied: Vec<(i8, StrBytes, i16)>,
+) -> impl Iterator<Item = alter_configs_response::AlterConfigsResourceResponse> {
+    denied
+        .into_iter()
+        .map(|(resource_type, resource_name, code)| {
+            let mut res = alter_configs_response::AlterConfigsResourceResponse::default();
+            res.resource_type = resource_type;
+            res.resource_name = resource_name;
+            res.error_code = code;
+            res.error_message = msg(code);
+            res
+        })
+}
+
+fn alter_configs(c: &Check, mut r: AlterConfigsRequest) -> Gate {
+    let mut denied: Vec<(i8, StrBytes, i16)> = Vec::new();
+    r.resources.retain(|res| {
+        match config_denied(c, Op::AlterConfigs, res.resource_type, &res.resource_name) {
+            Some(code) => {
+                denied.push((res.resource_type, res.resource_name.clone(), code));
+                false
+            }
+            None => true,
+        }
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::AlterConfigs(resp) = resp {
+            resp.responses.extend(config_refusal(denied));
+        }
+    })
+}
+
+fn incremental_alter_configs(c: &Check, mut r: IncrementalAlterConfigsRequest) -> Gate {
+    let mut denied: Vec<(i8, StrBytes, i16)> = Vec::new();
+    r.resources.retain(|res| {
+        match config_denied(c, Op::AlterConfigs, res.resource_type, &res.resource_name) {
+            Some(code) => {
+                denied.push((res.resource_type, res.resource_name.clone(), code));
+                false
+            }
+            None => true,
+        }
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::IncrementalAlterConfigs(resp) = resp {
+            resp.responses.extend(config_refusal(denied).map(|res| {
+                let mut out =
+                    incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+                out.resource_type = res.resource_type;
+                out.resource_name = res.resource_name;
+                out.error_code = res.error_code;
+                out.error_message = res.error_message;
+                out
+            }));
+        }
+    })
+}
+
+fn find_coordinator(c: &Check, mut r: FindCoordinatorRequest, version: i16) -> Gate {
+    // Key type 0: a group (DESCRIBE on it); 1: a transactional id (DESCRIBE on it).
+    let denied_code = |key: &str| match r.key_type {
+        0 if !c.may(Op::Describe, R::Group, key) => Some(GROUP_DENIED),
+        1 if !c.may(Op::Describe, R::TransactionalId, key) => Some(TXN_DENIED),
+        _ => None,
+    };
+    if version < 4 {
+        let Some(code) = denied_code(&r.key) else {
+            return Gate::Proceed(r.into(), None);
+        };
+        let mut resp = FindCoordinatorResponse::default();
+        resp.error_code = code;
+        if version >= 1 {
+            resp.error_message = msg(code);
+        }
+        resp.node_id = BrokerId(-1);
+        resp.port = -1;
+        return Gate::Refused(resp.into());
+    }
+    let mut denied: Vec<(StrBytes, i16)> = Vec::new();
+    let keys = std::mem::take(&mut r.coordinator_keys);
+    for key in keys {
+        match denied_code(&key) {
+            Some(code) => denied.push((key, code)),
+            None => r.coordinator_keys.push(key),
+        }
+    }
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::FindCoordinator(resp) = resp {
+            for (key, code) in denied {
+                let mut co = find_coordinator_response::Coordinator::default();
+                co.key = key;
+                co.node_id = BrokerId(-1);
+                co.port = -1;
+                co.error_code = code;
+                co.error_message = msg(code);
+                resp.coordinators.push(co);
+            }
+        }
+    })
+}
+
+fn offset_commit(c: &Check, mut r: OffsetCommitRequest) -> Gate {
+    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
+    let answer = |topics: Vec<(TopicName, Vec<i32>)>, code: i16| {
+        topics.into_iter().map(move |(name, partitions)| {
+            let mut t = OffsetCommitResponseTopic::default();
+            t.name = name;
+            t.partitions = partitions
+                .into_iter()
+                .map(|i| {
+                    let mut p = OffsetCommitResponsePartition::default();
+                    p.partition_index = i;
+                    p.error_code = code;
+                    p
+                })
+                .collect();
+            t
+        })
+    };
+    let listed = |t: &offset_commit_request::OffsetCommitRequestTopic| {
+        (
+            t.name.clone(),
+            t.partitions
+                .iter()
+                .map(|p| p.partition_index)
+                .collect::<Vec<_>>(),
+        )
+    };
+    if !c.may(Op::Read, R::Group, &r.group_id) {
+        let mut resp = OffsetCommitResponse::default();
+        resp.topics = answer(r.topics.iter().map(listed).collect(), GROUP_DENIED).collect();
+        return Gate::Refused(resp.into());
+    }
+    let mut denied = Vec::new();
+    r.topics.retain(|t| {
+        let ok = c.may(Op::Read, R::Topic, &t.name);
+        if !ok {
+            denied.push(listed(t));
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::OffsetCommit(resp) = resp {
+            resp.topics.extend(answer(denied, TOPIC_DENIED));
+        }
+    })
+}
+
+fn offset_fetch(c: &Check, r: OffsetFetchRequest, version: i16) -> Gate {
+    // Changes nothing: the answer is filtered. A group the caller may not describe is
+    // GROUP_AUTHORIZATION_FAILED; a topic it may not describe is hidden from a listing
+    // of all of a group's offsets, and TOPIC_AUTHORIZATION_FAILED where it was named.
+    let single = (r.group_id.to_string(), r.topics.is_none());
+    let listing: std::collections::HashMap<String, bool> = r
+        .groups
+        .iter()
+        .map(|g| (g.group_id.to_string(), g.topics.is_none()))
+        .collect();
+    let c = c.clone();
+    proceed(r, move |resp| {
+        let ResponseKind::OffsetFetch(resp) = resp else {
+            return;
+        };
+        if version < 8 {
+            let (group, list_all) = &single;
+            if !c.may(Op::Describe, R::Group, group) {
+                resp.error_code = GROUP_DENIED;
+                for t in &mut resp.topics {
+                    for p in &mut t.partitions {
+                        p.error_code = GROUP_DENIED;
+                        p.committed_offset = -1;
+                        p.metadata = None;
+                    }
+                }
+                if version >= 2 {
+                    resp.topics.clear();
+                }
+                return;
+            }
+            if *list_all {
+                resp.topics
+                    .retain(|t| c.sees(Op::Describe, R::Topic, &t.name));
+            }
+            for t in &mut resp.topics {
+                if !c.may(Op::Describe, R::Topic, &t.name) {
+                    for p in &mut t.partitions {
+                        p.error_code = TOPIC_DENIED;
+                        p.committed_offset = -1;
+                        p.metadata = None;
+                    }
+                }
+            }
+            return;
+        }
+        for g in &mut resp.groups {
+            if !c.may(Op::Describe, R::Group, &g.group_id) {
+                g.error_code = GROUP_DENIED;
+                g.topics.clear();
+                continue;
+            }
+            if listing.get(g.group_id.as_str()).copied().unwrap_or(false) {
+                g.topics.retain(|t| c.sees(Op::Describe, R::Topic, &t.name));
+            }
+            for t in &mut g.topics {
+                if !c.may(Op::Describe, R::Topic, &t.name) {
+                    for p in &mut t.partitions {
+                        p.error_code = TOPIC_DENIED;
+                        p.committed_offset = -1;
+                        p.metadata = None;
+                    }
+                }
+            }
+        }
+    })
+}
+
+fn list_groups(c: &Check, r: ListGroupsRequest) -> Gate {
+    // DESCRIBE on the cluster lists every group; without it, the groups the caller may
+    // describe.
+    if c.sees(Op::Describe, R::Cluster, CLUSTER_NAME) {
+        return Gate::Proceed(r.into(), None);
+    }
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::ListGroups(resp) = resp {
+            resp.groups
+                .retain(|g| c.sees(Op::Describe, R::Group, &g.group_id));
+        }
+    })
+}
+
+fn describe_groups(c: &Check, r: DescribeGroupsRequest) -> Gate {
+    let asked = r.include_authorized_operations;
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::DescribeGroups(resp) = resp {
+            for g in &mut resp.groups {
+                if !c.may(Op::Describe, R::Group, &g.group_id) {
+                    let id = std::mem::take(&mut g.group_id);
+                    *g = describe_groups_response::DescribedGroup::default();
+                    g.group_id = id;
+                    g.error_code = GROUP_DENIED;
+                    g.authorized_operations = i32::MIN;
+                } else if asked {
+                    g.authorized_operations = c.ops(R::Group, &g.group_id);
+                }
+            }
+        }
+    })
+}
+
+fn delete_groups(c: &Check, mut r: DeleteGroupsRequest) -> Gate {
+    let mut denied: Vec<GroupId> = Vec::new();
+    r.groups_names.retain(|g| {
+        let ok = c.may(Op::Delete, R::Group, g);
+        if !ok {
+            denied.push(g.clone());
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::DeleteGroups(resp) = resp {
+            for g in denied {
+                let mut res = delete_groups_response::DeletableGroupResult::default();
+                res.group_id = g;
+                res.error_code = GROUP_DENIED;
+                resp.results.push(res);
+            }
+        }
+    })
+}
+
+fn offset_delete(c: &Check, mut r: OffsetDeleteRequest) -> Gate {
+    use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
+    if !c.may(Op::Delete, R::Group, &r.group_id) {
+        let mut resp = OffsetDeleteResponse::default();
+        resp.error_code = GROUP_DENIED;
+        return Gate::Refused(resp.into());
+    }
+    let mut denied: Vec<(TopicName, Vec<i32>)> = Vec::new();
+    r.topics.retain(|t| {
+        let ok = c.may(Op::Read, R::Topic, &t.name);
+        if !ok {
+            denied.push((
+                t.name.clone(),
+                t.partitions.iter().map(|p| p.partition_index).collect(),
+            ));
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::OffsetDelete(resp) = resp {
+            for (name, partitions) in denied {
+                let mut t = OffsetDeleteResponseTopic::default();
+                t.name = name;
+                t.partitions = partitions
+                    .into_iter()
+                    .map(|i| {
+                        let mut p = OffsetDeleteResponsePartition::default();
+                        p.partition_index = i;
+                        p.error_code = TOPIC_DENIED;
+                        p
+                    })
+                    .collect();
+                resp.topics.push(t);
+            }
+        }
+    })
+}
+
+fn elect_leaders(c: &Check, r: ElectLeadersRequest) -> Gate {
+    if c.on_cluster(Op::Alter) {
+        return Gate::Proceed(r.into(), None);
+    }
+    let mut resp = ElectLeadersResponse::default();
+    resp.error_code = CLUSTER_DENIED;
+    // v0 has no top-level error: each partition named carries it.
+    resp.replica_election_results = r
+        .topic_partitions
+        .unwrap_or_default()
+        .into_iter()
+        .map(|t| {
+            let mut res = elect_leaders_response::ReplicaElectionResult::default();
+            res.topic = t.topic;
+            res.partition_result = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let mut pr = elect_leaders_response::PartitionResult::default();
+                    pr.partition_id = p;
+                    pr.error_code = CLUSTER_DENIED;
+                    pr.error_message = msg(CLUSTER_DENIED);
+                    pr
+                })
+                .collect();
+            res
+        })
+        .collect();
+    Gate::Refused(resp.into())
+}
+
+fn init_producer_id(c: &Check, r: InitProducerIdRequest) -> Gate {
+    // A transactional producer needs WRITE on its transactional id; an idempotent one
+    // IDEMPOTENT_WRITE on the cluster or WRITE on some topic (KIP-679).
+    let code = match r.transactional_id.as_ref().filter(|id| !id.is_empty()) {
+        Some(id) if !c.may(Op::Write, R::TransactionalId, id) => TXN_DENIED,
+        Some(_) => return Gate::Proceed(r.into(), None),
+        None if c.sees(Op::IdempotentWrite, R::Cluster, CLUSTER_NAME)
+            || c.az.allows_some(c.who(), Op::Write, R::Topic) =>
+        {
+            return Gate::Proceed(r.into(), None);
+        }
+        None => {
+            c.on_cluster(Op::IdempotentWrite);
+            CLUSTER_DENIED
+        }
+    };
+    let mut resp = InitProducerIdResponse::default();
+    resp.error_code = code;
+    resp.producer_id = ProducerId(-1);
+    resp.producer_epoch = -1;
+    Gate::Refused(resp.into())
+}
+
+fn add_partitions_to_txn(c: &Check, r: AddPartitionsToTxnRequest, version: i16) -> Gate {
+    use add_partitions_to_txn_response::{
+        AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    };
+    // v4+ is the brokers' batched verification: CLUSTER_ACTION.
+    if version >= 4 {
+        if c.on_cluster(Op::ClusterAction) {
+            return Gate::Proceed(r.into(), None);
+        }
+        let mut resp = AddPartitionsToTxnResponse::default();
+        resp.error_code = CLUSTER_DENIED;
+        return Gate::Refused(resp.into());
+    }
+    // v0-3: WRITE on the transactional id, then on every topic; if any topic is
+    // denied, none is added (the others OPERATION_NOT_ATTEMPTED), as Kafka.
+    let txn_ok = c.may(
+        Op::Write,
+        R::TransactionalId,
+        &r.v3_and_below_transactional_id,
+    );
+    let topic_ok: Vec<bool> = r
+        .v3_and_below_topics
+        .iter()
+        .map(|t| txn_ok && c.may(Op::Write, R::Topic, &t.name))
+        .collect();
+    if txn_ok && topic_ok.iter().all(|ok| *ok) {
+        return Gate::Proceed(r.into(), None);
+    }
+    let mut resp = AddPartitionsToTxnResponse::default();
+    resp.results_by_topic_v3_and_below = r
+        .v3_and_below_topics
+        .into_iter()
+        .zip(topic_ok)
+        .map(|(t, ok)| {
+            let code = match (txn_ok, ok) {
+                (false, _) => TXN_DENIED,
+                (true, false) => TOPIC_DENIED,
+                (true, true) => NOT_ATTEMPTED,
+            };
+            let mut res = AddPartitionsToTxnTopicResult::default();
+            res.name = t.name;
+            res.results_by_partition = t
+                .partitions
+                .into_iter()
+                .map(|p| {
+                    let mut pr = AddPartitionsToTxnPartitionResult::default();
+                    pr.partition_index = p;
+                    pr.partition_error_code = code;
+                    pr
+                })
+                .collect();
+            res
+        })
+        .collect();
+    Gate::Refused(resp.into())
+}
+
+fn txn_offset_commit(c: &Check, mut r: TxnOffsetCommitRequest) -> Gate {
+    use txn_offset_commit_response::{
+        TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+    };
+    let answer = |topics: Vec<(TopicName, Vec<i32>)>, code: i16| {
+        topics.into_iter().map(move |(name, partitions)| {
+            let mut t = TxnOffsetCommitResponseTopic::default();
+            t.name = name;
+            t.partitions = partitions
+                .into_iter()
+                .map(|i| {
+                    let mut p = TxnOffsetCommitResponsePartition::default();
+                    p.partition_index = i;
+                    p.error_code = code;
+                    p
+                })
+                .collect();
+            t
+        })
+    };
+    let listed = |t: &txn_offset_commit_request::TxnOffsetCommitRequestTopic| {
+        (
+            t.name.clone(),
+            t.partitions
+                .iter()
+                .map(|p| p.partition_index)
+                .collect::<Vec<_>>(),
+        )
+    };
+    let whole = if !c.may(Op::Write, R::TransactionalId, &r.transactional_id) {
+        Some(TXN_DENIED)
+    } else if !c.may(Op::Read, R::Group, &r.group_id) {
+        Some(GROUP_DENIED)
+    } else {
+        None
+    };
+    if let Some(code) = whole {
+        let mut resp = TxnOffsetCommitResponse::default();
+        resp.topics = answer(r.topics.iter().map(listed).collect(), code).collect();
+        return Gate::Refused(resp.into());
+    }
+    let mut denied = Vec::new();
+    r.topics.retain(|t| {
+        let ok = c.may(Op::Read, R::Topic, &t.name);
+        if !ok {
+            denied.push(listed(t));
+        }
+        ok
+    });
+    if denied.is_empty() {
+        return Gate::Proceed(r.into(), None);
+    }
+    proceed(r, move |resp| {
+        if let ResponseKind::TxnOffsetCommit(resp) = resp {
+            resp.topics.extend(answer(denied, TOPIC_DENIED));
+        }
+    })
+}
+
+fn describe_transactions(c: &Check, r: DescribeTransactionsRequest) -> Gate {
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::DescribeTransactions(resp) = resp {
+            for t in &mut resp.transaction_states {
+                if !c.may(Op::Describe, R::TransactionalId, &t.transactional_id) {
+                    let id = std::mem::take(&mut t.transactional_id);
+                    *t = describe_transactions_response::TransactionState::default();
+                    t.transactional_id = id;
+                    t.error_code = TXN_DENIED;
+                    t.producer_id = ProducerId(-1);
+                    t.producer_epoch = -1;
+                } else {
+                    // The topics of the transaction the caller may not describe are
+                    // left out, as Kafka does.
+                    t.topics
+                        .retain(|d| c.sees(Op::Describe, R::Topic, &d.topic));
+                }
+            }
+        }
+    })
+}
+
+fn list_transactions(c: &Check, r: ListTransactionsRequest) -> Gate {
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::ListTransactions(resp) = resp {
+            resp.transaction_states
+                .retain(|t| c.sees(Op::Describe, R::TransactionalId, &t.transactional_id));
+        }
+    })
+}
+
+fn describe_producers(c: &Check, r: DescribeProducersRequest) -> Gate {
+    let c = c.clone();
+    proceed(r, move |resp| {
+        if let ResponseKind::DescribeProducers(resp) = resp {
+            for t in &mut resp.topics {
+                if !c.may(Op::Read, R::Topic, &t.name) {
+                    for p in &mut t.partitions {
+                        p.error_code = TOPIC_DENIED;
+                        p.error_message = msg(TOPIC_DENIED);
+                        p.active_producers.clear();
+                    }
+                }
+            }
+        }
+    })
+}

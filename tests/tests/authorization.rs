@@ -1,0 +1,809 @@
+//! The negative suite of authorization: with an authorizer configured, a principal
+//! without ACLs is refused by every API strata answers, with Kafka's code, and nothing
+//! changes (checked afterwards). The principal is the PLAINTEXT listener's
+//! `User:ANONYMOUS`; it is first granted everything (through the metastore, as no one
+//! could grant it over Kafka yet) to set up a topic, records, a group's offsets and a
+//! transactional id, then the grant is deleted.
+// These tests drive a real agent over real sockets, so they wait in real time.
+#![allow(clippy::disallowed_methods)]
+
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use strata_agent::api::versions::SUPPORTED;
+use strata_metastore::AclRecord;
+use strata_tests::{Client, TestAgent, create, name, produce, simple_batch};
+
+const TOPIC_DENIED: i16 = 29;
+const GROUP_DENIED: i16 = 30;
+const CLUSTER_DENIED: i16 = 31;
+const TXN_DENIED: i16 = 53;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// ALL on every resource of each type, for `User:ANONYMOUS`.
+fn grant_all() -> Vec<AclRecord> {
+    [(2, "*"), (3, "*"), (4, "kafka-cluster"), (5, "*")]
+        .into_iter()
+        .map(|(t, n)| AclRecord {
+            resource_type: t,
+            resource_name: n.to_string(),
+            pattern_type: 3,
+            principal: "User:ANONYMOUS".to_string(),
+            host: "*".to_string(),
+            operation: 2,
+            permission: 3,
+        })
+        .collect()
+}
+
+async fn set_acls(agent: &TestAgent, grant: bool) {
+    let m = agent.broker().metastore();
+    m.delete_acls(|_| true).await.expect("delete acls");
+    if grant {
+        m.create_acls(grant_all()).await.expect("create acls");
+    }
+    agent
+        .broker()
+        .authorizer()
+        .refresh()
+        .await
+        .expect("refresh");
+}
+
+fn topic_request(topic: &str) -> Option<Vec<metadata_request::MetadataRequestTopic>> {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(name(topic));
+    Some(vec![t])
+}
+
+fn fetch(topic: &str, replica: i32) -> FetchRequest {
+    let mut p = fetch_request::FetchPartition::default();
+    p.partition = 0;
+    p.partition_max_bytes = 1 << 20;
+    let mut t = fetch_request::FetchTopic::default();
+    t.topic = name(topic);
+    t.partitions = vec![p];
+    let mut r = FetchRequest::default();
+    r.replica_id = BrokerId(replica);
+    r.max_bytes = 1 << 20;
+    r.session_epoch = -1;
+    r.topics = vec![t];
+    r
+}
+
+fn list_offsets(topic: &str) -> ListOffsetsRequest {
+    let mut p = list_offsets_request::ListOffsetsPartition::default();
+    p.partition_index = 0;
+    p.timestamp = -1;
+    let mut t = list_offsets_request::ListOffsetsTopic::default();
+    t.name = name(topic);
+    t.partitions = vec![p];
+    let mut r = ListOffsetsRequest::default();
+    r.replica_id = BrokerId(-1);
+    r.topics = vec![t];
+    r
+}
+
+fn offset_commit(group: &str, topic: &str, offset: i64) -> OffsetCommitRequest {
+    let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+    p.partition_index = 0;
+    p.committed_offset = offset;
+    let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+    t.name = name(topic);
+    t.partitions = vec![p];
+    let mut r = OffsetCommitRequest::default();
+    r.group_id = GroupId(s(group));
+    r.generation_id_or_member_epoch = -1;
+    r.topics = vec![t];
+    r
+}
+
+fn offset_fetch(group: &str, topic: &str) -> OffsetFetchRequest {
+    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+    t.name = name(topic);
+    t.partition_indexes = vec![0];
+    let mut r = OffsetFetchRequest::default();
+    r.group_id = GroupId(s(group));
+    r.topics = Some(vec![t]);
+    r
+}
+
+fn config_resource(
+    resource_type: i8,
+    name: &str,
+) -> describe_configs_request::DescribeConfigsResource {
+    let mut res = describe_configs_request::DescribeConfigsResource::default();
+    res.resource_type = resource_type;
+    res.resource_name = s(name);
+    res
+}
+
+/// What the suite checks afterwards: the state the refused requests would have changed.
+#[derive(Debug, PartialEq)]
+struct State {
+    topics: Vec<(String, usize)>,
+    end_offset: i64,
+    log_start: i64,
+    committed: i64,
+    retention: Option<String>,
+    groups: usize,
+    acls: usize,
+    users: usize,
+}
+
+async fn state(c: &mut Client, agent: &TestAgent) -> State {
+    let m = agent.broker().metastore();
+    let mut topics: Vec<(String, usize)> = m
+        .topics()
+        .await
+        .expect("topics")
+        .into_iter()
+        .map(|t| (t.name, t.partitions.len()))
+        .collect();
+    topics.sort();
+    let offsets = c.send(7, &list_offsets("t")).await.expect("list offsets");
+    let mut earliest = list_offsets("t");
+    earliest.topics[0].partitions[0].timestamp = -2;
+    let earliest = c.send(7, &earliest).await.expect("list offsets");
+    let fetched = c
+        .send(7, &offset_fetch("g", "t"))
+        .await
+        .expect("offset fetch");
+    let configs = {
+        let mut r = DescribeConfigsRequest::default();
+        r.resources = vec![config_resource(2, "t")];
+        c.send(4, &r).await.expect("describe configs")
+    };
+    let retention = configs.results[0]
+        .configs
+        .iter()
+        .find(|e| e.name.as_str() == "retention.ms" && e.config_source == 1)
+        .and_then(|e| e.value.as_ref().map(|v| v.to_string()));
+    let groups = c
+        .send(4, &ListGroupsRequest::default())
+        .await
+        .expect("list groups")
+        .groups
+        .len();
+    State {
+        topics,
+        end_offset: offsets.topics[0].partitions[0].offset,
+        log_start: earliest.topics[0].partitions[0].offset,
+        committed: fetched.topics[0].partitions[0].committed_offset,
+        retention,
+        groups,
+        acls: m.acls().await.expect("acls").len(),
+        users: m.all_user_credentials().await.expect("users").len(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() {
+    let agent = TestAgent::start_with(|s| {
+        s.authorizer = "acl".to_string();
+        s.group_initial_rebalance_delay_ms = 0;
+    })
+    .await
+    .expect("start");
+    let mut c = agent.client().await.expect("connect");
+
+    // Nothing is allowed before any ACL exists (allow_everyone_if_no_acl_found is off).
+    assert_eq!(create(&mut c, "t", 2, &[]).await, TOPIC_DENIED);
+
+    set_acls(&agent, true).await;
+    assert_eq!(create(&mut c, "t", 2, &[]).await, 0);
+    for _ in 0..3 {
+        let r = c
+            .send(9, &produce("t", 0, simple_batch(2, 1_000), -1))
+            .await
+            .expect("produce");
+        assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    }
+    let r = c
+        .send(8, &offset_commit("g", "t", 4))
+        .await
+        .expect("commit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0);
+    let before = state(&mut c, &agent).await;
+    assert_eq!(before.end_offset, 6);
+    assert_eq!(before.committed, 4);
+
+    set_acls(&agent, false).await;
+    let group = || GroupId(s("g"));
+    for &(api, _, max) in SUPPORTED {
+        let v = max;
+        let ctx = format!("{api:?} v{v}");
+        match api {
+            ApiKey::ApiVersions => {
+                let r = c.send(v, &ApiVersionsRequest::default()).await.expect(&ctx);
+                assert_eq!(r.error_code, 0, "{ctx}: needs no authorization");
+            }
+            ApiKey::SaslHandshake | ApiKey::SaslAuthenticate => {
+                // Part of authenticating, never authorized; the SASL suites cover them.
+            }
+            ApiKey::Produce => {
+                let r = c
+                    .send(v, &produce("t", 0, simple_batch(1, 1_000), -1))
+                    .await
+                    .expect(&ctx);
+                assert_eq!(
+                    r.responses[0].partition_responses[0].error_code, TOPIC_DENIED,
+                    "{ctx}"
+                );
+                let mut req = produce("t", 0, simple_batch(1, 1_000), -1);
+                req.transactional_id = Some(TransactionalId(s("tx")));
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(
+                    r.responses[0].partition_responses[0].error_code, TXN_DENIED,
+                    "{ctx}"
+                );
+            }
+            ApiKey::Fetch => {
+                let r = c.send(v, &fetch("t", -1)).await.expect(&ctx);
+                let p = &r.responses[0].partitions[0];
+                assert_eq!(p.error_code, TOPIC_DENIED, "{ctx}");
+                assert!(
+                    p.records.as_ref().is_none_or(|b| b.is_empty()),
+                    "{ctx}: records leaked"
+                );
+                // A follower's fetch needs CLUSTER_ACTION.
+                let r = c.send(v, &fetch("t", 1)).await.expect(&ctx);
+                assert_eq!(
+                    r.responses[0].partitions[0].error_code, TOPIC_DENIED,
+                    "{ctx} as replica"
+                );
+            }
+            ApiKey::ListOffsets => {
+                let r = c.send(v, &list_offsets("t")).await.expect(&ctx);
+                assert_eq!(r.topics[0].partitions[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::OffsetForLeaderEpoch => {
+                let mut p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+                p.leader_epoch = 0;
+                p.current_leader_epoch = -1;
+                let mut t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+                t.topic = name("t");
+                t.partitions = vec![p];
+                let mut req = OffsetForLeaderEpochRequest::default();
+                req.replica_id = BrokerId(-1);
+                req.topics = vec![t];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.topics[0].partitions[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::Metadata => {
+                let mut all = MetadataRequest::default();
+                all.topics = None;
+                all.include_topic_authorized_operations = true;
+                let r = c.send(v, &all).await.expect(&ctx);
+                assert!(r.topics.is_empty(), "{ctx}: topics shown: {:?}", r.topics);
+                let mut named = MetadataRequest::default();
+                named.topics = topic_request("t");
+                let r = c.send(v, &named).await.expect(&ctx);
+                assert_eq!(r.topics[0].error_code, TOPIC_DENIED, "{ctx}");
+                assert!(r.topics[0].partitions.is_empty(), "{ctx}");
+                let mut create = MetadataRequest::default();
+                create.topics = topic_request("auto");
+                create.allow_auto_topic_creation = true;
+                let r = c.send(v, &create).await.expect(&ctx);
+                assert_eq!(r.topics[0].error_code, TOPIC_DENIED, "{ctx}: auto-create");
+            }
+            ApiKey::CreateTopics => {
+                let r = c
+                    .send(v, &strata_tests::create_topic("x", 1, &[]))
+                    .await
+                    .expect(&ctx);
+                assert_eq!(r.topics[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::DeleteTopics => {
+                let mut req = DeleteTopicsRequest::default();
+                let mut t = delete_topics_request::DeleteTopicState::default();
+                t.name = Some(name("t"));
+                req.topics = vec![t];
+                req.topic_names = vec![name("t")];
+                req.timeout_ms = 5000;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.responses[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::CreatePartitions => {
+                let mut t = create_partitions_request::CreatePartitionsTopic::default();
+                t.name = name("t");
+                t.count = 4;
+                let mut req = CreatePartitionsRequest::default();
+                req.topics = vec![t];
+                req.timeout_ms = 5000;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.results[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::DeleteRecords => {
+                let mut p = delete_records_request::DeleteRecordsPartition::default();
+                p.offset = 4;
+                let mut t = delete_records_request::DeleteRecordsTopic::default();
+                t.name = name("t");
+                t.partitions = vec![p];
+                let mut req = DeleteRecordsRequest::default();
+                req.topics = vec![t];
+                req.timeout_ms = 5000;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.topics[0].partitions[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::DescribeConfigs => {
+                let mut req = DescribeConfigsRequest::default();
+                req.resources = vec![config_resource(2, "t"), config_resource(4, "1")];
+                let r = c.send(v, &req).await.expect(&ctx);
+                let mut codes: Vec<(i8, i16)> = r
+                    .results
+                    .iter()
+                    .map(|x| (x.resource_type, x.error_code))
+                    .collect();
+                codes.sort();
+                assert_eq!(codes, [(2, TOPIC_DENIED), (4, CLUSTER_DENIED)], "{ctx}");
+                assert!(r.results.iter().all(|x| x.configs.is_empty()), "{ctx}");
+            }
+            ApiKey::AlterConfigs => {
+                let mut e = alter_configs_request::AlterableConfig::default();
+                e.name = s("retention.ms");
+                e.value = Some(s("1"));
+                let mut res = alter_configs_request::AlterConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = s("t");
+                res.configs = vec![e];
+                let mut req = AlterConfigsRequest::default();
+                req.resources = vec![res];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.responses[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::IncrementalAlterConfigs => {
+                let mut e = incremental_alter_configs_request::AlterableConfig::default();
+                e.name = s("retention.ms");
+                e.value = Some(s("1"));
+                let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+                res.resource_type = 2;
+                res.resource_name = s("t");
+                res.configs = vec![e];
+                let mut broker = incremental_alter_configs_request::AlterConfigsResource::default();
+                broker.resource_type = 4;
+                broker.resource_name = s("");
+                let mut e = incremental_alter_configs_request::AlterableConfig::default();
+                e.name = s("log.retention.ms");
+                e.value = Some(s("1"));
+                broker.configs = vec![e];
+                let mut req = IncrementalAlterConfigsRequest::default();
+                req.resources = vec![res, broker];
+                let r = c.send(v, &req).await.expect(&ctx);
+                let mut codes: Vec<(i8, i16)> = r
+                    .responses
+                    .iter()
+                    .map(|x| (x.resource_type, x.error_code))
+                    .collect();
+                codes.sort();
+                assert_eq!(codes, [(2, TOPIC_DENIED), (4, CLUSTER_DENIED)], "{ctx}");
+            }
+            ApiKey::DescribeCluster => {
+                let mut req = DescribeClusterRequest::default();
+                req.include_cluster_authorized_operations = true;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, 0, "{ctx}: needs no authorization");
+                assert_eq!(r.cluster_authorized_operations, 0, "{ctx}: operations");
+            }
+            ApiKey::FindCoordinator => {
+                let mut req = FindCoordinatorRequest::default();
+                req.coordinator_keys = vec![s("g")];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.coordinators.len(), 1, "{ctx}: {r:?}");
+                assert_eq!(r.coordinators[0].error_code, GROUP_DENIED, "{ctx}");
+                req.key_type = 1;
+                req.coordinator_keys = vec![s("tx")];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.coordinators[0].error_code, TXN_DENIED, "{ctx}");
+                let mut old = FindCoordinatorRequest::default();
+                old.key = s("g");
+                let r = c.send(3, &old).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx} (v3)");
+            }
+            ApiKey::JoinGroup => {
+                let mut p = join_group_request::JoinGroupRequestProtocol::default();
+                p.name = s("range");
+                let mut req = JoinGroupRequest::default();
+                req.group_id = group();
+                req.session_timeout_ms = 10_000;
+                req.rebalance_timeout_ms = 10_000;
+                req.protocol_type = s("consumer");
+                req.protocols = vec![p];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::SyncGroup => {
+                let mut req = SyncGroupRequest::default();
+                req.group_id = group();
+                req.member_id = s("m");
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::Heartbeat => {
+                let mut req = HeartbeatRequest::default();
+                req.group_id = group();
+                req.member_id = s("m");
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::LeaveGroup => {
+                let mut m = leave_group_request::MemberIdentity::default();
+                m.member_id = s("m");
+                let mut req = LeaveGroupRequest::default();
+                req.group_id = group();
+                req.members = vec![m];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::OffsetCommit => {
+                let r = c.send(v, &offset_commit("g", "t", 0)).await.expect(&ctx);
+                assert_eq!(r.topics[0].partitions[0].error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::OffsetFetch => {
+                let mut t = offset_fetch_request::OffsetFetchRequestTopics::default();
+                t.name = name("t");
+                t.partition_indexes = vec![0];
+                let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+                g.group_id = group();
+                g.topics = Some(vec![t]);
+                let mut req = OffsetFetchRequest::default();
+                req.groups = vec![g];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.groups[0].error_code, GROUP_DENIED, "{ctx}");
+                assert!(r.groups[0].topics.is_empty(), "{ctx}: offsets leaked");
+                let r = c.send(7, &offset_fetch("g", "t")).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx} (v7)");
+            }
+            ApiKey::ListGroups => {
+                let r = c.send(v, &ListGroupsRequest::default()).await.expect(&ctx);
+                assert_eq!(r.error_code, 0, "{ctx}");
+                assert!(r.groups.is_empty(), "{ctx}: groups shown");
+            }
+            ApiKey::DescribeGroups => {
+                let mut req = DescribeGroupsRequest::default();
+                req.groups = vec![group()];
+                req.include_authorized_operations = true;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.groups[0].error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::DeleteGroups => {
+                let mut req = DeleteGroupsRequest::default();
+                req.groups_names = vec![group()];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.results[0].error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::OffsetDelete => {
+                let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
+                p.partition_index = 0;
+                let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+                t.name = name("t");
+                t.partitions = vec![p];
+                let mut req = OffsetDeleteRequest::default();
+                req.group_id = group();
+                req.topics = vec![t];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, GROUP_DENIED, "{ctx}");
+            }
+            ApiKey::AlterPartitionReassignments => {
+                let mut p = alter_partition_reassignments_request::ReassignablePartition::default();
+                p.replicas = Some(vec![BrokerId(1)]);
+                let mut t = alter_partition_reassignments_request::ReassignableTopic::default();
+                t.name = name("t");
+                t.partitions = vec![p];
+                let mut req = AlterPartitionReassignmentsRequest::default();
+                req.topics = vec![t];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::ListPartitionReassignments => {
+                let r = c
+                    .send(v, &ListPartitionReassignmentsRequest::default())
+                    .await
+                    .expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::ElectLeaders => {
+                let mut t = elect_leaders_request::TopicPartitions::default();
+                t.topic = name("t");
+                t.partitions = vec![0];
+                let mut req = ElectLeadersRequest::default();
+                req.topic_partitions = Some(vec![t]);
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::InitProducerId => {
+                let mut req = InitProducerIdRequest::default();
+                req.transactional_id = Some(TransactionalId(s("tx")));
+                req.transaction_timeout_ms = 10_000;
+                req.producer_id = ProducerId(-1);
+                req.producer_epoch = -1;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, TXN_DENIED, "{ctx}");
+                req.transactional_id = None;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}: idempotent");
+            }
+            ApiKey::AddPartitionsToTxn => {
+                let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+                t.name = name("t");
+                t.partitions = vec![0];
+                let mut req = AddPartitionsToTxnRequest::default();
+                req.v3_and_below_transactional_id = TransactionalId(s("tx"));
+                req.v3_and_below_topics = vec![t];
+                let r = c.send(3, &req).await.expect(&ctx);
+                let p = &r.results_by_topic_v3_and_below[0].results_by_partition[0];
+                assert_eq!(p.partition_error_code, TXN_DENIED, "{ctx} (v3)");
+                // v4+ is the brokers' own verification: CLUSTER_ACTION.
+                let r = c
+                    .send(v, &AddPartitionsToTxnRequest::default())
+                    .await
+                    .expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::AddOffsetsToTxn => {
+                let mut req = AddOffsetsToTxnRequest::default();
+                req.transactional_id = TransactionalId(s("tx"));
+                req.group_id = group();
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, TXN_DENIED, "{ctx}");
+            }
+            ApiKey::EndTxn => {
+                let mut req = EndTxnRequest::default();
+                req.transactional_id = TransactionalId(s("tx"));
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, TXN_DENIED, "{ctx}");
+            }
+            ApiKey::TxnOffsetCommit => {
+                let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+                p.committed_offset = 0;
+                let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+                t.name = name("t");
+                t.partitions = vec![p];
+                let mut req = TxnOffsetCommitRequest::default();
+                req.transactional_id = TransactionalId(s("tx"));
+                req.group_id = group();
+                req.topics = vec![t];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.topics[0].partitions[0].error_code, TXN_DENIED, "{ctx}");
+            }
+            ApiKey::WriteTxnMarkers => {
+                let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
+                t.name = name("t");
+                t.partition_indexes = vec![0];
+                let mut m = write_txn_markers_request::WritableTxnMarker::default();
+                m.producer_id = ProducerId(1);
+                m.topics = vec![t];
+                let mut req = WriteTxnMarkersRequest::default();
+                req.markers = vec![m];
+                let r = c.send(v, &req).await.expect(&ctx);
+                let p = &r.markers[0].topics[0].partitions[0];
+                assert_eq!(p.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::DescribeTransactions => {
+                let mut req = DescribeTransactionsRequest::default();
+                req.transactional_ids = vec![TransactionalId(s("tx"))];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.transaction_states[0].error_code, TXN_DENIED, "{ctx}");
+            }
+            ApiKey::ListTransactions => {
+                let r = c
+                    .send(v, &ListTransactionsRequest::default())
+                    .await
+                    .expect(&ctx);
+                assert!(r.transaction_states.is_empty(), "{ctx}: transactions shown");
+            }
+            ApiKey::DescribeProducers => {
+                let mut t = describe_producers_request::TopicRequest::default();
+                t.name = name("t");
+                t.partition_indexes = vec![0];
+                let mut req = DescribeProducersRequest::default();
+                req.topics = vec![t];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.topics[0].partitions[0].error_code, TOPIC_DENIED, "{ctx}");
+            }
+            ApiKey::DescribeUserScramCredentials => {
+                let r = c
+                    .send(v, &DescribeUserScramCredentialsRequest::default())
+                    .await
+                    .expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::AlterUserScramCredentials => {
+                let mut u =
+                    alter_user_scram_credentials_request::ScramCredentialUpsertion::default();
+                u.name = s("mallory");
+                u.mechanism = 2;
+                u.iterations = 4096;
+                u.salt = bytes::Bytes::from_static(b"salt");
+                u.salted_password = bytes::Bytes::from(vec![7u8; 64]);
+                let mut req = AlterUserScramCredentialsRequest::default();
+                req.upsertions = vec![u];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.results[0].error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::CreateAcls => {
+                let mut a = create_acls_request::AclCreation::default();
+                a.resource_type = 2;
+                a.resource_name = s("*");
+                a.principal = s("User:ANONYMOUS");
+                a.host = s("*");
+                a.operation = 2;
+                a.permission_type = 3;
+                let mut req = CreateAclsRequest::default();
+                req.creations = vec![a];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.results[0].error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::DescribeAcls => {
+                let mut req = DescribeAclsRequest::default();
+                req.resource_type_filter = 1;
+                req.resource_name_filter = None;
+                req.principal_filter = None;
+                req.host_filter = None;
+                req.pattern_type_filter = 1;
+                req.operation = 1;
+                req.permission_type = 1;
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::DeleteAcls => {
+                let mut f = delete_acls_request::DeleteAclsFilter::default();
+                f.resource_type_filter = 1;
+                f.resource_name_filter = None;
+                f.principal_filter = None;
+                f.host_filter = None;
+                f.pattern_type_filter = 1;
+                f.operation = 1;
+                f.permission_type = 1;
+                let mut req = DeleteAclsRequest::default();
+                req.filters = vec![f];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.filter_results[0].error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            other => panic!("no authorization case for advertised API {other:?}"),
+        }
+    }
+
+    // Nothing the refused requests asked for happened.
+    set_acls(&agent, true).await;
+    let after = state(&mut c, &agent).await;
+    assert_eq!(after, State { acls: 4, ..before });
+    agent.stop().await;
+}
+
+/// Kafka's ACL model end to end over the wire: CreateAcls, DescribeAcls (with MATCH),
+/// a prefixed ALLOW, a DENY that beats it, a host-bound binding, DeleteAcls, and the
+/// caller's own authorized operations in Metadata.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acls_created_over_kafka_decide_the_next_requests() {
+    let agent = TestAgent::start_with(|s| {
+        s.authorizer = "acl".to_string();
+        s.super_users = "User:root".to_string();
+    })
+    .await
+    .expect("start");
+    let mut c = agent.client().await.expect("connect");
+    set_acls(&agent, true).await;
+    assert_eq!(create(&mut c, "pay-in", 1, &[]).await, 0);
+    assert_eq!(create(&mut c, "pay-secret", 1, &[]).await, 0);
+    assert_eq!(create(&mut c, "other", 1, &[]).await, 0);
+
+    let binding = |t: i8, n: &str, p: i8, host: &str, op: i8, perm: i8| {
+        let mut a = create_acls_request::AclCreation::default();
+        a.resource_type = t;
+        a.resource_name = s(n);
+        a.resource_pattern_type = p;
+        a.principal = s("User:ANONYMOUS");
+        a.host = s(host);
+        a.operation = op;
+        a.permission_type = perm;
+        a
+    };
+    // Keep ALTER on the cluster (to change ACLs), drop the rest of the grant.
+    let mut req = CreateAclsRequest::default();
+    req.creations = vec![
+        binding(4, "kafka-cluster", 3, "*", 7, 3),
+        binding(4, "kafka-cluster", 3, "*", 8, 3),
+        binding(2, "pay-", 4, "*", 4, 3),
+        binding(2, "pay-secret", 3, "*", 2, 2),
+        binding(2, "other", 3, "10.9.9.9", 3, 3),
+        binding(4, "not-the-cluster", 3, "*", 7, 3),
+    ];
+    let r = c.send(3, &req).await.expect("create acls");
+    let codes: Vec<i16> = r.results.iter().map(|x| x.error_code).collect();
+    assert_eq!(
+        codes,
+        [0, 0, 0, 0, 0, 42],
+        "INVALID_REQUEST for the bad cluster name"
+    );
+    let mut del = DeleteAclsRequest::default();
+    let mut f = delete_acls_request::DeleteAclsFilter::default();
+    f.resource_type_filter = 1;
+    f.resource_name_filter = None;
+    f.principal_filter = None;
+    f.host_filter = None;
+    f.pattern_type_filter = 1;
+    f.operation = 2;
+    f.permission_type = 3;
+    del.filters = vec![f];
+    let r = c.send(3, &del).await.expect("delete acls");
+    assert_eq!(
+        r.filter_results[0].matching_acls.len(),
+        4,
+        "the ALL grants: {r:?}"
+    );
+
+    let write = |topic: &str| produce(topic, 0, simple_batch(1, 1_000), -1);
+    let code = |r: &ProduceResponse| r.responses[0].partition_responses[0].error_code;
+    assert_eq!(
+        code(&c.send(9, &write("pay-in")).await.expect("produce")),
+        0
+    );
+    assert_eq!(
+        code(&c.send(9, &write("pay-secret")).await.expect("produce")),
+        TOPIC_DENIED
+    );
+    assert_eq!(
+        code(&c.send(9, &write("other")).await.expect("produce")),
+        TOPIC_DENIED
+    );
+
+    // Metadata of all topics shows what the caller may describe (WRITE implies
+    // DESCRIBE; the DENY of ALL hides pay-secret; the host-bound READ is not ours).
+    let mut all = MetadataRequest::default();
+    all.topics = None;
+    all.include_topic_authorized_operations = true;
+    let r = c.send(12, &all).await.expect("metadata");
+    let shown: Vec<(String, i32)> = r
+        .topics
+        .iter()
+        .map(|t| {
+            (
+                t.name.as_ref().map(|n| n.to_string()).unwrap_or_default(),
+                t.topic_authorized_operations,
+            )
+        })
+        .collect();
+    assert_eq!(shown, [("pay-in".to_string(), (1 << 4) | (1 << 8))]);
+
+    // DescribeAcls with MATCH: the bindings that apply to pay-secret.
+    let mut d = DescribeAclsRequest::default();
+    d.resource_type_filter = 2;
+    d.resource_name_filter = Some(s("pay-secret"));
+    d.principal_filter = None;
+    d.host_filter = None;
+    d.pattern_type_filter = 2;
+    d.operation = 1;
+    d.permission_type = 1;
+    let r = c.send(3, &d).await.expect("describe acls");
+    let mut found: Vec<(String, i8)> = r
+        .resources
+        .iter()
+        .map(|x| (x.resource_name.to_string(), x.pattern_type))
+        .collect();
+    found.sort();
+    assert_eq!(
+        found,
+        [("pay-".to_string(), 4), ("pay-secret".to_string(), 3)]
+    );
+
+    // Deleting the DENY opens pay-secret at once (on this agent, before the answer).
+    let mut f = delete_acls_request::DeleteAclsFilter::default();
+    f.resource_type_filter = 2;
+    f.resource_name_filter = Some(s("pay-secret"));
+    f.principal_filter = None;
+    f.host_filter = None;
+    f.pattern_type_filter = 3;
+    f.operation = 1;
+    f.permission_type = 2;
+    del.filters = vec![f];
+    let r = c.send(3, &del).await.expect("delete acls");
+    assert_eq!(r.filter_results[0].matching_acls.len(), 1);
+    assert_eq!(
+        code(&c.send(9, &write("pay-secret")).await.expect("produce")),
+        0
+    );
+    agent.stop().await;
+}
