@@ -209,6 +209,12 @@ impl BrokerConfig {
             },
         );
         push("super.users", Kind::String, &|s| s.super_users.clone());
+        push("inter.broker.listener.name", Kind::String, &|s| {
+            s.inter_agent_listener.clone()
+        });
+        push("sasl.mechanism.inter.broker.protocol", Kind::String, &|s| {
+            s.inter_agent_sasl_mechanism.clone()
+        });
         push("allow.everyone.if.no.acl.found", Kind::Boolean, &|s| {
             s.allow_everyone_if_no_acl_found.to_string()
         });

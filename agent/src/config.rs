@@ -10,6 +10,21 @@ use serde::Deserialize;
 
 use crate::context::SecurityProtocol;
 
+/// A setting never shown: `Debug` prints `<hidden>`.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(transparent)]
+pub struct Secret(pub String);
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_empty() {
+            "\"\""
+        } else {
+            "<hidden>"
+        })
+    }
+}
+
 /// Everything an agent needs to start.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -67,6 +82,17 @@ pub struct Settings {
     /// Whether SSL listeners ask clients for certificates: `none`, `requested` or
     /// `required` (Kafka's `ssl.client.auth`; SASL_SSL listeners ask for none, KIP-684).
     pub ssl_client_auth: String,
+    /// The listener agents reach each other on (Kafka's `inter.broker.listener.name`):
+    /// `PLAINTEXT`, the one at `kafka_listen`, or a SASL_PLAINTEXT one of `listeners`,
+    /// on which they authenticate as `inter_agent_sasl_username`.
+    pub inter_agent_listener: String,
+    /// The SASL mechanism agents authenticate to each other with (Kafka's
+    /// `sasl.mechanism.inter.broker.protocol`): SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN.
+    pub inter_agent_sasl_mechanism: String,
+    /// The agents' own user on a SASL inter-agent listener (its SCRAM credential is in
+    /// the metastore, like any user's).
+    pub inter_agent_sasl_username: String,
+    pub inter_agent_sasl_password: Secret,
     /// The authorizer (Kafka's `authorizer.class.name`): empty for none (every request
     /// allowed, as Kafka without one), `acl` for ACLs in the metastore (Kafka's
     /// `StandardAuthorizer` and `AclAuthorizer` class names mean the same).
@@ -255,6 +281,10 @@ impl Default for Settings {
             sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
+            inter_agent_listener: DEFAULT_LISTENER.to_string(),
+            inter_agent_sasl_mechanism: "SCRAM-SHA-512".to_string(),
+            inter_agent_sasl_username: String::new(),
+            inter_agent_sasl_password: Secret::default(),
             authorizer: String::new(),
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
@@ -346,6 +376,7 @@ impl Settings {
         self.oauth_settings()?;
         self.tls_files()?;
         self.authz()?;
+        self.peer_access()?;
         crate::tls::PrincipalRules::parse(&self.ssl_principal_mapping_rules)
             .map_err(|why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"))?;
         if self.ssl_reload_interval_ms == 0 {
@@ -512,9 +543,9 @@ pub struct ListenerSpec {
     pub advertised: Option<(String, i32)>,
 }
 
-/// The name of the default listener, at `kafka_listen`, which the agents use among
-/// themselves.
-pub const INTER_AGENT_LISTENER: &str = "PLAINTEXT";
+/// The name of the default listener, at `kafka_listen`: the one the agents use among
+/// themselves unless `inter_agent_listener` names another.
+pub const DEFAULT_LISTENER: &str = "PLAINTEXT";
 
 fn split_host_port(text: &str) -> Option<(&str, u16)> {
     let (host, port) = text.rsplit_once(':')?;
@@ -572,15 +603,15 @@ impl Settings {
         }
         let advertised = parse_listener_list("advertised_listeners", &self.advertised_listeners)?;
         let mut specs = vec![ListenerSpec {
-            name: INTER_AGENT_LISTENER.to_string(),
+            name: DEFAULT_LISTENER.to_string(),
             protocol: SecurityProtocol::Plaintext,
             listen: self.kafka_listen,
             advertised: Some(self.advertised()?),
         }];
         for (name, host, port) in parse_listener_list("listeners", &self.listeners)? {
-            if name == INTER_AGENT_LISTENER {
+            if name == DEFAULT_LISTENER {
                 return Err(anyhow::anyhow!(
-                    "invalid setting listeners: {INTER_AGENT_LISTENER} is the listener at kafka_listen; \
+                    "invalid setting listeners: {DEFAULT_LISTENER} is the listener at kafka_listen; \
                      name this one otherwise (e.g. CLIENT://{host}:{port} with \
                      listener_security_protocol_map CLIENT:PLAINTEXT)"
                 ));
@@ -631,6 +662,63 @@ impl Settings {
             ));
         }
         Ok(specs)
+    }
+
+    /// How this agent reaches the others: the inter-agent listener, checked to exist,
+    /// and the credentials a SASL one needs.
+    pub fn peer_access(&self) -> anyhow::Result<crate::peer::PeerAccess> {
+        let name = self.inter_agent_listener.trim();
+        let specs = self.listener_specs()?;
+        let Some(spec) = specs.iter().find(|s| s.name == name) else {
+            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            anyhow::bail!(
+                "invalid setting inter_agent_listener: {name:?} is not a listener (there are {})",
+                names.join(", ")
+            );
+        };
+        let sasl = match spec.protocol {
+            SecurityProtocol::Plaintext => None,
+            SecurityProtocol::SaslPlaintext => {
+                let mechanism = self.inter_agent_sasl_mechanism.trim();
+                let parsed = crate::sasl::Mechanism::from_name(mechanism)
+                    .filter(|m| *m != crate::sasl::Mechanism::OAuthBearer)
+                    .ok_or_else(|| {
+                        anyhow::anyhow!(
+                            "invalid setting inter_agent_sasl_mechanism: {mechanism:?} is not \
+                             SCRAM-SHA-512, SCRAM-SHA-256 or PLAIN"
+                        )
+                    })?;
+                if !self.sasl_mechanisms()?.iter().any(|m| m == mechanism) {
+                    anyhow::bail!(
+                        "invalid setting inter_agent_sasl_mechanism: {mechanism} is not among \
+                         sasl_enabled_mechanisms, so the agents' listener would refuse it"
+                    );
+                }
+                if self.inter_agent_sasl_username.is_empty()
+                    || self.inter_agent_sasl_password.0.is_empty()
+                {
+                    anyhow::bail!(
+                        "invalid setting inter_agent_listener: {name} is SASL_PLAINTEXT, so the \
+                         agents need inter_agent_sasl_username and inter_agent_sasl_password \
+                         (STRATA_INTER_AGENT_SASL_PASSWORD)"
+                    );
+                }
+                Some(crate::peer::PeerCredentials {
+                    mechanism: parsed,
+                    username: self.inter_agent_sasl_username.clone(),
+                    password: self.inter_agent_sasl_password.0.clone(),
+                })
+            }
+            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => anyhow::bail!(
+                "invalid setting inter_agent_listener: {name} is {}; agents reach each other \
+                 over PLAINTEXT or SASL_PLAINTEXT only (TLS between agents is not built yet)",
+                spec.protocol.name()
+            ),
+        };
+        Ok(crate::peer::PeerAccess {
+            listener: name.to_string(),
+            sasl,
+        })
     }
 
     /// How requests are authorized: `authorizer` and `super_users` checked.

@@ -79,6 +79,9 @@ pub async fn follow(
     }
 }
 
+/// Followers failing to authenticate are reported at most once a second.
+static AUTHENTICATION_FAILURES: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
+
 /// One connection's worth of the cycle: returns when the connection or the leader
 /// fails, or the role changed.
 async fn follow_once(
@@ -93,8 +96,16 @@ async fn follow_once(
         return Pause::Retry(format!("leader {leader} is not live"));
     };
     let max_response = max_record_bytes.max(FETCH_MAX_BYTES as usize);
-    let mut peer = match Peer::connect(&address, node_id, max_response).await {
+    let mut peer = match Peer::connect(&address, node_id, max_response, membership.peer_access())
+        .await
+    {
         Ok(p) => p,
+        Err(e) if e.is::<crate::peer::AuthenticationFailed>() => {
+            if let Some(left_out) = AUTHENTICATION_FAILURES.allow() {
+                tracing::warn!(partition = %partition.name(), leader, error = %e, left_out, "a follower cannot authenticate to its leader; it does not replicate");
+            }
+            return Pause::Retry(format!("{e:#}"));
+        }
         Err(e) => return Pause::Retry(format!("cannot connect to {address}: {e:#}")),
     };
     loop {

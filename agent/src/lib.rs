@@ -154,6 +154,8 @@ pub async fn start_on(
         settings.archive_cache_bytes,
     ));
     let tiering_every = Duration::from_millis(settings.tiering_interval_ms.max(10));
+    let peers = settings.peer_access()?;
+    peers.seed_credential(&metastore).await?;
     let membership = Arc::new(
         membership::Membership::join(
             metastore.clone(),
@@ -179,6 +181,7 @@ pub async fn start_on(
                 rack: settings.rack.clone(),
                 data_dir_id: data_dir.id().to_string(),
                 lease: Duration::from_millis(settings.lease_ms),
+                peers,
             },
         )
         .await?,

@@ -117,6 +117,20 @@ struct AgentArgs {
     /// ssl.client.auth). [default: none]
     #[arg(long, env = "STRATA_SSL_CLIENT_AUTH")]
     ssl_client_auth: Option<String>,
+    /// The listener agents reach each other on (Kafka's inter.broker.listener.name):
+    /// PLAINTEXT (at --kafka-listen) or a SASL_PLAINTEXT one of --listeners. [default: PLAINTEXT]
+    #[arg(long, env = "STRATA_INTER_AGENT_LISTENER")]
+    inter_agent_listener: Option<String>,
+    /// SASL mechanism of the agents on a SASL inter-agent listener (Kafka's
+    /// sasl.mechanism.inter.broker.protocol). [default: SCRAM-SHA-512]
+    #[arg(long, env = "STRATA_INTER_AGENT_SASL_MECHANISM")]
+    inter_agent_sasl_mechanism: Option<String>,
+    /// The agents' own SASL user on a SASL inter-agent listener.
+    #[arg(long, env = "STRATA_INTER_AGENT_SASL_USERNAME")]
+    inter_agent_sasl_username: Option<String>,
+    /// Its password (better given as STRATA_INTER_AGENT_SASL_PASSWORD than as a flag).
+    #[arg(long, env = "STRATA_INTER_AGENT_SASL_PASSWORD", hide_env_values = true)]
+    inter_agent_sasl_password: Option<String>,
     /// The authorizer (Kafka's authorizer.class.name): acl to enforce the ACLs in the
     /// metastore (CreateAcls, kafka-acls). [default: none, everything allowed]
     #[arg(long, env = "STRATA_AUTHORIZER")]
@@ -317,6 +331,18 @@ impl AgentArgs {
         }
         if let Some(v) = self.ssl_client_auth {
             s.ssl_client_auth = v;
+        }
+        if let Some(v) = self.inter_agent_listener {
+            s.inter_agent_listener = v;
+        }
+        if let Some(v) = self.inter_agent_sasl_mechanism {
+            s.inter_agent_sasl_mechanism = v;
+        }
+        if let Some(v) = self.inter_agent_sasl_username {
+            s.inter_agent_sasl_username = v;
+        }
+        if let Some(v) = self.inter_agent_sasl_password {
+            s.inter_agent_sasl_password = strata_agent::config::Secret(v);
         }
         if let Some(v) = self.authorizer {
             s.authorizer = v;

@@ -48,6 +48,8 @@ pub struct Joining {
     /// is refused).
     pub data_dir_id: String,
     pub lease: Duration,
+    /// How this agent reaches the others (their inter-agent listener).
+    pub peers: crate::peer::PeerAccess,
 }
 
 #[derive(Debug)]
@@ -66,6 +68,7 @@ pub struct Membership {
     regained: watch::Sender<Option<Duration>>,
     /// The controller lease's holder as last seen (-1: not known yet).
     controller: AtomicI32,
+    peers: crate::peer::PeerAccess,
 }
 
 impl Membership {
@@ -83,6 +86,7 @@ impl Membership {
             rack,
             data_dir_id,
             lease,
+            peers,
         } = joining;
         let me = AgentRecord {
             node_id,
@@ -104,6 +108,7 @@ impl Membership {
             clock,
             regained: watch::Sender::new(None),
             controller: AtomicI32::new(-1),
+            peers,
         };
         membership
             .renew(true)
@@ -298,7 +303,7 @@ impl Membership {
         self.map_live(|a| a.node_id)
     }
 
-    /// The Kafka address of live agent `node_id`.
+    /// Where live agent `node_id` listens for the other agents (the inter-agent listener).
     pub fn address_of(&self, node_id: i32) -> Option<String> {
         let now = self.clock.wall_ms();
         self.live
@@ -306,7 +311,13 @@ impl Membership {
             .unwrap_or_else(|p| p.into_inner())
             .iter()
             .find(|a| a.node_id == node_id && self.is_live(a, now))
-            .map(|a| format!("{}:{}", a.host, a.port))
+            .and_then(|a| a.address(&self.peers.listener))
+            .map(|(host, port)| format!("{host}:{port}"))
+    }
+
+    /// How to reach (and authenticate to) the other agents.
+    pub fn peer_access(&self) -> &crate::peer::PeerAccess {
+        &self.peers
     }
 
     /// The agent that coordinates `group`: one of the live agents, chosen by a hash of
@@ -441,6 +452,7 @@ mod tests {
                     rack: None,
                     data_dir_id: "dir-1".to_string(),
                     lease,
+                    peers: Default::default(),
                 },
             )
             .await

@@ -2,12 +2,21 @@
 //! other: a follower's fetches (`fetcher.rs`) and the transaction coordinator's markers
 //! (`txn/markers.rs`). Requests are ordinary Kafka requests, encoded and decoded by the
 //! `kafka-protocol` crate.
+//!
+//! Agents reach each other on the inter-agent listener ([`PeerAccess`], Kafka's
+//! `inter.broker.listener.name`). When that listener is SASL_PLAINTEXT, each connection
+//! authenticates first (SaslHandshake, SaslAuthenticate with PLAIN or SCRAM, the server's
+//! SCRAM signature checked too), so the agents act as their own principal: the one
+//! operators name in `super_users`, and the only one an authorizer lets fetch as a
+//! replica (CLUSTER_ACTION).
 
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, BytesMut};
-use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+use kafka_protocol::messages::{
+    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -17,6 +26,93 @@ pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Bytes a response may hold besides the records (headers, topic and partition fields).
 const RESPONSE_OVERHEAD_BYTES: usize = 1024 * 1024;
+
+/// How agents reach each other: the listener, and the credentials when it is a SASL one.
+#[derive(Debug, Clone)]
+pub struct PeerAccess {
+    /// The listener's name (`PLAINTEXT`, the one at `kafka_listen`, by default).
+    pub listener: String,
+    pub sasl: Option<PeerCredentials>,
+}
+
+impl Default for PeerAccess {
+    fn default() -> PeerAccess {
+        PeerAccess {
+            listener: "PLAINTEXT".to_string(),
+            sasl: None,
+        }
+    }
+}
+
+impl PeerAccess {
+    /// Stores the agents' own SCRAM credential in the metastore if their user has none
+    /// for the mechanism yet (for PLAIN, a SCRAM-SHA-512 one, which PLAIN is checked
+    /// against), so a cluster on a SASL inter-agent listener starts with nothing set
+    /// up by hand, as Kafka's `kafka-storage format --add-scram` does. An existing
+    /// credential is never replaced: an agent configured with a wrong password cannot
+    /// reset the right one, and fails to authenticate instead.
+    pub async fn seed_credential(
+        &self,
+        metastore: &strata_metastore::Metastore,
+    ) -> anyhow::Result<()> {
+        use crate::sasl::Mechanism;
+        use crate::sasl::scram::{MIN_ITERATIONS, ScramHash};
+        let Some(credentials) = &self.sasl else {
+            return Ok(());
+        };
+        let hash = match credentials.mechanism {
+            Mechanism::Scram(h) => h,
+            Mechanism::Plain => ScramHash::Sha512,
+            Mechanism::OAuthBearer => return Ok(()),
+        };
+        let mut salt = [0u8; 32];
+        aws_lc_rs::rand::fill(&mut salt).context("no random salt")?;
+        let salted = hash.salted_password(credentials.password.as_bytes(), &salt, MIN_ITERATIONS);
+        let credential = hash.credential_from_salted(&salted, &salt, MIN_ITERATIONS);
+        let user = credentials.username.clone();
+        let mechanism = hash.mechanism().to_string();
+        metastore
+            .alter_user_credentials(vec![user.clone()], move |users| {
+                if let Some(u) = users.get_mut(&user) {
+                    u.mechanisms
+                        .entry(mechanism.clone())
+                        .or_insert_with(|| credential.clone());
+                }
+                Ok(())
+            })
+            .await
+            .context("cannot store the agents' own SCRAM credential")
+    }
+}
+
+/// Another agent refused this one's credentials (or could not be authenticated to):
+/// worth an operator's attention, unlike a peer that is merely unreachable.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot authenticate to {address} on listener {listener} as {user}: {reason}")]
+pub struct AuthenticationFailed {
+    pub address: String,
+    pub listener: String,
+    pub user: String,
+    pub reason: String,
+}
+
+/// The agents' own SASL credentials.
+#[derive(Clone)]
+pub struct PeerCredentials {
+    pub mechanism: crate::sasl::Mechanism,
+    pub username: String,
+    pub password: String,
+}
+
+impl std::fmt::Debug for PeerCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerCredentials")
+            .field("mechanism", &self.mechanism.name())
+            .field("username", &self.username)
+            .field("password", &"<hidden>")
+            .finish()
+    }
+}
 
 /// One connection to another agent's Kafka listener.
 pub(crate) struct Peer {
@@ -35,17 +131,84 @@ impl Peer {
         address: &str,
         node_id: i32,
         max_record_bytes: usize,
+        access: &PeerAccess,
     ) -> anyhow::Result<Peer> {
         let stream = tokio::time::timeout(RESPONSE_TIMEOUT, TcpStream::connect(address))
             .await
             .context("connect timed out")??;
         stream.set_nodelay(true)?;
-        Ok(Peer {
+        let mut peer = Peer {
             stream,
             correlation_id: 0,
             client_id: StrBytes::from_string(format!("strata-replica-{node_id}")),
             max_frame_bytes: max_record_bytes + RESPONSE_OVERHEAD_BYTES,
-        })
+        };
+        if let Some(credentials) = &access.sasl
+            && let Err(e) = peer.authenticate(credentials).await
+        {
+            return Err(anyhow::Error::new(AuthenticationFailed {
+                address: address.to_string(),
+                listener: access.listener.clone(),
+                user: credentials.username.clone(),
+                reason: format!("{e:#}"),
+            }));
+        }
+        Ok(peer)
+    }
+
+    /// The SASL exchange, as a Kafka client runs it: SaslHandshake v1, then
+    /// SaslAuthenticate v2 with the mechanism's messages.
+    async fn authenticate(&mut self, credentials: &PeerCredentials) -> anyhow::Result<()> {
+        use crate::sasl::Mechanism;
+        let mechanism = credentials.mechanism;
+        let mut handshake = SaslHandshakeRequest::default();
+        handshake.mechanism = StrBytes::from_static_str(mechanism.name());
+        let r = self.send(1, &handshake).await?;
+        if r.error_code != 0 {
+            let offered: Vec<&str> = r.mechanisms.iter().map(|m| m.as_str()).collect();
+            bail!(
+                "the listener does not offer {} (it offers {})",
+                mechanism.name(),
+                offered.join(", ")
+            );
+        }
+        match mechanism {
+            Mechanism::Plain => {
+                let message = format!("\0{}\0{}", credentials.username, credentials.password);
+                self.sasl_step(message.into_bytes()).await?;
+            }
+            Mechanism::Scram(hash) => {
+                let mut nonce = [0u8; 24];
+                aws_lc_rs::rand::fill(&mut nonce).context("no random nonce")?;
+                let mut client = crate::sasl::scram::ScramClient::new(
+                    hash,
+                    &credentials.username,
+                    &credentials.password,
+                    &nonce,
+                );
+                let server_first = self.sasl_step(client.first_message()).await?;
+                let last = client.final_message(&server_first)?;
+                let server_final = self.sasl_step(last).await?;
+                client.verify_server(&server_final)?;
+            }
+            Mechanism::OAuthBearer => {
+                bail!("agents do not authenticate to each other with OAUTHBEARER")
+            }
+        }
+        Ok(())
+    }
+
+    async fn sasl_step(&mut self, message: Vec<u8>) -> anyhow::Result<Vec<u8>> {
+        let mut request = SaslAuthenticateRequest::default();
+        request.auth_bytes = bytes::Bytes::from(message);
+        let r = self.send(2, &request).await?;
+        if r.error_code != 0 {
+            bail!(
+                "authentication failed: {}",
+                r.error_message.as_deref().unwrap_or("no reason given")
+            );
+        }
+        Ok(r.auth_bytes.to_vec())
     }
 
     pub(crate) async fn send<R: Request>(

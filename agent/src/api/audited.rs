@@ -61,11 +61,10 @@ fn config_resource(resource_type: i8, name: &str) -> (&'static str, String) {
 /// An ACL binding's (or filter's) resource: `acl:TOPIC:PREFIXED:orders-`, `ANY` and
 /// `*` for what a filter leaves open.
 fn acl_resource(resource_type: i8, pattern_type: i8, name: Option<&str>) -> String {
-    use crate::authz::rules::{PatternType, ResourceType};
+    use crate::authz::rules::{PatternType, resource_type_name};
     let kind = match resource_type {
         1 => "ANY".to_string(),
-        c => ResourceType::from_code(c)
-            .map_or_else(|| format!("UNKNOWN({c})"), |t| t.name().to_string()),
+        c => resource_type_name(c).map_or_else(|| format!("UNKNOWN({c})"), str::to_string),
     };
     let pattern = match PatternType::from_code(pattern_type) {
         Some(PatternType::Literal) => "LITERAL".to_string(),

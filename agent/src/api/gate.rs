@@ -92,6 +92,16 @@ impl Check {
     fn ops(&self, kind: ResourceType, name: &str) -> i32 {
         self.az.operations(self.who(), kind, name)
     }
+
+    /// The cluster's operations, told only to who may DESCRIBE the cluster (else none),
+    /// as Kafka answers DescribeCluster and Metadata.
+    fn cluster_ops(&self) -> i32 {
+        if self.sees(Op::Describe, R::Cluster, CLUSTER_NAME) {
+            self.ops(R::Cluster, CLUSTER_NAME)
+        } else {
+            0
+        }
+    }
 }
 
 /// Checks `request` for the caller of `ctx`.
@@ -121,7 +131,7 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         RequestKind::IncrementalAlterConfigs(r) => incremental_alter_configs(&c, r),
         RequestKind::DescribeCluster(r) => {
             let asked = r.include_cluster_authorized_operations;
-            let ops = c.ops(R::Cluster, CLUSTER_NAME);
+            let ops = c.cluster_ops();
             proceed(r, move |resp| {
                 if let ResponseKind::DescribeCluster(resp) = resp
                     && asked
@@ -518,7 +528,7 @@ fn metadata(c: &Check, broker: &Broker, mut r: MetadataRequest, version: i16) ->
             !denied
         });
     }
-    let cluster_ops = ask_cluster.then(|| c.ops(R::Cluster, CLUSTER_NAME));
+    let cluster_ops = ask_cluster.then(|| c.cluster_ops());
     let c = c.clone();
     proceed(r, move |resp| {
         let ResponseKind::Metadata(resp) = resp else {

@@ -61,9 +61,14 @@ impl Peers {
                 let address = membership
                     .address_of(node)
                     .with_context(|| format!("agent {node} is not live"))?;
-                Peer::connect(&address, self.node_id, self.max_record_bytes)
-                    .await
-                    .with_context(|| format!("cannot connect to agent {node} at {address}"))?
+                Peer::connect(
+                    &address,
+                    self.node_id,
+                    self.max_record_bytes,
+                    membership.peer_access(),
+                )
+                .await
+                .with_context(|| format!("cannot connect to agent {node} at {address}"))?
             }
         };
         let response = peer.send(version, request).await?;

@@ -47,7 +47,7 @@ impl Mechanism {
         }
     }
 
-    fn from_name(name: &str) -> Option<Mechanism> {
+    pub fn from_name(name: &str) -> Option<Mechanism> {
         match name {
             "PLAIN" => Some(Mechanism::Plain),
             "OAUTHBEARER" => Some(Mechanism::OAuthBearer),

@@ -313,6 +313,101 @@ impl ServerFirst {
     }
 }
 
+/// The client's half of a SCRAM exchange (RFC 5802), for the agents' own connections
+/// to each other's SASL listeners.
+#[derive(Debug, Clone)]
+pub struct ScramClient {
+    hash: ScramHash,
+    password: String,
+    nonce: String,
+    first_bare: String,
+    /// The signature the server's final message must carry, once the proof is sent.
+    server_signature: Option<Vec<u8>>,
+}
+
+/// The gs2 header of a client without channel binding.
+const GS2_HEADER: &str = "n,,";
+
+impl ScramClient {
+    /// `nonce`: fresh random bytes.
+    pub fn new(hash: ScramHash, user: &str, password: &str, nonce: &[u8]) -> ScramClient {
+        let name = user.replace('=', "=3D").replace(',', "=2C");
+        let nonce = B64.encode(nonce);
+        ScramClient {
+            hash,
+            password: password.to_string(),
+            first_bare: format!("n={name},r={nonce}"),
+            nonce,
+            server_signature: None,
+        }
+    }
+
+    pub fn first_message(&self) -> Vec<u8> {
+        format!("{GS2_HEADER}{}", self.first_bare).into_bytes()
+    }
+
+    /// The final message (with the proof) for the server's first message.
+    pub fn final_message(&mut self, server_first: &[u8]) -> Result<Vec<u8>, ScramError> {
+        let text =
+            std::str::from_utf8(server_first).map_err(|_| ScramError::Malformed("not UTF-8"))?;
+        let mut attrs = text.split(',');
+        let nonce = attrs
+            .next()
+            .and_then(|a| a.strip_prefix("r="))
+            .ok_or(ScramError::Malformed("no nonce"))?;
+        let salt = attrs
+            .next()
+            .and_then(|a| a.strip_prefix("s="))
+            .and_then(|s| B64.decode(s).ok())
+            .ok_or(ScramError::Malformed("no salt"))?;
+        let iterations: u32 = attrs
+            .next()
+            .and_then(|a| a.strip_prefix("i="))
+            .and_then(|i| i.parse().ok())
+            .ok_or(ScramError::Malformed("no iteration count"))?;
+        if !nonce.starts_with(&self.nonce) || nonce.len() == self.nonce.len() {
+            return Err(ScramError::Refused(
+                "the server's nonce does not extend ours",
+            ));
+        }
+        // A server asking for more work than any credential strata stores is refused
+        // rather than obeyed.
+        if !(MIN_ITERATIONS..=MAX_ITERATIONS).contains(&iterations) {
+            return Err(ScramError::Refused("the iteration count is out of range"));
+        }
+        let h = self.hash;
+        let salted = h.salted_password(self.password.as_bytes(), &salt, iterations);
+        let client_key = h.mac(&salted, b"Client Key");
+        let stored_key = h.hash(&client_key);
+        let without_proof = format!("c={},r={nonce}", B64.encode(GS2_HEADER));
+        let auth = format!("{},{text},{without_proof}", self.first_bare);
+        let signature = h.mac(&stored_key, auth.as_bytes());
+        let proof: Vec<u8> = client_key
+            .iter()
+            .zip(&signature)
+            .map(|(a, b)| a ^ b)
+            .collect();
+        let server_key = h.mac(&salted, b"Server Key");
+        self.server_signature = Some(h.mac(&server_key, auth.as_bytes()));
+        Ok(format!("{without_proof},p={}", B64.encode(proof)).into_bytes())
+    }
+
+    /// Checks the server's final message: it proves the server holds the credential.
+    pub fn verify_server(&self, server_final: &[u8]) -> Result<(), ScramError> {
+        let expected = self
+            .server_signature
+            .as_ref()
+            .ok_or(ScramError::Refused("no proof was sent yet"))?;
+        let given = std::str::from_utf8(server_final)
+            .ok()
+            .and_then(|t| t.strip_prefix("v="))
+            .and_then(|v| B64.decode(v).ok())
+            .ok_or(ScramError::Malformed("no server signature"))?;
+        constant_time::verify_slices_are_equal(&given, expected)
+            .map_err(|_| ScramError::Refused("the server's signature is wrong"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -364,6 +459,32 @@ mod tests {
             let other_binding =
                 client_final(h, "pencil", "n=user,r=clientnonce", &server_first, "y,,");
             assert!(server.finish(other_binding.as_bytes()).is_err());
+        }
+    }
+
+    #[test]
+    fn the_client_and_the_server_agree_and_a_wrong_password_is_refused() {
+        for h in [ScramHash::Sha256, ScramHash::Sha512] {
+            let salted = h.salted_password(b"s3cret", b"salt", 4096);
+            let credential = h.credential_from_salted(&salted, b"salt", 4096);
+            for (password, ok) in [("s3cret", true), ("wrong", false)] {
+                let mut client = ScramClient::new(h, "agent,1=x", password, b"nonce-bytes");
+                let first = parse_client_first(&client.first_message()).expect("first");
+                assert_eq!(first.user, "agent,1=x");
+                let server = ServerFirst::new(h, first, credential.clone(), b"server");
+                let last = client.final_message(server.message()).expect("final");
+                match server.finish(&last) {
+                    Ok(server_final) => {
+                        assert!(ok, "{password} accepted");
+                        client.verify_server(&server_final).expect("server proof");
+                        assert!(client.verify_server(b"v=AAAA").is_err());
+                    }
+                    Err(e) => assert!(!ok && e == ScramError::BadProof, "{e}"),
+                }
+            }
+            // A server that does not extend the client's nonce is refused.
+            let mut client = ScramClient::new(h, "a", "p", b"n");
+            assert!(client.final_message(b"r=other,s=c2FsdA==,i=4096").is_err());
         }
     }
 

@@ -226,7 +226,14 @@ async fn write_remote(
     let Some(address) = membership.address_of(leader) else {
         return retry_all();
     };
-    let mut peer = match Peer::connect(&address, membership.node_id(), MAX_RESPONSE_BYTES).await {
+    let mut peer = match Peer::connect(
+        &address,
+        membership.node_id(),
+        MAX_RESPONSE_BYTES,
+        membership.peer_access(),
+    )
+    .await
+    {
         Ok(p) => p,
         Err(e) => {
             tracing::debug!(leader, error = %e, "cannot reach a partition leader for markers");
