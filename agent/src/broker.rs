@@ -58,6 +58,8 @@ pub struct Broker {
     audit: crate::audit::Audit,
     /// Who may do what (ACLs), when an authorizer is configured.
     authorizer: Arc<Authorizer>,
+    /// Client quotas, and the usage measured against them.
+    quotas: Arc<crate::quota::Quotas>,
     shutdown: CancellationToken,
 }
 
@@ -140,6 +142,21 @@ impl Broker {
         // empty set that would deny (or allow) what the bindings say otherwise.
         let authorizer = Arc::new(Authorizer::new(settings.authz()?, metastore.clone()));
         authorizer.refresh().await?;
+        let authz = settings.authz()?;
+        if authz.enabled && authz.super_users.is_empty() && !authz.allow_if_no_acl {
+            tracing::warn!(
+                "an authorizer with no super_users: only principals the stored ACLs name may do anything; \
+                 if there are none yet, name an admin in super_users to create them"
+            );
+        }
+        let quotas = Arc::new(crate::quota::Quotas::new(
+            crate::quota::Windows {
+                samples: settings.quota_window_num,
+                window_ms: settings.quota_window_size_seconds * 1000,
+            },
+            metastore.clone(),
+        ));
+        quotas.refresh().await?;
         let transactions = Arc::new(Transactions::new(
             metastore.clone(),
             Arc::clone(&membership),
@@ -173,6 +190,7 @@ impl Broker {
             tiering,
             audit: crate::audit::Audit::at(&settings_data_dir.join("audit.log")),
             authorizer,
+            quotas,
             shutdown,
         }))
     }
@@ -242,6 +260,10 @@ impl Broker {
     /// Cancelled when the agent begins to stop.
     pub fn audit(&self) -> &crate::audit::Audit {
         &self.audit
+    }
+
+    pub fn quotas(&self) -> &Arc<crate::quota::Quotas> {
+        &self.quotas
     }
 
     pub fn authorizer(&self) -> &Arc<Authorizer> {

@@ -209,6 +209,12 @@ impl BrokerConfig {
             },
         );
         push("super.users", Kind::String, &|s| s.super_users.clone());
+        push("quota.window.num", Kind::Int, &|s| {
+            s.quota_window_num.to_string()
+        });
+        push("quota.window.size.seconds", Kind::Int, &|s| {
+            s.quota_window_size_seconds.to_string()
+        });
         push("inter.broker.listener.name", Kind::String, &|s| {
             s.inter_agent_listener.clone()
         });

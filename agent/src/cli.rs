@@ -38,6 +38,13 @@ pub struct Conn {
         global = true
     )]
     pub http: String,
+    /// A user of the cluster, when its HTTP API asks for credentials (HTTP Basic with the
+    /// user's SCRAM password, from STRATA_PASSWORD).
+    #[arg(long, env = "STRATA_USER", global = true)]
+    pub user: Option<String>,
+    /// A bearer token (an OAUTHBEARER JWT) instead of a user.
+    #[arg(long, env = "STRATA_TOKEN", global = true, hide_env_values = true)]
+    pub token: Option<String>,
     /// Output format.
     #[arg(long, short = 'o', value_enum, default_value_t = Output::Table, global = true)]
     pub output: Output,
@@ -256,6 +263,8 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 struct Api {
     base: String,
     client: reqwest::Client,
+    /// The Authorization header, when credentials were given.
+    authorization: Option<String>,
 }
 
 /// The API's refusal of a request: its problem detail.
@@ -283,7 +292,27 @@ impl Api {
             .timeout(Duration::from_secs(120))
             .build()
             .context("cannot build the HTTP client")?;
-        Ok(Api { base, client })
+        let authorization = match (&conn.user, &conn.token) {
+            (Some(_), Some(_)) => bail!("give --user or --token, not both"),
+            (Some(user), None) => {
+                let password = std::env::var("STRATA_PASSWORD").context(
+                    "--user needs the password in STRATA_PASSWORD (never on the command line)",
+                )?;
+                use base64::Engine as _;
+                let pair = format!("{user}:{password}");
+                Some(format!(
+                    "Basic {}",
+                    base64::engine::general_purpose::STANDARD.encode(pair)
+                ))
+            }
+            (None, Some(token)) => Some(format!("Bearer {token}")),
+            (None, None) => None,
+        };
+        Ok(Api {
+            base,
+            client,
+            authorization,
+        })
     }
 
     async fn call(
@@ -294,6 +323,9 @@ impl Api {
     ) -> anyhow::Result<Value> {
         let url = format!("{}{path}", self.base);
         let mut request = self.client.request(method, &url);
+        if let Some(a) = &self.authorization {
+            request = request.header("authorization", a);
+        }
         if let Some(body) = body {
             request = request
                 .header("content-type", "application/json")

@@ -93,6 +93,15 @@ pub struct Settings {
     /// the metastore, like any user's).
     pub inter_agent_sasl_username: String,
     pub inter_agent_sasl_password: Secret,
+    /// How many samples a client quota's rate is measured over (Kafka's
+    /// `quota.window.num`).
+    pub quota_window_num: usize,
+    /// How long each sample lasts (Kafka's `quota.window.size.seconds`).
+    pub quota_window_size_seconds: u64,
+    /// How HTTP API callers authenticate: empty for not at all (everyone is
+    /// `User:ANONYMOUS`), or `basic` (SCRAM users' passwords), `bearer` (OAUTHBEARER's
+    /// JWTs), or both, comma-separated.
+    pub http_authentication: String,
     /// The authorizer (Kafka's `authorizer.class.name`): empty for none (every request
     /// allowed, as Kafka without one), `acl` for ACLs in the metastore (Kafka's
     /// `StandardAuthorizer` and `AclAuthorizer` class names mean the same).
@@ -285,6 +294,9 @@ impl Default for Settings {
             inter_agent_sasl_mechanism: "SCRAM-SHA-512".to_string(),
             inter_agent_sasl_username: String::new(),
             inter_agent_sasl_password: Secret::default(),
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
+            http_authentication: String::new(),
             authorizer: String::new(),
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
@@ -377,6 +389,22 @@ impl Settings {
         self.tls_files()?;
         self.authz()?;
         self.peer_access()?;
+        self.http_authentication_methods()?;
+        if !(2..=1000).contains(&self.quota_window_num) {
+            return fail(
+                "quota_window_num (--quota-window-num)",
+                format!("{}; must be between 2 and 1000", self.quota_window_num),
+            );
+        }
+        if !(1..=3600).contains(&self.quota_window_size_seconds) {
+            return fail(
+                "quota_window_size_seconds (--quota-window-size-seconds)",
+                format!(
+                    "{}; must be between 1 and 3600",
+                    self.quota_window_size_seconds
+                ),
+            );
+        }
         crate::tls::PrincipalRules::parse(&self.ssl_principal_mapping_rules)
             .map_err(|why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"))?;
         if self.ssl_reload_interval_ms == 0 {
@@ -719,6 +747,33 @@ impl Settings {
             listener: name.to_string(),
             sasl,
         })
+    }
+
+    /// The HTTP API's authentication methods, checked: `bearer` needs OAUTHBEARER's
+    /// settings (its JWKS).
+    pub fn http_authentication_methods(&self) -> anyhow::Result<Vec<String>> {
+        let mut methods = Vec::new();
+        for m in self
+            .http_authentication
+            .split(',')
+            .map(|m| m.trim().to_ascii_lowercase())
+            .filter(|m| !m.is_empty() && m != "none")
+        {
+            match m.as_str() {
+                "basic" => {}
+                "bearer" if self.oauth_settings()?.is_none() => anyhow::bail!(
+                    "invalid setting http_authentication: bearer tokens are validated as \
+                     OAUTHBEARER's, so sasl_enabled_mechanisms must include OAUTHBEARER with \
+                     sasl_oauthbearer_jwks_location set"
+                ),
+                "bearer" => {}
+                other => anyhow::bail!(
+                    "invalid setting http_authentication: {other:?} is not basic or bearer"
+                ),
+            }
+            methods.push(m);
+        }
+        Ok(methods)
     }
 
     /// How requests are authorized: `authorizer` and `super_users` checked.

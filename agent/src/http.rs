@@ -12,6 +12,7 @@
 
 mod admin;
 mod assignor;
+mod auth;
 mod cluster;
 mod consume;
 mod json;
@@ -34,6 +35,7 @@ use crate::broker::Broker;
 /// What the produce, consume and commit endpoints share.
 pub struct HttpApi {
     broker: Arc<Broker>,
+    auth: auth::HttpAuth,
     peers: cluster::Peers,
     remembered: produce::Remembered,
     consumers: consume::Consumers,
@@ -64,11 +66,16 @@ const OPENAPI: &str = include_str!("http/openapi.json");
 pub fn router(broker: Arc<Broker>) -> Router {
     let max_record_bytes = broker.settings().max_request_bytes;
     let api = Arc::new(HttpApi {
+        auth: http_auth(broker.settings()),
         peers: cluster::Peers::new(broker.node_id(), max_record_bytes),
         remembered: produce::remembered(),
         consumers: consume::Consumers::default(),
         broker: Arc::clone(&broker),
     });
+    let shared = Shared {
+        broker: Arc::clone(&broker),
+        api,
+    };
     Router::new()
         .route("/v1/openapi.json", get(openapi))
         .route("/v1/topics/{topic}/produce", post(produce::produce))
@@ -125,8 +132,32 @@ pub fn router(broker: Arc<Broker>) -> Router {
             axum::routing::post(abort_transaction),
         )
         .route("/v1/transactions/{id}", get(transaction))
+        .route_layer(axum::middleware::from_fn_with_state(
+            shared.clone(),
+            auth::guard,
+        ))
         .fallback(not_found)
-        .with_state(Shared { broker, api })
+        .with_state(shared)
+}
+
+/// How HTTP callers authenticate, from the settings (checked at start).
+fn http_auth(settings: &crate::config::Settings) -> auth::HttpAuth {
+    let methods = settings.http_authentication_methods().unwrap_or_default();
+    let bearer = if methods.iter().any(|m| m == "bearer") {
+        match settings
+            .oauth_settings()
+            .and_then(|o| o.map(crate::sasl::oauth::Validator::load).transpose())
+        {
+            Ok(v) => v,
+            Err(e) => {
+                tracing::error!(error = %e, "HTTP bearer tokens cannot be validated; they are refused");
+                None
+            }
+        }
+    } else {
+        None
+    };
+    auth::HttpAuth::new(&methods, bearer)
 }
 
 async fn openapi() -> impl axum::response::IntoResponse {

@@ -30,6 +30,7 @@ pub mod open_files;
 pub mod partition;
 mod peer;
 pub mod producer_ids;
+pub mod quota;
 pub mod replicas;
 pub mod sasl;
 pub mod server;
@@ -210,6 +211,10 @@ pub async fn start_on(
         let shutdown = shutdown.clone();
         async move { transactions.run(shutdown).await }
     });
+    tasks.spawn(
+        "follow quota changes",
+        Arc::clone(broker.quotas()).follow_changes(Duration::from_secs(60), shutdown.clone()),
+    );
     tasks.spawn(
         "follow acl changes",
         Arc::clone(broker.authorizer()).follow_changes(Duration::from_secs(60), shutdown.clone()),

@@ -131,6 +131,16 @@ struct AgentArgs {
     /// Its password (better given as STRATA_INTER_AGENT_SASL_PASSWORD than as a flag).
     #[arg(long, env = "STRATA_INTER_AGENT_SASL_PASSWORD", hide_env_values = true)]
     inter_agent_sasl_password: Option<String>,
+    /// Samples a client quota's rate is measured over (Kafka's quota.window.num). [default: 11]
+    #[arg(long, env = "STRATA_QUOTA_WINDOW_NUM")]
+    quota_window_num: Option<usize>,
+    /// Length of each sample in seconds (Kafka's quota.window.size.seconds). [default: 1]
+    #[arg(long, env = "STRATA_QUOTA_WINDOW_SIZE_SECONDS")]
+    quota_window_size_seconds: Option<u64>,
+    /// How HTTP API callers authenticate: basic (SCRAM users' passwords), bearer
+    /// (OAUTHBEARER JWTs) or basic,bearer. [default: none, everyone is User:ANONYMOUS]
+    #[arg(long, env = "STRATA_HTTP_AUTHENTICATION")]
+    http_authentication: Option<String>,
     /// The authorizer (Kafka's authorizer.class.name): acl to enforce the ACLs in the
     /// metastore (CreateAcls, kafka-acls). [default: none, everything allowed]
     #[arg(long, env = "STRATA_AUTHORIZER")]
@@ -343,6 +353,15 @@ impl AgentArgs {
         }
         if let Some(v) = self.inter_agent_sasl_password {
             s.inter_agent_sasl_password = strata_agent::config::Secret(v);
+        }
+        if let Some(v) = self.quota_window_num {
+            s.quota_window_num = v;
+        }
+        if let Some(v) = self.quota_window_size_seconds {
+            s.quota_window_size_seconds = v;
+        }
+        if let Some(v) = self.http_authentication {
+            s.http_authentication = v;
         }
         if let Some(v) = self.authorizer {
             s.authorizer = v;

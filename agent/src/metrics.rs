@@ -118,6 +118,18 @@ fn describe() {
         "Segments the tiering worker failed to archive, by cause (object_store, metastore, other)"
     );
     describe_counter!(
+        "strata_quota_throttled_total",
+        "Answers that carried a throttle time because the client was over a quota, by quota"
+    );
+    describe_counter!(
+        "strata_quota_throttle_milliseconds_total",
+        "Throttle time given to clients over a quota (their connections muted that long), by quota"
+    );
+    describe_counter!(
+        "strata_http_authentication_failures_total",
+        "HTTP API requests refused for missing or wrong credentials (401)"
+    );
+    describe_counter!(
         "strata_authorization_denied_total",
         "Requests (or parts of them) an ACL denied, by resource type and operation"
     );
@@ -379,6 +391,18 @@ pub fn rebalance_completed(took_ms: i64) {
 /// A Kafka connection closed as soon as it was accepted, for `why` (the setting).
 pub fn connection_refused(why: &'static str) {
     counter!("strata_connections_refused_total", "reason" => why).increment(1);
+}
+
+/// A client over its `quota` is throttled for `time`.
+pub fn quota_throttled(quota: &'static str, time: std::time::Duration) {
+    counter!("strata_quota_throttled_total", "quota" => quota).increment(1);
+    counter!("strata_quota_throttle_milliseconds_total", "quota" => quota)
+        .increment(time.as_millis() as u64);
+}
+
+/// An HTTP request's credentials were missing or wrong (401).
+pub fn http_authentication_failed() {
+    counter!("strata_http_authentication_failures_total").increment(1);
 }
 
 /// The authorizer denied `operation` on a resource of type `resource_type`.

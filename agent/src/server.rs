@@ -280,6 +280,15 @@ pub async fn serve(
                         continue;
                     }
                 };
+                // Past its address's connection_creation_rate quota (KIP-612): closed.
+                if !broker.quotas().admit_connection(peer.ip()) {
+                    crate::metrics::connection_refused("connection_creation_rate");
+                    if let Some(left_out) = REFUSED_BY_ADDRESS.allow() {
+                        tracing::warn!(%peer, left_out, "connection refused: its address is over its connection_creation_rate quota");
+                    }
+                    drop(stream);
+                    continue;
+                }
                 let _ = stream.set_nodelay(true);
                 let broker = Arc::clone(&broker);
                 let memory = memory.clone();
@@ -415,9 +424,17 @@ where
     let idle = Duration::from_millis(settings.connections_max_idle_ms);
     let request_timeout = Duration::from_millis(settings.request_timeout_ms);
     let mut shared = Arc::new(info.clone());
+    // Not read from while its client is throttled by a quota (KIP-219).
+    let mute = crate::quota::edge::Mute::default();
     let read_outcome = loop {
         // Idle: no byte of a new request for `idle`, and no reply still on its way.
         // The size is read with a cancel-safe read, so giving up on it loses nothing.
+        if let Some(until) = mute.muted_until() {
+            tokio::select! {
+                _ = crate::clock::pause_until(until) => {}
+                _ = broker.shutdown().cancelled() => break Ok(()),
+            }
+        }
         let next = async {
             let mut size = BytesMut::with_capacity(4);
             while size.len() < 4 {
@@ -469,6 +486,7 @@ where
             Err(e) => break Err(e),
         };
         let mut close_after = false;
+        let frame_bytes = frame.len();
         let pending = match parse_request(frame) {
             Ok(Parsed::Request { header, request }) => {
                 if matches!(*request, RequestKind::ApiVersions(_)) {
@@ -491,7 +509,12 @@ where
                 }
                 match verdict {
                     Verdict::Pass => {
-                        handle(&broker, &shared, header, *request, request_timeout).await
+                        let arrived = Arrived {
+                            header,
+                            request: *request,
+                            frame_bytes,
+                        };
+                        handle(&broker, &shared, arrived, request_timeout, &mute).await
                     }
                     Verdict::Answer {
                         response,
@@ -682,14 +705,27 @@ fn answer_now(
     }
 }
 
-/// Starts handling a decoded request, in its context.
+/// A decoded request, as it arrived.
+struct Arrived {
+    header: RequestHeader,
+    request: RequestKind,
+    frame_bytes: usize,
+}
+
+/// Starts handling a decoded request, in its context; its client's quotas are metered
+/// from its arrival to its answer (`quota::edge`), which may mute the connection.
 async fn handle(
     broker: &Arc<Broker>,
     connection: &Arc<ConnectionInfo>,
-    header: RequestHeader,
-    request: RequestKind,
+    arrived: Arrived,
     request_timeout: Duration,
+    mute: &crate::quota::edge::Mute,
 ) -> Result<Pending, ConnectionError> {
+    let Arrived {
+        header,
+        request,
+        frame_bytes,
+    } = arrived;
     let api = ApiKey::try_from(header.request_api_key)
         .map_err(|_| ConnectionError::UnknownApi(header.request_api_key))?;
     let ctx = RequestContext::new(
@@ -699,14 +735,19 @@ async fn handle(
         &request,
         request_timeout,
     );
+    let metered = crate::quota::edge::meter(broker.quotas(), &ctx, &request, frame_bytes, mute);
     let arrived = crate::clock::instant();
     let reply = api::dispatch(broker, &ctx, request)
         .await
         .ok_or(ConnectionError::UnknownApi(api as i16))?;
+    let dispatched = arrived.elapsed();
     let (correlation_id, version) = (header.correlation_id, header.request_api_version);
     let client_id = tracing::enabled!(tracing::Level::DEBUG).then(|| ctx.client_id.clone());
     let reply = async move {
-        let response = reply.await;
+        let (mut response, busy) = crate::quota::edge::Timed::new(reply, dispatched).await;
+        if let Some(metered) = metered {
+            metered.answer(response.as_mut(), busy);
+        }
         let took = arrived.elapsed();
         crate::metrics::request_done(api, took, response.as_ref());
         tracing::debug!(

@@ -124,6 +124,51 @@ impl Tasks {
     }
 }
 
+/// Keeps something read from the metastore current, in the one shape every such loop
+/// has: arm a watch on its version key, read it, wait for the watch (or `backstop`, in
+/// case a watch is lost), again; stops on shutdown. The watch is armed before each read,
+/// so no change made meanwhile is missed. A failed read keeps what was read before.
+pub async fn follow<W, R>(
+    what: &'static str,
+    watch: impl Fn() -> W,
+    read: impl Fn() -> R,
+    backstop: std::time::Duration,
+    shutdown: tokio_util::sync::CancellationToken,
+) -> Stopped
+where
+    W: std::future::Future<Output = strata_metastore::Result<strata_metastore::kv::Watch>>,
+    R: std::future::Future<Output = strata_metastore::Result<()>>,
+{
+    let retry = std::time::Duration::from_secs(1);
+    loop {
+        let armed = tokio::select! {
+            r = watch() => r,
+            _ = shutdown.cancelled() => return Stopped::Shutdown,
+        };
+        if let Err(e) = read().await {
+            tracing::warn!(error = %e, what, "cannot read from the metastore; keeping what was read before");
+        }
+        let wait = match armed {
+            Ok(watch) => tokio::select! {
+                fired = watch => match fired {
+                    Ok(()) => None,
+                    Err(e) => Some(format!("the watch failed: {e}")),
+                },
+                _ = crate::clock::pause(backstop) => None,
+                _ = shutdown.cancelled() => return Stopped::Shutdown,
+            },
+            Err(e) => Some(format!("cannot watch: {e}")),
+        };
+        if let Some(why) = wait {
+            tracing::warn!(what, reason = %why, "re-reading in {retry:?}");
+            tokio::select! {
+                _ = crate::clock::pause(retry) => {}
+                _ = shutdown.cancelled() => return Stopped::Shutdown,
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

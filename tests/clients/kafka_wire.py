@@ -14,6 +14,7 @@ from kafka.record.default_records import DefaultRecordBatchBuilder
 API_PRODUCE = 0
 API_VERSIONS = 18
 API_INIT_PRODUCER_ID = 22
+API_ALTER_CLIENT_QUOTAS = 49
 API_INCREMENTAL_ALTER_CONFIGS = 44
 
 NONE = 0
@@ -139,6 +140,24 @@ class Wire:
         code = r.take(">h")
         message = r.string()
         return code, message
+
+    def alter_client_quotas(self, entity: list[tuple[str, str | None]],
+                            ops: list[tuple[str, float | None]],
+                            validate_only: bool = False) -> tuple[int, str | None]:
+        """AlterClientQuotas v0 of one entity ((type, name or None for the default)
+        pairs) with (key, value or None to remove) changes: (error code, message)."""
+        body = struct.pack(">i", 1) + struct.pack(">i", len(entity))
+        for kind, name in entity:
+            body += _str(kind) + _str(name)
+        body += struct.pack(">i", len(ops))
+        for key, value in ops:
+            body += _str(key) + struct.pack(">d?", value or 0.0, value is None)
+        body += struct.pack(">?", validate_only)
+        r = self.request(API_ALTER_CLIENT_QUOTAS, 0, body)
+        r.take(">i")  # throttle_time_ms
+        assert r.take(">i") == 1, "one entry answered"
+        code = r.take(">h")
+        return code, r.string()
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         r = self.request(API_VERSIONS, 0, b"")

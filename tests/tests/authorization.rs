@@ -131,6 +131,7 @@ struct State {
     groups: usize,
     acls: usize,
     users: usize,
+    quotas: usize,
 }
 
 async fn state(c: &mut Client, agent: &TestAgent) -> State {
@@ -176,6 +177,7 @@ async fn state(c: &mut Client, agent: &TestAgent) -> State {
         groups,
         acls: m.acls().await.expect("acls").len(),
         users: m.all_user_credentials().await.expect("users").len(),
+        quotas: m.quotas().await.expect("quotas").len(),
     }
 }
 
@@ -622,6 +624,28 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
                 req.upsertions = vec![u];
                 let r = c.send(v, &req).await.expect(&ctx);
                 assert_eq!(r.results[0].error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::DescribeClientQuotas => {
+                let r = c
+                    .send(v, &DescribeClientQuotasRequest::default())
+                    .await
+                    .expect(&ctx);
+                assert_eq!(r.error_code, CLUSTER_DENIED, "{ctx}");
+            }
+            ApiKey::AlterClientQuotas => {
+                let mut d = alter_client_quotas_request::EntityData::default();
+                d.entity_type = s("user");
+                d.entity_name = Some(s("mallory"));
+                let mut o = alter_client_quotas_request::OpData::default();
+                o.key = s("producer_byte_rate");
+                o.value = 1e12;
+                let mut e = alter_client_quotas_request::EntryData::default();
+                e.entity = vec![d];
+                e.ops = vec![o];
+                let mut req = AlterClientQuotasRequest::default();
+                req.entries = vec![e];
+                let r = c.send(v, &req).await.expect(&ctx);
+                assert_eq!(r.entries[0].error_code, CLUSTER_DENIED, "{ctx}");
             }
             ApiKey::CreateAcls => {
                 let mut a = create_acls_request::AclCreation::default();

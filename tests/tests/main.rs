@@ -7,3 +7,4 @@ mod cluster;
 mod connections;
 mod hardening;
 mod protocol;
+mod quotas;

@@ -685,6 +685,35 @@ async fn every_api_answers_at_every_advertised_version() {
                         .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
                     assert_eq!(r.error_code, 0, "{ctx}");
                 }
+                ApiKey::DescribeClientQuotas => {
+                    let r = c
+                        .send(
+                            v,
+                            &kafka_protocol::messages::DescribeClientQuotasRequest::default(),
+                        )
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.error_code, 0, "{ctx}");
+                }
+                ApiKey::AlterClientQuotas => {
+                    use kafka_protocol::messages::alter_client_quotas_request as q;
+                    let mut d = q::EntityData::default();
+                    d.entity_type = StrBytes::from_static_str("client-id");
+                    d.entity_name = Some(StrBytes::from_string(format!("app-v{v}")));
+                    let mut o = q::OpData::default();
+                    o.key = StrBytes::from_static_str("producer_byte_rate");
+                    o.value = 1e9;
+                    let mut e = q::EntryData::default();
+                    e.entity = vec![d];
+                    e.ops = vec![o];
+                    let mut req = kafka_protocol::messages::AlterClientQuotasRequest::default();
+                    req.entries = vec![e];
+                    let r = c
+                        .send(v, &req)
+                        .await
+                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    assert_eq!(r.entries[0].error_code, 0, "{ctx}");
+                }
                 // Without an authorizer, as Kafka: SECURITY_DISABLED (the authorization
                 // suite covers them with one).
                 ApiKey::CreateAcls => {

@@ -58,6 +58,14 @@ fn config_resource(resource_type: i8, name: &str) -> (&'static str, String) {
     }
 }
 
+/// A quota entity: `quota:user=alice,client-id=<default>`.
+fn quota_resource<'a>(entity: impl Iterator<Item = (&'a str, Option<&'a str>)>) -> String {
+    let parts: Vec<String> = entity
+        .map(|(t, n)| format!("{t}={}", n.unwrap_or("<default>")))
+        .collect();
+    format!("quota:{}", parts.join(","))
+}
+
 /// An ACL binding's (or filter's) resource: `acl:TOPIC:PREFIXED:orders-`, `ANY` and
 /// `*` for what a filter leaves open.
 fn acl_resource(resource_type: i8, pattern_type: i8, name: Option<&str>) -> String {
@@ -308,6 +316,23 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
                 })
                 .collect()
         }
+        RequestKind::AlterClientQuotas(r) => r
+            .entries
+            .iter()
+            .map(|e| {
+                let ops: BTreeMap<String, Option<f64>> = e
+                    .ops
+                    .iter()
+                    .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
+                    .collect();
+                let action = if r.validate_only {
+                    "quota.validate"
+                } else {
+                    "quota.alter"
+                };
+                entry(action, quota_resource(e.entity.iter().map(|d| (d.entity_type.as_str(), d.entity_name.as_deref()))), json!({ "set": ops }))
+            })
+            .collect(),
         RequestKind::CreateAcls(r) => r
             .creations
             .iter()
@@ -405,6 +430,19 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
             for u in &r.results {
                 let o = outcome(u.error_code, u.error_message.as_deref(), json!({}));
                 out.insert(user(&u.user), o);
+            }
+        }
+        ResponseKind::AlterClientQuotas(r) => {
+            for e in &r.entries {
+                let name = quota_resource(
+                    e.entity
+                        .iter()
+                        .map(|d| (d.entity_type.as_str(), d.entity_name.as_deref())),
+                );
+                out.insert(
+                    name,
+                    outcome(e.error_code, e.error_message.as_deref(), json!({})),
+                );
             }
         }
         // Positional answers: `#i` is the request's `i`th binding or filter.

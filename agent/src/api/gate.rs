@@ -288,6 +288,42 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
                 .collect();
             Gate::Refused(resp.into())
         }
+        RequestKind::DescribeClientQuotas(r) => {
+            if c.on_cluster(Op::DescribeConfigs) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = DescribeClientQuotasResponse::default();
+            resp.error_code = CLUSTER_DENIED;
+            resp.error_message = msg(CLUSTER_DENIED);
+            Gate::Refused(resp.into())
+        }
+        RequestKind::AlterClientQuotas(r) => {
+            if c.on_cluster(Op::AlterConfigs) {
+                return Gate::Proceed(r.into(), None);
+            }
+            let mut resp = AlterClientQuotasResponse::default();
+            resp.entries = r
+                .entries
+                .iter()
+                .map(|e| {
+                    let mut res = alter_client_quotas_response::EntryData::default();
+                    res.error_code = CLUSTER_DENIED;
+                    res.error_message = msg(CLUSTER_DENIED);
+                    res.entity = e
+                        .entity
+                        .iter()
+                        .map(|d| {
+                            let mut out = alter_client_quotas_response::EntityData::default();
+                            out.entity_type = d.entity_type.clone();
+                            out.entity_name = d.entity_name.clone();
+                            out
+                        })
+                        .collect();
+                    res
+                })
+                .collect();
+            Gate::Refused(resp.into())
+        }
         RequestKind::CreateAcls(r) => {
             if c.on_cluster(Op::Alter) {
                 return Gate::Proceed(r.into(), None);

@@ -20,6 +20,7 @@ pub(crate) mod list_offsets;
 pub(crate) mod metadata;
 mod produce;
 mod producer;
+mod quotas;
 mod reassign;
 mod records;
 mod topics;
@@ -229,6 +230,12 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::AlterUserScramCredentials(req) => {
             async move { Some(users::alter(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::DescribeClientQuotas(req) => {
+            async move { Some(quotas::describe(&b, req).await.into()) }.boxed()
+        }
+        RequestKind::AlterClientQuotas(req) => {
+            async move { Some(quotas::alter(&b, req).await.into()) }.boxed()
         }
         RequestKind::CreateAcls(req) => {
             async move { Some(acls::create_acls(&b, req).await.into()) }.boxed()

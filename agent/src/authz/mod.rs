@@ -159,9 +159,8 @@ impl Authorizer {
         Ok(())
     }
 
-    /// Keeps the bindings current: re-reads them whenever the metastore's ACL version
-    /// changes (the watch is armed before each read, so no change is missed), and every
-    /// `backstop` in case a watch is lost. Stops on shutdown.
+    /// Keeps the bindings current: re-reads them whenever any agent changes them (a
+    /// metastore watch), and every `backstop` in case a watch is lost. Stops on shutdown.
     pub async fn follow_changes(
         self: Arc<Self>,
         backstop: Duration,
@@ -170,35 +169,13 @@ impl Authorizer {
         if !self.config.enabled {
             return Stopped::Done("no authorizer configured");
         }
-        loop {
-            let armed = tokio::select! {
-                r = self.metastore.watch_acls() => r,
-                _ = shutdown.cancelled() => return Stopped::Shutdown,
-            };
-            if let Err(e) = self.refresh().await {
-                tracing::warn!(error = %e, "cannot read ACLs from the metastore; keeping the ones read before");
-            }
-            let pause = crate::clock::pause(backstop);
-            match armed {
-                Ok(watch) => tokio::select! {
-                    fired = watch => if let Err(e) = fired {
-                        tracing::warn!(error = %e, "the ACL watch failed; re-arming in 1 s");
-                        tokio::select! {
-                            _ = crate::clock::pause(Duration::from_secs(1)) => {}
-                            _ = shutdown.cancelled() => return Stopped::Shutdown,
-                        }
-                    },
-                    _ = pause => {}
-                    _ = shutdown.cancelled() => return Stopped::Shutdown,
-                },
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot watch ACLs in the metastore; re-reading them in {backstop:?}");
-                    tokio::select! {
-                        _ = pause => {}
-                        _ = shutdown.cancelled() => return Stopped::Shutdown,
-                    }
-                }
-            }
-        }
+        crate::tasks::follow(
+            "ACLs",
+            || self.metastore.watch_acls(),
+            || self.refresh(),
+            backstop,
+            shutdown,
+        )
+        .await
     }
 }

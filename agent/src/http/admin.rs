@@ -33,12 +33,17 @@ use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
 use crate::audit::Caller;
+use crate::authz::{CLUSTER_NAME, Operation, ResourceType};
 use crate::service::admin::NewTopicSpec;
 
 /// Who sent the request, for the audit log.
 pub fn caller(extensions: &Extensions) -> Caller {
     let address = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
-    Caller::anonymous(address, "http")
+    Caller {
+        principal: super::auth::authenticated(extensions).to_string(),
+        address,
+        via: "http",
+    }
 }
 
 /// The largest answer an audit entry holds whole.
@@ -171,11 +176,14 @@ pub async fn list_offsets(
 }
 
 /// `GET /v1/topics`: every topic the metastore holds.
-pub async fn list_topics(State(http): State<Arc<HttpApi>>) -> Response {
+pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     match http.broker.metastore().topics().await {
         Ok(topics) => {
             let listed: Vec<Value> = topics
                 .iter()
+                .filter(|t| {
+                    super::auth::sees(&http.broker, &extensions, ResourceType::Topic, &t.name)
+                })
                 .map(|t| {
                     json!({
                         "name": t.name,
@@ -292,6 +300,36 @@ pub async fn create_topic(
     });
     let resource = format!("topic:{}", req.name);
     let validate_only = req.validate_only.unwrap_or(false);
+    // CREATE on the cluster, or on the topic, as CreateTopics.
+    let principal = super::auth::authenticated(&extensions);
+    let host = caller
+        .address
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
+    let on_cluster = super::auth::allowed(
+        &http.broker,
+        &principal,
+        host,
+        Operation::Create,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    );
+    if on_cluster.is_err()
+        && let Err(denied) = super::auth::allowed(
+            &http.broker,
+            &principal,
+            host,
+            Operation::Create,
+            ResourceType::Topic,
+            &req.name,
+        )
+    {
+        let action = if validate_only {
+            "topic.validate"
+        } else {
+            "topic.create"
+        };
+        return audited(&http, &caller, action, &resource, request, Err(denied));
+    }
     let spec = NewTopicSpec {
         name: req.name.clone(),
         num_partitions: req.partitions.unwrap_or(-1),
@@ -489,7 +527,7 @@ pub async fn add_partitions(
 }
 
 /// `GET /v1/groups`: every group of every live agent's coordinator (ListGroups to each).
-pub async fn list_groups(State(http): State<Arc<HttpApi>>) -> Response {
+pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     let mut groups: BTreeMap<String, Value> = BTreeMap::new();
     let mut unreachable = Vec::new();
     let membership = http.broker.membership();
@@ -505,7 +543,20 @@ pub async fn list_groups(State(http): State<Arc<HttpApi>>) -> Response {
         };
         match response {
             Ok(r) if r.error_code == 0 => {
-                for g in r.groups {
+                let listed = r.groups.into_iter().filter(|g| {
+                    super::auth::sees(
+                        &http.broker,
+                        &extensions,
+                        ResourceType::Cluster,
+                        CLUSTER_NAME,
+                    ) || super::auth::sees(
+                        &http.broker,
+                        &extensions,
+                        ResourceType::Group,
+                        &g.group_id,
+                    )
+                });
+                for g in listed {
                     groups.insert(
                         g.group_id.to_string(),
                         json!({

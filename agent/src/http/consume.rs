@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, Uri};
+use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
@@ -157,6 +157,23 @@ struct CommitBody {
     metadata: Option<String>,
 }
 
+/// Consuming, committing and leaving need READ on the group (as JoinGroup and
+/// OffsetCommit do); the topic's READ was checked before the handler.
+fn may_read_group(http: &HttpApi, extensions: &Extensions, group: &str) -> Result<(), Problem> {
+    let principal = super::auth::authenticated(extensions);
+    let host = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    super::auth::allowed(
+        &http.broker,
+        &principal,
+        host,
+        crate::authz::Operation::Read,
+        crate::authz::ResourceType::Group,
+        group,
+    )
+}
+
 fn check_group_id(group: &str) -> Result<(), Problem> {
     if group.is_empty() {
         return Err(Problem::kafka(
@@ -205,6 +222,7 @@ fn gone(id: &str) -> Problem {
 
 pub async fn consume(
     State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
     topic: Extracted<String>,
     uri: Uri,
     body: Body,
@@ -213,7 +231,7 @@ pub async fn consume(
         Ok(parts) => parts,
         Err(problem) => return problem.into_response(),
     };
-    match consume_inner(&http, &topic, &uri, &body).await {
+    match consume_inner(&http, &extensions, &topic, &uri, &body).await {
         Ok(r) => r,
         Err(p) => p.into_response(),
     }
@@ -221,12 +239,14 @@ pub async fn consume(
 
 async fn consume_inner(
     http: &Arc<HttpApi>,
+    extensions: &Extensions,
     topic: &str,
     uri: &Uri,
     body: &[u8],
 ) -> Result<Response, Problem> {
     let body: ConsumeBody = json::parse(body, "consume")?;
     check_group_id(&body.group_id)?;
+    may_read_group(http, extensions, &body.group_id)?;
     let max_messages = body.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
     if max_messages == 0 || max_messages > MAX_MESSAGES {
         return Err(Problem::bad_request(format!(
@@ -465,6 +485,7 @@ fn leave(http: &HttpApi, instance: &Instance) {
 /// `DELETE /v1/consumers/{consumer_id}`: the instance leaves its group at once.
 pub async fn delete(
     State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
     Path(id): Path<String>,
     uri: Uri,
 ) -> Response {
@@ -474,6 +495,9 @@ pub async fn delete(
     match http.consumers.get(&id) {
         None => gone(&id).into_response(),
         Some(instance) => {
+            if let Err(denied) = may_read_group(&http, &extensions, &instance.group) {
+                return denied.into_response();
+            }
             leave(&http, &instance);
             tracing::info!(group = %instance.group, consumer = %id, "HTTP consumer deleted; left its group");
             StatusCode::NO_CONTENT.into_response()
@@ -871,6 +895,7 @@ fn message_json(
 /// which Kafka allows only while the group has no members.
 pub async fn commit(
     State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
     topic: Extracted<String>,
     uri: Uri,
     body: Body,
@@ -879,7 +904,7 @@ pub async fn commit(
         Ok(parts) => parts,
         Err(problem) => return problem.into_response(),
     };
-    match commit_inner(&http, &topic, &uri, &body).await {
+    match commit_inner(&http, &extensions, &topic, &uri, &body).await {
         Ok(r) => r,
         Err(p) => p.into_response(),
     }
@@ -887,12 +912,14 @@ pub async fn commit(
 
 async fn commit_inner(
     http: &HttpApi,
+    extensions: &Extensions,
     topic: &str,
     uri: &Uri,
     body: &[u8],
 ) -> Result<Response, Problem> {
     let body: CommitBody = json::parse(body, "commit")?;
     check_group_id(&body.group_id)?;
+    may_read_group(http, extensions, &body.group_id)?;
     if let Some(agent) = elsewhere(http, &body.group_id, body.consumer_id.as_deref()) {
         return Ok(redirect(&agent, uri));
     }

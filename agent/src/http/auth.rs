@@ -1,0 +1,312 @@
+//! Who calls the HTTP API, and whether they may: the same users and the same ACLs as the
+//! Kafka listeners.
+//!
+//! With `http_authentication` set, every endpoint but `/healthz`, `/readyz`, `/metrics`
+//! and `/v1/openapi.json` needs credentials: HTTP Basic with a user's SCRAM password (the
+//! credentials AlterUserScramCredentials stores, checked as SASL/PLAIN checks them) or a
+//! Bearer JWT validated as OAUTHBEARER's (the same JWKS, issuer, audience and claim). A
+//! request without valid ones is 401 with `WWW-Authenticate`. The principal then goes
+//! into the request (for the audit log and the handlers) and, with an authorizer, each
+//! route is checked before its handler with the operation its Kafka counterpart needs
+//! ([`required`]); a refusal is 403 with the Kafka error name.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{MatchedPath, RawPathParams, Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use kafka_protocol::error::ResponseError;
+
+use super::Shared;
+use super::problem::Problem;
+use crate::authz::{CLUSTER_NAME, Caller, Operation, ResourceType};
+use crate::broker::Broker;
+use crate::context::Principal;
+use crate::sasl::oauth::Validator;
+use crate::sasl::scram::ScramHash;
+
+/// The principal of an HTTP request, put in its extensions by [`guard`].
+#[derive(Debug, Clone)]
+pub struct Authenticated(pub Principal);
+
+/// How HTTP callers authenticate (`http_authentication`).
+#[derive(Default)]
+pub struct HttpAuth {
+    basic: bool,
+    bearer: Option<Validator>,
+    /// Basic credentials checked lately: checking one costs a PBKDF2 of thousands of
+    /// rounds, which a client calling many times a second must not pay each time.
+    verified: Option<moka::sync::Cache<(String, [u8; 32]), ()>>,
+}
+
+/// How long a verified Basic credential is trusted without checking it again.
+const VERIFIED_FOR: Duration = Duration::from_secs(60);
+
+impl HttpAuth {
+    /// From the settings: `methods` is `basic`, `bearer` or both, comma-separated; empty
+    /// for none (every caller is `User:ANONYMOUS`).
+    pub fn new(methods: &[String], bearer: Option<Validator>) -> HttpAuth {
+        let basic = methods.iter().any(|m| m == "basic");
+        HttpAuth {
+            basic,
+            bearer: if methods.iter().any(|m| m == "bearer") {
+                bearer
+            } else {
+                None
+            },
+            verified: basic.then(|| {
+                moka::sync::Cache::builder()
+                    .max_capacity(10_000)
+                    .time_to_live(VERIFIED_FOR)
+                    .build()
+            }),
+        }
+    }
+
+    fn required(&self) -> bool {
+        self.basic || self.bearer.is_some()
+    }
+
+    fn challenge(&self) -> HeaderValue {
+        let mut schemes = Vec::new();
+        if self.basic {
+            schemes.push("Basic realm=\"strata\"");
+        }
+        if self.bearer.is_some() {
+            schemes.push("Bearer realm=\"strata\"");
+        }
+        HeaderValue::from_str(&schemes.join(", ")).unwrap_or(HeaderValue::from_static("Basic"))
+    }
+
+    /// The principal the `Authorization` header proves, or why not.
+    async fn principal(
+        &self,
+        broker: &Broker,
+        authorization: Option<&str>,
+    ) -> Result<Principal, String> {
+        let Some(value) = authorization else {
+            return Err("credentials are required (an Authorization header)".into());
+        };
+        let (scheme, rest) = value.split_once(' ').unwrap_or((value, ""));
+        match scheme.to_ascii_lowercase().as_str() {
+            "basic" if self.basic => self.basic(broker, rest.trim()).await,
+            "bearer" => match &self.bearer {
+                Some(v) => v
+                    .validate(rest.trim(), crate::clock::now_ms().max(0) as u64)
+                    .map(|t| Principal::user(&t.principal)),
+                None => Err("Bearer tokens are not accepted here".into()),
+            },
+            other => Err(format!("the {other} scheme is not accepted here")),
+        }
+    }
+
+    async fn basic(&self, broker: &Broker, encoded: &str) -> Result<Principal, String> {
+        let decoded = base64::engine::general_purpose::STANDARD
+            .decode(encoded)
+            .ok()
+            .and_then(|b| String::from_utf8(b).ok())
+            .ok_or("the Basic credentials are not base64 of user:password")?;
+        let (user, password) = decoded
+            .split_once(':')
+            .ok_or("the Basic credentials are not user:password")?;
+        let key = (
+            user.to_string(),
+            aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, password.as_bytes())
+                .as_ref()
+                .try_into()
+                .unwrap_or([0; 32]),
+        );
+        if let Some(verified) = &self.verified
+            && verified.contains_key(&key)
+        {
+            return Ok(Principal::user(user));
+        }
+        let stored = broker
+            .metastore()
+            .user_credentials(user)
+            .await
+            .map_err(|e| format!("the metastore failed: {e}"))?;
+        let matches = stored.is_some_and(|u| {
+            u.mechanisms.iter().any(|(mechanism, credential)| {
+                ScramHash::from_mechanism(mechanism)
+                    .is_some_and(|h| h.password_matches(credential, password.as_bytes()))
+            })
+        });
+        if !matches {
+            // Never says whether the user exists.
+            return Err("invalid user name or password".into());
+        }
+        if let Some(verified) = &self.verified {
+            verified.insert(key, ());
+        }
+        Ok(Principal::user(user))
+    }
+}
+
+/// Endpoints anyone may call: liveness, readiness, metrics and the API's description.
+fn open(path: &str) -> bool {
+    matches!(
+        path,
+        "/healthz" | "/readyz" | "/metrics" | "/v1/openapi.json"
+    )
+}
+
+/// What a route needs, by its pattern and method: the operation and resource its Kafka
+/// counterpart needs (produce WRITE on the topic, describe DESCRIBE, ...). Routes whose
+/// resource is in the body or that list several check in their handler
+/// ([`allowed`]); operator actions without a Kafka counterpart need ALTER (actions) or
+/// DESCRIBE (views) on the cluster.
+fn required(method: &Method, route: &str) -> Option<(Operation, ResourceType, &'static str)> {
+    use Operation as O;
+    use ResourceType as R;
+    let get = *method == Method::GET;
+    Some(match route {
+        "/v1/topics/{topic}/produce" => (O::Write, R::Topic, "topic"),
+        "/v1/topics/{topic}/consume" | "/v1/topics/{topic}/commit" => (O::Read, R::Topic, "topic"),
+        "/v1/topics/{topic}" if get => (O::Describe, R::Topic, "topic"),
+        "/v1/topics/{topic}" => (O::Delete, R::Topic, "topic"),
+        "/v1/topics/{topic}/configs" => (O::AlterConfigs, R::Topic, "topic"),
+        "/v1/topics/{topic}/partitions" => (O::Alter, R::Topic, "topic"),
+        "/v1/topics/{topic}/partitions/{partition}" => (O::Describe, R::Topic, "topic"),
+        "/v1/groups/{group}" if get => (O::Describe, R::Group, "group"),
+        "/v1/groups/{group}" => (O::Delete, R::Group, "group"),
+        "/v1/groups/{group}/offsets" => (O::Read, R::Group, "group"),
+        r if r.starts_with("/v1/topics/{topic}/partitions/{partition}/")
+            || r == "/v1/transactions/abort" =>
+        {
+            (O::Alter, R::Cluster, "")
+        }
+        "/v1/audit"
+        | "/v1/tiering"
+        | "/v1/partitions"
+        | "/v1/compaction"
+        | "/v1/transactions"
+        | "/v1/transactions/{id}" => (O::Describe, R::Cluster, ""),
+        _ => return None,
+    })
+}
+
+/// Authenticates every request (where `http_authentication` asks for it), then checks
+/// the route's operation with the authorizer.
+pub async fn guard(
+    State(shared): State<Shared>,
+    params: RawPathParams,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|m| m.as_str().to_string())
+        .unwrap_or_default();
+    let auth = &shared.api.auth;
+    let principal = if auth.required() && !open(&route) {
+        let header = request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok());
+        match auth.principal(&shared.broker, header).await {
+            Ok(p) => p,
+            Err(why) => {
+                crate::metrics::http_authentication_failed();
+                let mut response =
+                    Problem::kafka(ResponseError::SaslAuthenticationFailed, why).into_response();
+                *response.status_mut() = StatusCode::UNAUTHORIZED;
+                response
+                    .headers_mut()
+                    .insert(header::WWW_AUTHENTICATE, auth.challenge());
+                return response;
+            }
+        }
+    } else {
+        Principal::anonymous()
+    };
+    if let Some((operation, kind, param)) = required(request.method(), &route) {
+        let name = if kind == ResourceType::Cluster {
+            CLUSTER_NAME.to_string()
+        } else {
+            params
+                .iter()
+                .find(|(k, _)| *k == param)
+                .map(|(_, v)| v.to_string())
+                .unwrap_or_default()
+        };
+        let host = peer_ip(&request);
+        if let Err(denied) = allowed(&shared.broker, &principal, host, operation, kind, &name) {
+            return denied.into_response();
+        }
+    }
+    request.extensions_mut().insert(Authenticated(principal));
+    next.run(request).await
+}
+
+fn peer_ip(request: &Request) -> std::net::IpAddr {
+    request
+        .extensions()
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
+}
+
+/// Whether `principal` may do `operation` on the resource: a 403 problem with Kafka's
+/// error name if not.
+pub fn allowed(
+    broker: &Broker,
+    principal: &Principal,
+    host: std::net::IpAddr,
+    operation: Operation,
+    kind: ResourceType,
+    name: &str,
+) -> Result<(), Problem> {
+    let who = Caller { principal, host };
+    if broker.authorizer().allows(who, operation, kind, name) {
+        return Ok(());
+    }
+    let code = match kind {
+        ResourceType::Topic => ResponseError::TopicAuthorizationFailed,
+        ResourceType::Group => ResponseError::GroupAuthorizationFailed,
+        ResourceType::Cluster => ResponseError::ClusterAuthorizationFailed,
+        ResourceType::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
+    };
+    let mut problem = Problem::kafka(
+        code,
+        format!(
+            "{principal} may not {} {} {name}",
+            operation.name(),
+            kind.name()
+        ),
+    );
+    problem.status = StatusCode::FORBIDDEN;
+    Err(problem)
+}
+
+/// The caller of a request [`guard`] let through.
+pub fn authenticated(extensions: &axum::http::Extensions) -> Principal {
+    extensions
+        .get::<Authenticated>()
+        .map_or_else(Principal::anonymous, |a| a.0.clone())
+}
+
+/// Whether the caller may see a resource in a listing (no denial is logged).
+pub fn sees(
+    broker: &Arc<Broker>,
+    extensions: &axum::http::Extensions,
+    kind: ResourceType,
+    name: &str,
+) -> bool {
+    let principal = authenticated(extensions);
+    let host = extensions
+        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    broker.authorizer().decide(
+        Caller {
+            principal: &principal,
+            host,
+        },
+        Operation::Describe,
+        kind,
+        name,
+    )
+}

@@ -1,0 +1,49 @@
+"""A small flood of large produce requests against a tight request-memory bound
+(`queued_max_request_bytes`, issue 17): 8 idempotent librdkafka producers, 256 KiB
+values, acks=all, up to 5 requests of up to 2 MiB in flight each (80 MiB asked for at
+once) against an agent that holds 8 MiB of requests. The agent must stay up and keep
+every acknowledged record, at the offset its acknowledgement gave, once, intact.
+
+The flood and the check are bench/flood_bench.py's (`flood`, `verify`), which measures
+the same thing at scale on a release agent, memory included (docs/BENCHMARKS.md). No
+timing or memory figure is asserted here: this is a debug agent on a shared machine.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from strata_testlib import create_topic, unique_topic
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+from flood_bench import MiB, RssSampler, flood, verify  # noqa: E402
+
+PARTITIONS = 3
+SIZE = 256 * 1024
+
+
+def test_a_flood_of_large_produce_requests_under_a_tight_bound_loses_nothing(broker_factory, tmp_path):
+    settings = tmp_path / "strata.toml"
+    # A bound below the default 100 MiB frame limit needs a smaller limit (refused otherwise).
+    settings.write_text(f"max_request_bytes = {4 * MiB}\n")
+    b = broker_factory(extra_args=["--config", str(settings),
+                                   "--queued-max-request-bytes", str(8 * MiB)])
+    b.start()
+    topic = unique_topic("flood")
+    create_topic(b.bootstrap, topic, PARTITIONS, config={"max.message.bytes": str(2 * MiB)})
+
+    sampler = RssSampler(b.pid)
+    sampler.start()
+    f = flood(b.bootstrap, topic, producers=8, seconds=3, size=SIZE,
+              batch_bytes=MiB, request_bytes=2 * MiB)
+    sampler.stop()
+    assert not sampler.vanished and b.is_running(), f"the agent died under the flood\n{b.log_tail()}"
+    print(f"acknowledged {f['records']} records ({f['mb_per_s']:.0f} MB/s), agent VmRSS peak "
+          f"{sampler.peak_mib():.0f} MiB; failed sends {f['failed']}")
+    assert f["records"] > 0 and f["undelivered"] == 0, f
+    v = verify(b.bootstrap, topic, PARTITIONS, f["acked"], SIZE)
+    assert (v["lost"], v["corrupted"], v["duplicated"], v["out_of_order"]) == (0, 0, 0, 0), v
+    assert v["log_records"] == f["records"] + v["unacknowledged_in_log"], v
+    assert b.is_running(), b.log_tail()
+    b.stop()  # a clean exit (0) on SIGTERM
