@@ -55,14 +55,12 @@ async fn alter(
     r.entries.iter().map(|e| e.error_code).collect()
 }
 
-/// (match type, match) per entity type: 0 this name, 1 the default, 2 any name.
-async fn describe(
-    c: &mut Client,
+/// A DescribeClientQuotas filter: (match type, match) per entity type, 0 this name, 1
+/// the default, 2 any.
+fn components(
     filter: &[(&str, i8, Option<&str>)],
-    strict: bool,
-) -> Vec<String> {
-    let mut req = DescribeClientQuotasRequest::default();
-    req.components = filter
+) -> Vec<describe_client_quotas_request::ComponentData> {
+    filter
         .iter()
         .map(|(t, m, n)| {
             let mut d = describe_client_quotas_request::ComponentData::default();
@@ -71,7 +69,17 @@ async fn describe(
             d._match = n.map(s);
             d
         })
-        .collect();
+        .collect()
+}
+
+/// (match type, match) per entity type: 0 this name, 1 the default, 2 any name.
+async fn describe(
+    c: &mut Client,
+    filter: &[(&str, i8, Option<&str>)],
+    strict: bool,
+) -> Vec<String> {
+    let mut req = DescribeClientQuotasRequest::default();
+    req.components = components(filter);
     req.strict = strict;
     let r = c.send(1, &req).await.expect("describe client quotas");
     assert_eq!(r.error_code, 0, "{:?}", r.error_message);
@@ -212,26 +220,13 @@ async fn client_quotas_are_altered_and_described_as_kafka_does() {
         &[("ip", 0, Some("10.0.0.1")), ("user", 0, Some("alice"))][..],
     ] {
         let mut req = DescribeClientQuotasRequest::default();
-        req.components = filter
-            .iter()
-            .map(|(t, m, n)| {
-                let mut d = describe_client_quotas_request::ComponentData::default();
-                d.entity_type = s(t);
-                d.match_type = *m;
-                d._match = n.map(s);
-                d
-            })
-            .collect();
+        req.components = components(filter);
         let r = c.send(1, &req).await.expect("describe");
         assert_eq!(r.error_code, 42, "{filter:?}");
     }
     // An unknown entity type in a filter is INVALID_REQUEST.
     let mut req = DescribeClientQuotasRequest::default();
-    let mut d = describe_client_quotas_request::ComponentData::default();
-    d.entity_type = s("group");
-    d.match_type = 2;
-    d._match = None;
-    req.components = vec![d];
+    req.components = components(&[("group", 2, None)]);
     let r = c.send(1, &req).await.expect("describe");
     assert_eq!(r.error_code, 42);
     agent.stop().await;

@@ -778,21 +778,31 @@ fn config_denied(c: &Check, op: Operation, resource_type: i8, name: &str) -> Opt
     }
 }
 
-fn describe_configs(c: &Check, mut r: DescribeConfigsRequest) -> Gate {
-    let mut denied: Vec<(i8, StrBytes, i16)> = Vec::new();
-    r.resources.retain(|res| {
-        match config_denied(
-            c,
-            Op::DescribeConfigs,
-            res.resource_type,
-            &res.resource_name,
-        ) {
+/// Takes the config resources the caller may not `op` out of `resources`, with their
+/// refusal: (type, name, code).
+fn take_denied<T>(
+    c: &Check,
+    op: Operation,
+    resources: &mut Vec<T>,
+    key: impl Fn(&T) -> (i8, &StrBytes),
+) -> Vec<(i8, StrBytes, i16)> {
+    let mut denied = Vec::new();
+    resources.retain(|res| {
+        let (resource_type, name) = key(res);
+        match config_denied(c, op, resource_type, name) {
             Some(code) => {
-                denied.push((res.resource_type, res.resource_name.clone(), code));
+                denied.push((resource_type, name.clone(), code));
                 false
             }
             None => true,
         }
+    });
+    denied
+}
+
+fn describe_configs(c: &Check, mut r: DescribeConfigsRequest) -> Gate {
+    let denied = take_denied(c, Op::DescribeConfigs, &mut r.resources, |res| {
+        (res.resource_type, &res.resource_name)
     });
     if denied.is_empty() {
         return Gate::Proceed(r.into(), None);
@@ -828,15 +838,8 @@ fn config_refusal(
 }
 
 fn alter_configs(c: &Check, mut r: AlterConfigsRequest) -> Gate {
-    let mut denied: Vec<(i8, StrBytes, i16)> = Vec::new();
-    r.resources.retain(|res| {
-        match config_denied(c, Op::AlterConfigs, res.resource_type, &res.resource_name) {
-            Some(code) => {
-                denied.push((res.resource_type, res.resource_name.clone(), code));
-                false
-            }
-            None => true,
-        }
+    let denied = take_denied(c, Op::AlterConfigs, &mut r.resources, |res| {
+        (res.resource_type, &res.resource_name)
     });
     if denied.is_empty() {
         return Gate::Proceed(r.into(), None);
@@ -849,15 +852,8 @@ fn alter_configs(c: &Check, mut r: AlterConfigsRequest) -> Gate {
 }
 
 fn incremental_alter_configs(c: &Check, mut r: IncrementalAlterConfigsRequest) -> Gate {
-    let mut denied: Vec<(i8, StrBytes, i16)> = Vec::new();
-    r.resources.retain(|res| {
-        match config_denied(c, Op::AlterConfigs, res.resource_type, &res.resource_name) {
-            Some(code) => {
-                denied.push((res.resource_type, res.resource_name.clone(), code));
-                false
-            }
-            None => true,
-        }
+    let denied = take_denied(c, Op::AlterConfigs, &mut r.resources, |res| {
+        (res.resource_type, &res.resource_name)
     });
     if denied.is_empty() {
         return Gate::Proceed(r.into(), None);
