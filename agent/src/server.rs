@@ -50,8 +50,9 @@ const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(10);
 const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 
 /// The request bytes all connections of an agent hold in memory at once
-/// (`queued_max_request_bytes`): a frame's declared size is reserved before its body is
-/// read, and released once the request has been handed to its handler.
+/// (`queued_max_request_bytes`): a frame's declared size, times [`FRAME_COPIES`], is
+/// reserved before its body is read, and released once the request has been handed to
+/// its handler.
 ///
 /// Not first-come-first-served: a frame that does not fit waits without holding up
 /// smaller ones that do (a fair queue would let one huge declared frame stall every
@@ -60,7 +61,15 @@ const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 pub struct RequestMemory {
     permits: Arc<Semaphore>,
     released: Arc<Notify>,
+    capacity: usize,
 }
+
+/// What one frame occupies while its request is handled: the frame, and the two copies
+/// a produce makes of each batch before it is on disk (the records decoded for
+/// validation, and the batch stamped with its offsets). Measured by
+/// `bench/flood_bench.py`: reserving the frame alone let a flood of large produce
+/// requests hold several times the bound.
+pub const FRAME_COPIES: usize = 3;
 
 /// Bytes reserved for one frame; released, and waiters woken, when dropped.
 #[derive(Debug)]
@@ -78,9 +87,11 @@ impl Drop for Reserved {
 
 impl RequestMemory {
     pub fn new(bytes: usize) -> RequestMemory {
+        let capacity = bytes.min(Semaphore::MAX_PERMITS);
         RequestMemory {
-            permits: Arc::new(Semaphore::new(bytes.min(Semaphore::MAX_PERMITS))),
+            permits: Arc::new(Semaphore::new(capacity)),
             released: Arc::new(Notify::new()),
+            capacity,
         }
     }
 
@@ -597,7 +608,11 @@ async fn read_body(
         timeout_ms: limits.timeout.as_millis() as u64,
     };
     let deadline = crate::clock::instant() + limits.timeout;
-    let reserved = tokio::time::timeout_at(deadline, memory.reserve(size))
+    // One reservation for the frame and its copies (never more than the whole budget,
+    // so the largest frame allowed always fits): a second one taken while holding the
+    // first could wait for ever on other connections doing the same.
+    let footprint = size.saturating_mul(FRAME_COPIES).min(memory.capacity);
+    let reserved = tokio::time::timeout_at(deadline, memory.reserve(footprint))
         .await
         .map_err(|_| timed_out())?
         .ok_or(ConnectionError::FrameSize(size as i64))?;
@@ -939,12 +954,13 @@ mod tests {
         assert_eq!(memory.available(), 10_000);
     }
 
-    /// Frames reserve their declared size from the agent's budget before their body is
-    /// read: while one holds it, another that does not fit waits (and times out), and
-    /// goes through once the first is handled.
+    /// Frames reserve their declared size (times [`FRAME_COPIES`]) from the agent's
+    /// budget before their body is read: while one holds it, another that does not fit
+    /// waits (and times out), and goes through once the first is handled.
     #[tokio::test]
     async fn frames_wait_for_the_request_budget() {
-        let memory = RequestMemory::new(1000);
+        let budget = 1000 * FRAME_COPIES;
+        let memory = RequestMemory::new(budget);
         let frame = |n: usize| {
             let mut f = (n as i32).to_be_bytes().to_vec();
             f.extend(std::iter::repeat_n(7u8, n));
@@ -957,7 +973,7 @@ mod tests {
             .expect("read")
             .expect("a frame");
         assert_eq!(body.len(), 800);
-        assert_eq!(memory.available(), 200);
+        assert_eq!(memory.available(), 200 * FRAME_COPIES);
 
         let (mut c2, mut s2) = tokio::io::duplex(1 << 16);
         c2.write_all(&frame(500)).await.expect("write");
@@ -989,7 +1005,7 @@ mod tests {
         drop(held);
         let got = waiting.await.expect("task").expect("read");
         assert_eq!(got, Some(500));
-        assert_eq!(memory.available(), 1000);
+        assert_eq!(memory.available(), budget);
     }
 
     /// A tiny frame declaring an enormous array is refused before anything is
