@@ -286,10 +286,21 @@ def consume_confluent(bootstrap: str, topic: str, start: dict[int, int], end: di
 
 
 def watermarks(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> tuple[int, int]:
+    """The partition's (low, high) watermarks. OFFSET_NOT_AVAILABLE (a new leader whose
+    high watermark has not caught up yet, KIP-207) is retried, as Kafka clients do,
+    until `timeout`."""
     c = Consumer(consumer_conf(bootstrap))
+    deadline = time.monotonic() + timeout
     try:
-        return tuple(c.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout,
-                                             cached=False))
+        while True:
+            try:
+                return tuple(c.get_watermark_offsets(TopicPartition(topic, partition),
+                                                     timeout=timeout, cached=False))
+            except KafkaException as e:
+                if (e.args[0].code() != KafkaError.OFFSET_NOT_AVAILABLE
+                        or time.monotonic() > deadline):
+                    raise
+                time.sleep(0.1)
     finally:
         c.close()
 
