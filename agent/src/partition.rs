@@ -19,6 +19,7 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use bytes::Bytes;
 use strata_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog};
 use strata_replication::{
     Ack, Flushed, IsrChange, PartitionRecord, Refusal, Replica, Role, Transition,
@@ -356,7 +357,7 @@ impl Partition {
     /// refused if a marker ended the producer's transaction since.
     pub fn append(
         &self,
-        records: &[u8],
+        records: &Bytes,
         now_ms: i64,
         min_insync: Option<usize>,
         verified: Option<(i64, u64)>,
@@ -371,7 +372,7 @@ impl Partition {
             if let Some((producer_id, token)) = verified {
                 self.check_verification(producer_id, token)?;
             }
-            let outcome = log.append(records, now_ms)?;
+            let outcome = log.append_shared(records, now_ms)?;
             (outcome, log.log_end_offset(), log.config().ack_after_fsync)
         };
         if !outcome.duplicate {
@@ -1206,7 +1207,7 @@ mod tests {
             let p = Partition::open("t", 0, 1, dir.path(), config, 0, &tasks).expect("open");
             p.apply(&sole_leader(), 0);
             let batch = example_batch(3, 10, 1_700_000_000_000, Compression::None);
-            let (out, epoch) = p.append(&batch, 0, Some(1), None).expect("append");
+            let (out, epoch) = p.append(&batch.into(), 0, Some(1), None).expect("append");
             // Nothing has awaited yet: the flusher task has not run.
             let counted_at_once = p.high_watermark() == out.last_offset + 1;
             assert_eq!(

@@ -16,9 +16,10 @@
 //! without a Kafka answer, as Kafka's is.
 //!
 //! Memory: a frame's declared size is reserved from the agent's request budget
-//! (`queued_max_request_bytes`) before its body is read, and its buffer grows with the
-//! bytes that arrive, so connections that declare large frames and send nothing cost
-//! neither memory nor address space, and wait (then time out) once the budget is taken.
+//! (`queued_max_request_bytes`) before its body is read into a buffer of that size,
+//! whose pages are touched only as the bytes arrive: connections that declare large
+//! frames and send nothing cost no memory beyond their reservation, and wait (then time
+//! out) once the budget is taken.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -64,12 +65,14 @@ pub struct RequestMemory {
     capacity: usize,
 }
 
-/// What one frame occupies while its request is handled: the frame, and the two copies
-/// a produce makes of each batch before it is on disk (the records decoded for
-/// validation, and the batch stamped with its offsets). Measured by
-/// `bench/flood_bench.py`: reserving the frame alone let a flood of large produce
-/// requests hold several times the bound.
-pub const FRAME_COPIES: usize = 3;
+/// What one frame occupies while its request is handled, in frames: the frame itself
+/// (read into a buffer of exactly its size), and room for the records of one batch
+/// when a compressed batch is decompressed to be validated. An uncompressed produce
+/// copies nothing: its batches are validated and written from the frame, only their
+/// headers stamped in a copy. Measured by `bench/flood_bench.py` (docs/BENCHMARKS.md):
+/// reserving the frame alone, with two copies of every batch made, let a flood of large
+/// produce requests hold several times the bound.
+pub const FRAME_COPIES: usize = 2;
 
 /// Bytes reserved for one frame; released, and waiters woken, when dropped.
 #[derive(Debug)]
@@ -567,10 +570,6 @@ pub struct FrameLimits {
     pub timeout: Duration,
 }
 
-/// Bytes read at a time: a frame's buffer grows with what has arrived, never to its
-/// declared size before the bytes are there.
-const READ_CHUNK_BYTES: usize = 64 * 1024;
-
 /// Reads one size-prefixed frame; `None` at a clean end of stream. The declared size is
 /// reserved in `memory` first (waiting while other connections hold the budget), and
 /// the frame must then arrive within `limits.timeout`; the reservation comes back with
@@ -616,12 +615,14 @@ async fn read_body(
         .await
         .map_err(|_| timed_out())?
         .ok_or(ConnectionError::FrameSize(size as i64))?;
-    let mut buf = BytesMut::with_capacity(size.min(READ_CHUNK_BYTES));
+    // The whole frame is reserved: its buffer is allocated once, at its size (grown by
+    // doubling it would hold up to twice that, and copy itself as it grew). Memory is
+    // only touched as the bytes arrive.
+    let mut buf = BytesMut::with_capacity(size);
     let body = async {
         while buf.len() < size {
-            let want = (size - buf.len()).min(READ_CHUNK_BYTES);
-            buf.reserve(want);
-            let n = (&mut *reader).take(want as u64).read_buf(&mut buf).await?;
+            let want = (size - buf.len()) as u64;
+            let n = (&mut *reader).take(want).read_buf(&mut buf).await?;
             if n == 0 {
                 return Err(ConnectionError::Io(
                     std::io::ErrorKind::UnexpectedEof.into(),

@@ -231,6 +231,29 @@ pub fn validate_produced_for(
     max_message_bytes: usize,
     keys_required: bool,
 ) -> Result<BatchHeader> {
+    validate(bytes, max_message_bytes, keys_required, || {
+        decode_records(bytes)
+    })
+}
+
+/// [`validate_produced_for`] of a batch the caller holds as [`Bytes`] (a slice of the
+/// request frame): its records are decoded from it without copying it.
+pub fn validate_shared(
+    batch: &Bytes,
+    max_message_bytes: usize,
+    keys_required: bool,
+) -> Result<BatchHeader> {
+    validate(batch, max_message_bytes, keys_required, || {
+        decode_shared(batch)
+    })
+}
+
+fn validate(
+    bytes: &[u8],
+    max_message_bytes: usize,
+    keys_required: bool,
+    decode: impl FnOnce() -> Result<Vec<Record>>,
+) -> Result<BatchHeader> {
     let header = BatchHeader::parse(bytes).ok_or_else(|| {
         Error::corrupt(format!(
             "{} bytes is too short for a record batch",
@@ -262,7 +285,7 @@ pub fn validate_produced_for(
             ),
         });
     }
-    let records = decode_records(bytes)?;
+    let records = decode()?;
     if records.len() != header.record_count as usize {
         return Err(Error::InvalidRecord {
             reason: format!(
@@ -296,9 +319,15 @@ pub fn validate_produced_for(
     Ok(header)
 }
 
-/// Decodes the records of one batch (decompressing them).
+/// Decodes the records of one batch (decompressing them) from a copy of `bytes`.
 pub fn decode_records(bytes: &[u8]) -> Result<Vec<Record>> {
-    let mut buf = Bytes::copy_from_slice(bytes);
+    decode_shared(&Bytes::copy_from_slice(bytes))
+}
+
+/// Decodes the records of one batch (decompressing them); the keys, values and headers
+/// of an uncompressed batch are slices of `batch`, not copies.
+pub fn decode_shared(batch: &Bytes) -> Result<Vec<Record>> {
+    let mut buf = batch.clone();
     let set = RecordBatchDecoder::decode(&mut buf)
         .map_err(|e| Error::corrupt(format!("cannot decode records: {e:#}")))?;
     Ok(set.records)
@@ -313,16 +342,39 @@ pub fn assign(
     timestamp_type: TimestampType,
     now_ms: i64,
 ) -> BatchSummary {
-    bytes[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
-    bytes[LEADER_EPOCH..LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
+    let (head, records) = bytes
+        .split_first_chunk_mut::<HEADER_BYTES>()
+        .expect("a validated batch is at least a header long");
+    stamp(
+        head,
+        records,
+        base_offset,
+        leader_epoch,
+        timestamp_type,
+        now_ms,
+    )
+}
+
+/// [`assign`] on a copy of the batch's header (`head`, its first [`HEADER_BYTES`]) with
+/// the records that follow it left where they are: only read, for the CRC.
+pub fn stamp(
+    head: &mut [u8; HEADER_BYTES],
+    records: &[u8],
+    base_offset: i64,
+    leader_epoch: i32,
+    timestamp_type: TimestampType,
+    now_ms: i64,
+) -> BatchSummary {
+    head[BASE_OFFSET..BASE_OFFSET + 8].copy_from_slice(&base_offset.to_be_bytes());
+    head[LEADER_EPOCH..LEADER_EPOCH + 4].copy_from_slice(&leader_epoch.to_be_bytes());
     if timestamp_type == TimestampType::LogAppendTime {
-        let attributes = i16_at(bytes, ATTRIBUTES) | ATTR_TIMESTAMP_TYPE;
-        bytes[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
-        bytes[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
-        let crc = crc32c::crc32c(&bytes[ATTRIBUTES..]);
-        bytes[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
+        let attributes = i16_at(head, ATTRIBUTES) | ATTR_TIMESTAMP_TYPE;
+        head[ATTRIBUTES..ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
+        head[MAX_TIMESTAMP..MAX_TIMESTAMP + 8].copy_from_slice(&now_ms.to_be_bytes());
+        let crc = crc32c::crc32c_append(crc32c::crc32c(&head[ATTRIBUTES..]), records);
+        head[CRC..CRC + 4].copy_from_slice(&crc.to_be_bytes());
     }
-    let header = BatchHeader::parse(bytes).expect("a validated batch is at least a header long");
+    let header = BatchHeader::parse(head).expect("a header");
     BatchSummary {
         base_offset,
         last_offset: header.last_offset(),

@@ -9,6 +9,8 @@
 //! active file and the offset it covers so that one fsync outside any lock can cover
 //! every batch appended so far (group commit).
 
+use bytes::Bytes;
+
 use std::collections::BTreeMap;
 use std::fs::{self, File};
 use std::path::{Path, PathBuf};
@@ -416,11 +418,18 @@ impl PartitionLog {
     /// Validates every batch in `records` and then appends them all, assigning offsets.
     /// Nothing is written unless every batch is valid.
     pub fn append(&mut self, records: &[u8], now_ms: i64) -> Result<AppendOutcome> {
+        self.append_shared(&Bytes::copy_from_slice(records), now_ms)
+    }
+
+    /// [`PartitionLog::append`] of records the caller holds as [`Bytes`] (a slice of the
+    /// request frame): neither validating nor stamping a batch copies it, so a produce
+    /// request takes little more memory than its frame.
+    pub fn append_shared(&mut self, records: &Bytes, now_ms: i64) -> Result<AppendOutcome> {
         let mut iter = BatchIter::new(records);
         let mut batches = Vec::new();
         for (_, bytes) in iter.by_ref() {
-            batch::validate_produced_for(
-                bytes,
+            batch::validate_shared(
+                &records.slice_ref(bytes),
                 self.config.max_message_bytes,
                 self.config.keys_required,
             )?;
@@ -467,22 +476,26 @@ impl PartitionLog {
                         .to_string(),
                 });
             }
-            let mut owned = bytes.to_vec();
-            let summary = batch::assign(
-                &mut owned,
+            let (head, rest) = bytes
+                .split_first_chunk::<{ batch::HEADER_BYTES }>()
+                .expect("validated");
+            let mut head = *head;
+            let summary = batch::stamp(
+                &mut head,
+                rest,
                 self.log_end_offset(),
                 self.leader_epoch,
                 self.config.timestamp_type,
                 now_ms,
             );
-            self.maybe_roll(owned.len() as u64, now_ms)?;
+            self.maybe_roll(bytes.len() as u64, now_ms)?;
             self.segments
                 .values_mut()
                 .next_back()
                 .expect("active segment")
-                .append(&owned)?;
+                .append_parts(&head, rest)?;
             self.producers
-                .record(&batch::BatchHeader::parse(&owned).expect("assigned"));
+                .record(&batch::BatchHeader::parse(&head).expect("assigned"));
             self.epochs.note(self.leader_epoch, summary.base_offset);
             first.get_or_insert(summary);
             last = Some(summary);
@@ -1395,6 +1408,49 @@ mod tests {
             log.offset_for_timestamp(10_555).expect("ts"),
             Some((56, 10_560))
         );
+    }
+
+    /// Batches are written from the bytes the producer sent, only their headers stamped
+    /// in a copy: a large batch (written in two parts) and a small one (joined) read
+    /// back with their records untouched and a CRC that holds, on a `LogAppendTime`
+    /// topic too, where stamping recomputes it.
+    #[test]
+    fn appended_batches_read_back_stamped() {
+        use crate::batch::{BatchHeader, HEADER_BYTES, example_batch};
+        for timestamp_type in [TimestampType::CreateTime, TimestampType::LogAppendTime] {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let config = LogConfig {
+                timestamp_type,
+                ..LogConfig::default()
+            };
+            let (mut log, _) = PartitionLog::open(dir.path(), config, 0).expect("open");
+            let small = example_batch(3, 10, 1_000, Compression::None);
+            let large = example_batch(2, 100_000, 2_000, Compression::None);
+            let sent = Bytes::from([small.as_slice(), large.as_slice()].concat());
+            let out = log.append_shared(&sent, 7_000).expect("append");
+            assert_eq!((out.base_offset, out.last_offset), (0, 4));
+            let read = log.read(0, 1 << 20).expect("read");
+            let batches: Vec<_> = BatchIter::new(&read).collect();
+            assert_eq!(batches.len(), 2, "{timestamp_type:?}");
+            for ((header, bytes), (base, sent)) in batches.iter().zip([(0, &small), (3, &large)]) {
+                let parsed = BatchHeader::parse(bytes).expect("header");
+                parsed.verify(bytes).expect("the CRC holds");
+                assert_eq!(header.base_offset, base);
+                assert_eq!(bytes.len(), sent.len());
+                assert_eq!(
+                    bytes[HEADER_BYTES..],
+                    sent[HEADER_BYTES..],
+                    "records as sent"
+                );
+                assert_eq!(
+                    parsed.is_log_append_time(),
+                    timestamp_type == TimestampType::LogAppendTime
+                );
+                if parsed.is_log_append_time() {
+                    assert_eq!(parsed.max_timestamp, 7_000);
+                }
+            }
+        }
     }
 
     #[test]

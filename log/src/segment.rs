@@ -17,6 +17,10 @@ use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::error::{Error, IoContext, Result};
 use crate::index::{self, IndexEntry, SegmentTrailer};
 
+/// Batches up to this size, given in parts ([`Segment::append_parts`]), are joined and
+/// written with one call; larger ones with one call per part, rather than copied.
+const ONE_WRITE_BYTES: usize = 64 * 1024;
+
 /// Removes a file; one already gone is fine.
 fn remove_if_present(path: PathBuf, context: &'static str) -> Result<()> {
     match std::fs::remove_file(&path) {
@@ -259,12 +263,28 @@ impl Segment {
     /// Appends one batch whose offsets the caller already assigned to continue this
     /// segment. On a failed write the file is cut back to its previous size.
     pub fn append(&mut self, batch: &[u8]) -> Result<()> {
+        self.append_parts(batch, &[])
+    }
+
+    /// [`Segment::append`] of a batch given in two parts, its header and the rest, so
+    /// that a large batch need not be copied to change its header. Small batches are
+    /// still written with one call.
+    pub fn append_parts(&mut self, head: &[u8], rest: &[u8]) -> Result<()> {
         let header =
-            BatchHeader::parse(batch).ok_or_else(|| Error::corrupt("short batch".to_string()))?;
+            BatchHeader::parse(head).ok_or_else(|| Error::corrupt("short batch".to_string()))?;
         debug_assert!(header.base_offset >= self.next_offset, "offsets only rise");
         let position = self.size;
+        let len = (head.len() + rest.len()) as u64;
         let file = self.handle()?;
-        if let Err(source) = file.write_all_at(batch, position) {
+        let written = if rest.is_empty() {
+            file.write_all_at(head, position)
+        } else if rest.len() <= ONE_WRITE_BYTES {
+            file.write_all_at(&[head, rest].concat(), position)
+        } else {
+            file.write_all_at(head, position)
+                .and_then(|()| file.write_all_at(rest, position + head.len() as u64))
+        };
+        if let Err(source) = written {
             let _ = file.set_len(position);
             return Err(Error::Io {
                 context: "append to segment",
@@ -272,7 +292,7 @@ impl Segment {
                 source,
             });
         }
-        self.note_appended(&header, position, batch.len() as u64);
+        self.note_appended(&header, position, len);
         Ok(())
     }
 

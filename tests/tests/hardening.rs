@@ -143,3 +143,71 @@ async fn metadata_finds_a_topic_by_id_whatever_its_name_field() {
     assert_eq!(r.topics[0].error_code, ResponseError::UnknownTopicId.code());
     agent.stop().await;
 }
+
+/// A produce's answer, pending until the write is acknowledged (acks=all), keeps no
+/// part of the request's frame: the frame's memory goes when its reservation in the
+/// request-memory bound does (`queued_max_request_bytes`), not when the answer is sent.
+/// (Once, the pending answer held the topic name, a slice of the frame, and with it
+/// every record sent: a flood of large produce requests held several times the bound.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pending_produce_answer_holds_nothing_of_its_frame() {
+    use bytes::BytesMut;
+    use kafka_protocol::messages::{ApiKey, ProduceRequest, RequestHeader};
+    use kafka_protocol::protocol::{Encodable, HeaderVersion};
+    use std::sync::Arc;
+    use strata_agent::context::{ConnectionInfo, Listener, RequestContext};
+    use strata_agent::server::{Parsed, parse_request};
+
+    let agent = TestAgent::start().await.expect("start");
+    let mut client = agent.client().await.expect("connect");
+    assert_eq!(create(&mut client, "held", 1, &[]).await, 0);
+    let version = 9;
+    let mut header = RequestHeader::default();
+    header.request_api_key = ApiKey::Produce as i16;
+    header.request_api_version = version;
+    header.client_id = Some(StrBytes::from_static_str("frame-holder"));
+    let request = produce(
+        "held",
+        0,
+        batch(
+            &[(None, Some(&[7u8; 64 * 1024][..]), &[][..])],
+            0,
+            Compression::None,
+        ),
+        -1,
+    );
+    let mut buf = BytesMut::new();
+    header
+        .encode(&mut buf, ProduceRequest::header_version(version))
+        .expect("header");
+    request.encode(&mut buf, version).expect("body");
+    let frame = buf.freeze();
+    let Ok(Parsed::Request { header, request }) = parse_request(frame.clone()) else {
+        panic!("a valid produce request");
+    };
+    let connection = ConnectionInfo::new(
+        Arc::new(Listener::plaintext()),
+        "127.0.0.1:1".parse().expect("address"),
+    );
+    let ctx = RequestContext::new(
+        Arc::new(connection),
+        &header,
+        ApiKey::Produce,
+        &request,
+        std::time::Duration::from_secs(10),
+    );
+    drop(header);
+    let reply = strata_agent::api::dispatch(agent.broker(), &ctx, *request)
+        .await
+        .expect("produce has a handler");
+    assert!(
+        frame.is_unique(),
+        "the pending answer of a produce keeps a part of its frame"
+    );
+    let response = reply.await.expect("acks=all has an answer");
+    let kafka_protocol::messages::ResponseKind::Produce(response) = response else {
+        panic!("a produce response: {response:?}");
+    };
+    let partition = &response.responses[0].partition_responses[0];
+    assert_eq!((partition.error_code, partition.base_offset), (0, 0));
+}

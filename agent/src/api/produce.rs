@@ -169,7 +169,7 @@ pub async fn produce(
                     .append(
                         t.name.0.as_str(),
                         p.index,
-                        p.records.as_deref(),
+                        p.records.as_ref(),
                         *acks,
                         guard,
                         now,
@@ -205,7 +205,11 @@ pub async fn produce(
                 },
             });
         }
-        topics.push((t.name.clone(), results));
+        // The name decoded from the request is a slice of its frame: the pending answer
+        // holds a copy, or it would keep the whole frame (megabytes of records) in memory,
+        // outside the request-memory bound, until the write is acknowledged.
+        let name = TopicName(StrBytes::from_string(t.name.0.to_string()));
+        topics.push((name, results));
     }
     if matches!(acks, Ok(Acks::None)) {
         return async { None }.boxed();

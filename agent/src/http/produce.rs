@@ -410,7 +410,7 @@ async fn write(
             r.sequence = delta as i32 - 1;
         }
         let only: Vec<_> = records.iter().map(|(_, r)| r.clone()).collect();
-        let batch = strata_log::batch::encode_records(&only, Compression::None);
+        let batch = Bytes::from(strata_log::batch::encode_records(&only, Compression::None));
         let indexes: Vec<usize> = records.into_iter().map(|(i, _)| i).collect();
         pending.push(send(
             http,
@@ -471,7 +471,7 @@ async fn send(
     http: &HttpApi,
     topic: &str,
     partition: i32,
-    batch: Vec<u8>,
+    batch: Bytes,
     acks: Acks,
     deadline: tokio::time::Instant,
     indexes: Vec<usize>,
@@ -503,7 +503,7 @@ async fn send_once(
     topic: &str,
     partition: i32,
     leader: i32,
-    batch: &[u8],
+    batch: &Bytes,
     acks: Acks,
     deadline: tokio::time::Instant,
 ) -> Result<Option<i64>, ApiError> {

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
@@ -93,7 +94,7 @@ impl Producing {
         &self,
         topic: &str,
         partition: i32,
-        records: Option<&[u8]>,
+        records: Option<&Bytes>,
         acks: Acks,
         verified: Option<(i64, u64)>,
         now_ms: i64,
@@ -104,8 +105,8 @@ impl Producing {
             return Err(Error::LeaseLapsed);
         }
         let records = match records {
-            None | Some([]) => return Err(Error::NoRecords),
-            Some(r) => r,
+            Some(r) if !r.is_empty() => r,
+            _ => return Err(Error::NoRecords),
         };
         if let Some(reason) = state
             .as_ref()
