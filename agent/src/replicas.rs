@@ -357,6 +357,7 @@ impl ReplicaManager {
         }
         let log_config = strata_log::LogConfig {
             ack_after_fsync: self.config.ack_after_fsync,
+            max_decompressed_bytes: self.config.max_request_bytes,
             ..config.log_config()
         };
         let mut open: Vec<Option<Arc<Partition>>> = Vec::new();

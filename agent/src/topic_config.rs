@@ -456,6 +456,7 @@ impl TopicConfig {
             segment_ms: self.long("segment.ms").max(1),
             index_interval_bytes: self.long("index.interval.bytes").max(0) as u64,
             max_message_bytes: self.long("max.message.bytes").max(0) as usize,
+            max_decompressed_bytes: strata_log::batch::MAX_DECOMPRESSED_BYTES,
             timestamp_type: if self.get("message.timestamp.type") == Some("LogAppendTime") {
                 TimestampType::LogAppendTime
             } else {

@@ -7,7 +7,7 @@
 //! `kafka-protocol` crate) only to validate them and to answer timestamp look-ups.
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record, RecordBatchDecoder};
+use kafka_protocol::records::{Compression, Record, RecordBatchDecoder};
 
 use crate::error::{Error, Result};
 
@@ -232,19 +232,22 @@ pub fn validate_produced_for(
     keys_required: bool,
 ) -> Result<BatchHeader> {
     validate(bytes, max_message_bytes, keys_required, || {
-        decode_records(bytes)
+        decode_bounded(&Bytes::copy_from_slice(bytes), MAX_DECOMPRESSED_BYTES)
     })
 }
 
 /// [`validate_produced_for`] of a batch the caller holds as [`Bytes`] (a slice of the
-/// request frame): its records are decoded from it without copying it.
+/// request frame): its records are decoded from it without copying it, and a compressed
+/// batch is refused ([`Error::DecompressedTooLarge`]) as soon as it decompresses to more
+/// than `max_decompressed` bytes.
 pub fn validate_shared(
     batch: &Bytes,
     max_message_bytes: usize,
+    max_decompressed: usize,
     keys_required: bool,
 ) -> Result<BatchHeader> {
     validate(batch, max_message_bytes, keys_required, || {
-        decode_shared(batch)
+        decode_bounded(batch, max_decompressed)
     })
 }
 
@@ -331,6 +334,101 @@ pub fn decode_shared(batch: &Bytes) -> Result<Vec<Record>> {
     let set = RecordBatchDecoder::decode(&mut buf)
         .map_err(|e| Error::corrupt(format!("cannot decode records: {e:#}")))?;
     Ok(set.records)
+}
+
+/// The default bound on what one produced batch may decompress to: Kafka's default
+/// `socket.request.max.bytes`, the agent's default `max_request_bytes`.
+pub const MAX_DECOMPRESSED_BYTES: usize = 100 * 1024 * 1024;
+
+/// [`decode_shared`], decompressing a compressed batch into at most `max_decompressed`
+/// bytes: a batch of extreme compression ratio (a "compression bomb") is refused with
+/// [`Error::DecompressedTooLarge`] once that much has come out, never held whole.
+pub fn decode_bounded(batch: &Bytes, max_decompressed: usize) -> Result<Vec<Record>> {
+    let mut buf = batch.clone();
+    let bounded =
+        |records: &mut Bytes, compression| decompress(records, compression, max_decompressed);
+    let set = RecordBatchDecoder::decode_with_custom_compression(&mut buf, Some(bounded)).map_err(
+        |e| match e.downcast_ref::<TooLarge>() {
+            Some(TooLarge) => Error::DecompressedTooLarge {
+                max: max_decompressed,
+            },
+            None => Error::corrupt(format!("cannot decode records: {e:#}")),
+        },
+    )?;
+    Ok(set.records)
+}
+
+/// What [`decompress`] fails with past its bound.
+#[derive(Debug)]
+struct TooLarge;
+
+impl std::fmt::Display for TooLarge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("decompresses past its bound")
+    }
+}
+
+impl std::error::Error for TooLarge {}
+
+/// Decompresses the records of a batch, reading at most `max` bytes out of the codec
+/// (and one more, which tells that there are more). Gzip, zstd and LZ4 are streams, read
+/// through their crates; Kafka's snappy (snappy-java's framing, or one raw block)
+/// declares its lengths, which are added up before anything is decompressed.
+fn decompress(records: &mut Bytes, compression: Compression, max: usize) -> anyhow::Result<Bytes> {
+    use bytes::Buf;
+    use kafka_protocol::compression::{Decompressor, Snappy};
+    use std::io::Read;
+    let input = records.clone().reader();
+    let mut out = Vec::new();
+    let limit = max as u64 + 1;
+    match compression {
+        Compression::None => return Ok(records.clone()),
+        Compression::Gzip => {
+            flate2::read::MultiGzDecoder::new(input)
+                .take(limit)
+                .read_to_end(&mut out)?;
+        }
+        Compression::Zstd => {
+            zstd::stream::read::Decoder::new(input)?
+                .take(limit)
+                .read_to_end(&mut out)?;
+        }
+        Compression::Lz4 => {
+            lz4::Decoder::new(input)?
+                .take(limit)
+                .read_to_end(&mut out)?;
+        }
+        Compression::Snappy => {
+            if snappy_length(records)? > max {
+                return Err(TooLarge.into());
+            }
+            return Snappy::decompress(records, |b| Ok(b.clone()));
+        }
+    }
+    if out.len() > max {
+        return Err(TooLarge.into());
+    }
+    Ok(out.into())
+}
+
+/// The length a snappy payload declares it decompresses to. Kafka's producers frame it
+/// as snappy-java does (a magic header, then blocks each after its length), or send one
+/// raw snappy block.
+fn snappy_length(payload: &[u8]) -> anyhow::Result<usize> {
+    const XERIAL_MAGIC: &[u8; 16] = b"\x82SNAPPY\x00\x00\x00\x00\x01\x00\x00\x00\x01";
+    let Some(mut rest) = payload.strip_prefix(XERIAL_MAGIC) else {
+        return Ok(snap::raw::decompress_len(payload)?);
+    };
+    let mut total = 0usize;
+    while let Some((len, after)) = rest.split_first_chunk::<4>() {
+        let len = u32::from_be_bytes(*len) as usize;
+        anyhow::ensure!(after.len() >= len, "a snappy block runs past the batch");
+        let (block, next) = after.split_at(len);
+        total = total.saturating_add(snap::raw::decompress_len(block)?);
+        rest = next;
+    }
+    anyhow::ensure!(rest.is_empty(), "a snappy block length is cut short");
+    Ok(total)
 }
 
 /// Stamps a validated batch for the log: its base offset, the leader epoch, and for
@@ -564,6 +662,33 @@ pub(crate) mod tests {
             validate_produced(&b, 10),
             Err(Error::BatchTooLarge { .. })
         ));
+    }
+
+    /// A compressed batch is decompressed into at most the bound it is given: one record
+    /// of a mebibyte of one byte repeated (kilobytes compressed, in every codec) decodes
+    /// under a 2 MiB bound and is refused under a 64 KiB one, with the error that is
+    /// MESSAGE_TOO_LARGE, not as a corrupt batch. An uncompressed batch is not held to
+    /// it: its size is the frame's, bounded already.
+    #[test]
+    fn decompression_is_bounded() {
+        for compression in [
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            let b = Bytes::from(example_batch(1, 1 << 20, 1000, compression));
+            assert!(b.len() < 64 << 10, "{compression:?}: {} bytes", b.len());
+            let records = decode_bounded(&b, 2 << 20).expect("within the bound");
+            let value = records[0].value.as_ref().expect("value");
+            assert_eq!(value.len(), 1 << 20, "{compression:?}");
+            match validate_shared(&b, 1 << 20, 64 << 10, false) {
+                Err(Error::DecompressedTooLarge { max }) => assert_eq!(max, 64 << 10),
+                other => panic!("{compression:?}: {other:?}"),
+            }
+        }
+        let plain = Bytes::from(example_batch(1, 1 << 20, 1000, Compression::None));
+        assert!(validate_shared(&plain, 2 << 20, 64 << 10, false).is_ok());
     }
 
     #[test]

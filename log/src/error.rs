@@ -20,6 +20,13 @@ pub enum Error {
     /// A produced batch is larger than the topic's `max.message.bytes` (MESSAGE_TOO_LARGE).
     #[error("record batch of {size} bytes exceeds max.message.bytes {max}")]
     BatchTooLarge { size: usize, max: usize },
+    /// A produced compressed batch whose records take more than `max` bytes once
+    /// decompressed, the agent's `max_request_bytes` (MESSAGE_TOO_LARGE): found, and
+    /// refused, before it is all in memory.
+    #[error(
+        "record batch decompresses to more than {max} bytes, the largest request this agent reads (max_request_bytes)"
+    )]
+    DecompressedTooLarge { max: usize },
     /// An idempotent producer's batch does not continue its sequence
     /// (OUT_OF_ORDER_SEQUENCE_NUMBER).
     #[error("producer {producer_id}: expected sequence {expected}, got {got}")]

@@ -35,6 +35,8 @@ pub struct LogConfig {
     pub index_interval_bytes: u64,
     /// `max.message.bytes`: the largest batch accepted.
     pub max_message_bytes: usize,
+    /// The most a produced batch may decompress to (the agent's `max_request_bytes`).
+    pub max_decompressed_bytes: usize,
     /// `message.timestamp.type`.
     pub timestamp_type: TimestampType,
     /// Every record needs a key (`cleanup.policy` includes `compact`).
@@ -52,6 +54,7 @@ impl Default for LogConfig {
             segment_ms: 7 * 24 * 3600 * 1000,
             index_interval_bytes: 4096,
             max_message_bytes: 1_048_588,
+            max_decompressed_bytes: batch::MAX_DECOMPRESSED_BYTES,
             timestamp_type: TimestampType::CreateTime,
             keys_required: false,
             ack_after_fsync: true,
@@ -431,6 +434,7 @@ impl PartitionLog {
             batch::validate_shared(
                 &records.slice_ref(bytes),
                 self.config.max_message_bytes,
+                self.config.max_decompressed_bytes,
                 self.config.keys_required,
             )?;
             batches.push(bytes);

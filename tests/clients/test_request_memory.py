@@ -48,3 +48,42 @@ def test_a_flood_of_large_produce_requests_under_a_tight_bound_loses_nothing(bro
     assert v["log_records"] == f["records"] + v["unacknowledged_in_log"], v
     assert b.is_running(), b.log_tail()
     b.stop()  # a clean exit (0) on SIGTERM
+
+
+def test_a_batch_that_decompresses_past_the_largest_request_is_refused(broker_factory, tmp_path):
+    """A compression bomb: one record of 8 MiB of zeros is a few hundred bytes once zstd-
+    or gzip-compressed, under every size limit, but decompresses (to be validated) to more
+    than the largest request the agent reads (`max_request_bytes`, 2 MiB here). It is
+    refused with MESSAGE_TOO_LARGE, as a record over the size limits is, while it is
+    decompressed, not after; the agent stays up and a batch within the bound (1 MiB of
+    zeros, compressed too) is written and read back."""
+    from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
+
+    settings = tmp_path / "strata.toml"
+    settings.write_text(f"max_request_bytes = {2 * MiB}\n")
+    b = broker_factory(extra_args=["--config", str(settings),
+                                   "--queued-max-request-bytes", str(4 * MiB)])
+    b.start()
+    topic = unique_topic("bomb")
+    create_topic(b.bootstrap, topic, 1)
+    for codec in ("zstd", "gzip"):
+        outcomes: list = []
+        p = Producer({"bootstrap.servers": b.bootstrap, "compression.type": codec,
+                      "message.max.bytes": 16 * MiB, "batch.size": 16 * MiB,
+                      "linger.ms": 0, "acks": "all"})
+        for size in (8 * MiB, MiB):
+            p.produce(topic, bytes(size), key=f"{codec}-{size}".encode(),
+                      on_delivery=lambda err, msg: outcomes.append(
+                          (len(msg.value()), err.code() if err else None, msg.offset())))
+            assert p.flush(30) == 0, codec
+        assert outcomes[0][:2] == (8 * MiB, KafkaError.MSG_SIZE_TOO_LARGE), (codec, outcomes)
+        assert outcomes[1][:2] == (MiB, None), (codec, outcomes)
+        assert b.is_running(), b.log_tail()
+        c = Consumer({"bootstrap.servers": b.bootstrap, "group.id": unique_topic("g"),
+                      "fetch.max.bytes": 4 * MiB})
+        c.assign([TopicPartition(topic, 0, outcomes[1][2])])
+        m = c.poll(15)
+        c.close()
+        assert m is not None and m.error() is None, (codec, m and m.error())
+        assert (m.key(), m.value()) == (f"{codec}-{MiB}".encode(), bytes(MiB)), codec
+    b.stop()

@@ -50,7 +50,9 @@ impl From<&PartitionError> for ApiError {
             PartitionError::Log(L::RecordsWithoutKey { .. }) => ResponseError::InvalidRecord,
             PartitionError::Log(L::CorruptBatch { .. }) => ResponseError::CorruptMessage,
             PartitionError::Log(L::InvalidRecord { .. }) => ResponseError::InvalidRecord,
-            PartitionError::Log(L::BatchTooLarge { .. }) => ResponseError::MessageTooLarge,
+            PartitionError::Log(L::BatchTooLarge { .. } | L::DecompressedTooLarge { .. }) => {
+                ResponseError::MessageTooLarge
+            }
             PartitionError::Log(L::OffsetOutOfRange { .. }) => ResponseError::OffsetOutOfRange,
             PartitionError::Log(L::OutOfOrderSequence { .. }) => {
                 ResponseError::OutOfOrderSequenceNumber
