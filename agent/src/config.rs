@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::Deserialize;
 
@@ -388,7 +389,7 @@ impl Settings {
         self.oauth_settings()?;
         self.tls_files()?;
         self.authz()?;
-        self.peer_access()?;
+        self.peer_access(None)?;
         self.http_authentication_methods()?;
         if !(2..=1000).contains(&self.quota_window_num) {
             return fail(
@@ -693,8 +694,12 @@ impl Settings {
     }
 
     /// How this agent reaches the others: the inter-agent listener, checked to exist,
-    /// and the credentials a SASL one needs.
-    pub fn peer_access(&self) -> anyhow::Result<crate::peer::PeerAccess> {
+    /// the credentials a SASL one needs, and for a TLS one `tls`, the agent's loaded TLS
+    /// files (`None` only to check the settings).
+    pub fn peer_access(
+        &self,
+        tls: Option<&Arc<crate::tls::Tls>>,
+    ) -> anyhow::Result<crate::peer::PeerAccess> {
         let name = self.inter_agent_listener.trim();
         let specs = self.listener_specs()?;
         let Some(spec) = specs.iter().find(|s| s.name == name) else {
@@ -704,9 +709,17 @@ impl Settings {
                 names.join(", ")
             );
         };
+        if spec.protocol.is_tls() && self.ssl_truststore_location.is_none() {
+            anyhow::bail!(
+                "invalid setting inter_agent_listener: {name} is {}, so the agents need \
+                 ssl_truststore_location, the PEM authorities their certificates chain to, \
+                 to verify each other",
+                spec.protocol.name()
+            );
+        }
         let sasl = match spec.protocol {
-            SecurityProtocol::Plaintext => None,
-            SecurityProtocol::SaslPlaintext => {
+            SecurityProtocol::Plaintext | SecurityProtocol::Ssl => None,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl => {
                 let mechanism = self.inter_agent_sasl_mechanism.trim();
                 let parsed = crate::sasl::Mechanism::from_name(mechanism)
                     .filter(|m| *m != crate::sasl::Mechanism::OAuthBearer)
@@ -726,9 +739,10 @@ impl Settings {
                     || self.inter_agent_sasl_password.0.is_empty()
                 {
                     anyhow::bail!(
-                        "invalid setting inter_agent_listener: {name} is SASL_PLAINTEXT, so the \
-                         agents need inter_agent_sasl_username and inter_agent_sasl_password \
-                         (STRATA_INTER_AGENT_SASL_PASSWORD)"
+                        "invalid setting inter_agent_listener: {name} is {}, so the agents \
+                         need inter_agent_sasl_username and inter_agent_sasl_password \
+                         (STRATA_INTER_AGENT_SASL_PASSWORD)",
+                        spec.protocol.name()
                     );
                 }
                 Some(crate::peer::PeerCredentials {
@@ -737,15 +751,11 @@ impl Settings {
                     password: self.inter_agent_sasl_password.0.clone(),
                 })
             }
-            SecurityProtocol::Ssl | SecurityProtocol::SaslSsl => anyhow::bail!(
-                "invalid setting inter_agent_listener: {name} is {}; agents reach each other \
-                 over PLAINTEXT or SASL_PLAINTEXT only (TLS between agents is not built yet)",
-                spec.protocol.name()
-            ),
         };
         Ok(crate::peer::PeerAccess {
             listener: name.to_string(),
             sasl,
+            tls: tls.filter(|_| spec.protocol.is_tls()).cloned(),
         })
     }
 

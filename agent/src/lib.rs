@@ -155,7 +155,17 @@ pub async fn start_on(
         settings.archive_cache_bytes,
     ));
     let tiering_every = Duration::from_millis(settings.tiering_interval_ms.max(10));
-    let peers = settings.peer_access()?;
+    // Loaded before the agents connect to each other: a TLS inter-agent listener needs it.
+    let tls = match settings.tls_files()? {
+        Some(files) => {
+            let rules = tls::PrincipalRules::parse(&settings.ssl_principal_mapping_rules).map_err(
+                |why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"),
+            )?;
+            Some(Arc::new(tls::Tls::load(files, rules)?))
+        }
+        None => None,
+    };
+    let peers = settings.peer_access(tls.as_ref())?;
     peers.seed_credential(&metastore).await?;
     let membership = Arc::new(
         membership::Membership::join(
@@ -273,24 +283,16 @@ pub async fn start_on(
     } else {
         None
     };
-    let tls = match settings.tls_files()? {
-        Some(files) => {
-            let rules = tls::PrincipalRules::parse(&settings.ssl_principal_mapping_rules).map_err(
-                |why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"),
-            )?;
-            let tls = Arc::new(tls::Tls::load(files, rules)?);
-            let watch = Arc::clone(&tls).watch(
-                Duration::from_millis(settings.ssl_reload_interval_ms),
-                shutdown.clone(),
-            );
-            tasks.spawn("tls reload", async move {
-                watch.await;
-                Stopped::Shutdown
-            });
-            Some(tls)
-        }
-        None => None,
-    };
+    if let Some(tls) = &tls {
+        let watch = Arc::clone(tls).watch(
+            Duration::from_millis(settings.ssl_reload_interval_ms),
+            shutdown.clone(),
+        );
+        tasks.spawn("tls reload", async move {
+            watch.await;
+            Stopped::Shutdown
+        });
+    }
     let reauth = (settings.connections_max_reauth_ms > 0)
         .then(|| Duration::from_millis(settings.connections_max_reauth_ms));
     let shared = server::Shared::new(settings);

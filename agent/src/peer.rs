@@ -4,22 +4,27 @@
 //! `kafka-protocol` crate.
 //!
 //! Agents reach each other on the inter-agent listener ([`PeerAccess`], Kafka's
-//! `inter.broker.listener.name`). When that listener is SASL_PLAINTEXT, each connection
-//! authenticates first (SaslHandshake, SaslAuthenticate with PLAIN or SCRAM, the server's
+//! `inter.broker.listener.name`). When that listener is SSL or SASL_SSL, each connection
+//! is TLS first, the other agent's certificate verified (`tls/mod.rs`). When it is
+//! SASL_PLAINTEXT or SASL_SSL, each connection authenticates first (SaslHandshake, SaslAuthenticate with PLAIN or SCRAM, the server's
 //! SCRAM signature checked too), so the agents act as their own principal: the one
 //! operators name in `super_users`, and the only one an authorizer lets fetch as a
 //! replica (CLUSTER_ACTION).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
 use bytes::{Buf, BufMut, BytesMut};
 use kafka_protocol::messages::{
-    RequestHeader, ResponseHeader, SaslAuthenticateRequest, SaslHandshakeRequest,
+    ApiVersionsRequest, RequestHeader, ResponseHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
+
+use crate::tls::Tls;
 
 /// Any single response; a fetch waits at most its own `max_wait_ms` at the leader.
 pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -27,12 +32,14 @@ pub(crate) const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bytes a response may hold besides the records (headers, topic and partition fields).
 const RESPONSE_OVERHEAD_BYTES: usize = 1024 * 1024;
 
-/// How agents reach each other: the listener, and the credentials when it is a SASL one.
+/// How agents reach each other: the listener, the credentials when it is a SASL one,
+/// and the agent's TLS files when it is a TLS one.
 #[derive(Debug, Clone)]
 pub struct PeerAccess {
     /// The listener's name (`PLAINTEXT`, the one at `kafka_listen`, by default).
     pub listener: String,
     pub sasl: Option<PeerCredentials>,
+    pub tls: Option<Arc<Tls>>,
 }
 
 impl Default for PeerAccess {
@@ -40,6 +47,7 @@ impl Default for PeerAccess {
         PeerAccess {
             listener: "PLAINTEXT".to_string(),
             sasl: None,
+            tls: None,
         }
     }
 }
@@ -114,9 +122,14 @@ impl std::fmt::Debug for PeerCredentials {
     }
 }
 
+/// A connection's bytes, in the clear or over TLS.
+trait Stream: AsyncRead + AsyncWrite + Unpin + Send {}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Send> Stream for S {}
+
 /// One connection to another agent's Kafka listener.
 pub(crate) struct Peer {
-    stream: TcpStream,
+    stream: Box<dyn Stream>,
     correlation_id: i32,
     client_id: StrBytes,
     /// The largest response frame accepted: a peer that declares more is refused before
@@ -137,21 +150,54 @@ impl Peer {
             .await
             .context("connect timed out")??;
         stream.set_nodelay(true)?;
+        let refused = |reason: String| {
+            anyhow::Error::new(AuthenticationFailed {
+                address: address.to_string(),
+                listener: access.listener.clone(),
+                user: access
+                    .sasl
+                    .as_ref()
+                    .map_or("the agent's certificate".to_string(), |c| {
+                        c.username.clone()
+                    }),
+                reason,
+            })
+        };
+        let stream: Box<dyn Stream> = match &access.tls {
+            None => Box::new(stream),
+            Some(tls) => {
+                let host = host_of(address);
+                let handshake = tokio::time::timeout(RESPONSE_TIMEOUT, tls.connect(stream, host))
+                    .await
+                    .context("TLS handshake timed out")?;
+                Box::new(handshake.map_err(|e| refused(format!("TLS: {e:#}")))?)
+            }
+        };
         let mut peer = Peer {
             stream,
             correlation_id: 0,
             client_id: StrBytes::from_string(format!("strata-replica-{node_id}")),
             max_frame_bytes: max_record_bytes + RESPONSE_OVERHEAD_BYTES,
         };
-        if let Some(credentials) = &access.sasl
-            && let Err(e) = peer.authenticate(credentials).await
-        {
-            return Err(anyhow::Error::new(AuthenticationFailed {
-                address: address.to_string(),
-                listener: access.listener.clone(),
-                user: credentials.username.clone(),
-                reason: format!("{e:#}"),
-            }));
+        match &access.sasl {
+            Some(credentials) => {
+                if let Err(e) = peer.authenticate(credentials).await {
+                    return Err(refused(format!("{e:#}")));
+                }
+            }
+            // In TLS 1.3 the server checks the client's certificate after the client
+            // has finished its handshake: a refusal arrives as an alert on the first
+            // read. One ApiVersions exchange (which Kafka's clients start with too)
+            // brings it out here, as the authentication failure it is.
+            None if access.tls.is_some() => {
+                if let Err(e) = peer.send(0, &ApiVersionsRequest::default()).await {
+                    if tls_refusal(&e) {
+                        return Err(refused(format!("TLS: {e:#}")));
+                    }
+                    return Err(e);
+                }
+            }
+            None => {}
         }
         Ok(peer)
     }
@@ -251,6 +297,25 @@ impl Peer {
         }
         Ok(response)
     }
+}
+
+/// Whether `e` came from TLS itself (an alert the other side sent, a certificate it
+/// sent that this agent does not trust), not from the connection or the request.
+fn tls_refusal(e: &anyhow::Error) -> bool {
+    e.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .is_some_and(|inner| inner.is::<rustls::Error>())
+    })
+}
+
+/// The host of a `host:port` address (an IPv6 one in brackets), as its certificate names it.
+fn host_of(address: &str) -> &str {
+    let host = address.rsplit_once(':').map_or(address, |(host, _)| host);
+    host.strip_prefix('[')
+        .and_then(|h| h.strip_suffix(']'))
+        .unwrap_or(host)
 }
 
 /// Reads one size-prefixed response frame of at most `max` bytes.

@@ -11,6 +11,12 @@
 //! one if offered. A certificate's subject, mapped by `ssl_principal_mapping_rules`, is
 //! the principal of an SSL connection; a SASL_SSL connection's principal comes from
 //! SASL, and it is asked for no certificate.
+//!
+//! When the inter-agent listener is SSL or SASL_SSL, an agent connecting to another is a
+//! TLS client ([`Tls::connect`]) with the same files, as a Kafka broker uses its key and
+//! trust stores: the other's certificate must chain to `ssl_truststore_location` and
+//! name the address it advertises, and the agent presents its own certificate (which
+//! must then allow client authentication too) when asked.
 
 pub mod principal;
 
@@ -19,10 +25,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use anyhow::Context as _;
+use rustls::ClientConfig;
 use rustls::RootCertStore;
 use rustls::crypto::CryptoProvider;
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use rustls::server::{ServerConfig, WebPkiClientVerifier};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_rustls::TlsAcceptor;
@@ -71,6 +78,10 @@ struct Loaded {
     ssl: Arc<ServerConfig>,
     /// For SASL_SSL listeners: asks for none.
     sasl_ssl: Arc<ServerConfig>,
+    /// For connections to the other agents on a TLS inter-agent listener: their
+    /// certificates checked against the trust store, the agent's own presented when
+    /// asked. `None` without a trust store.
+    client: Option<Arc<ClientConfig>>,
 }
 
 /// The agent's TLS configuration, reloaded when its files change.
@@ -177,6 +188,27 @@ impl Tls {
         Ok((stream, Some(principal)))
     }
 
+    /// Runs the client side of the handshake on `stream`, to another agent at `host`:
+    /// its certificate must chain to the trust store and name `host` (Kafka's
+    /// `ssl.endpoint.identification.algorithm=https`); this agent presents its own.
+    pub async fn connect<S>(
+        &self,
+        stream: S,
+        host: &str,
+    ) -> anyhow::Result<tokio_rustls::client::TlsStream<S>>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let loaded = self.current();
+        let config = loaded.client.as_ref().context(
+            "ssl_truststore_location is not set, so other agents' certificates cannot be verified",
+        )?;
+        let name = ServerName::try_from(host.to_string())
+            .with_context(|| format!("{host:?} is not a host name or address"))?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::clone(config));
+        Ok(connector.connect(name, stream).await?)
+    }
+
     fn principal_name(&self, leaf: &CertificateDer<'_>) -> Result<String, TlsError> {
         let (_, cert) = x509_parser::parse_x509_certificate(leaf)
             .map_err(|e| TlsError::BadCertificate(e.to_string()))?;
@@ -231,27 +263,24 @@ fn build(files: &TlsFiles, contents: Vec<Vec<u8>>) -> anyhow::Result<Loaded> {
                 files.certificate.display()
             )
         })?;
-    let verifier = match (files.client_auth, contents.get(2)) {
+    let roots = contents.get(2).map(|pem| trusted(pem)).transpose()?;
+    let client = match &roots {
+        None => None,
+        Some(roots) => Some(Arc::new(
+            ClientConfig::builder_with_provider(Arc::clone(&provider))
+                .with_safe_default_protocol_versions()?
+                .with_root_certificates(Arc::clone(roots))
+                .with_client_auth_cert(chain.clone(), key.clone_key())?,
+        )),
+    };
+    let verifier = match (files.client_auth, roots) {
         (ClientAuth::None, _) => None,
         (_, None) => anyhow::bail!(
             "ssl_client_auth {:?} needs ssl_truststore_location, the authorities client certificates chain to",
             files.client_auth
         ),
-        (auth, Some(pem)) => {
-            let mut roots = RootCertStore::empty();
-            for cert in CertificateDer::pem_slice_iter(pem) {
-                let cert = cert.map_err(|e| {
-                    anyhow::anyhow!("ssl_truststore_location is not PEM certificates: {e}")
-                })?;
-                roots
-                    .add(cert)
-                    .map_err(|e| anyhow::anyhow!("ssl_truststore_location: {e}"))?;
-            }
-            if roots.is_empty() {
-                anyhow::bail!("ssl_truststore_location holds no certificate");
-            }
-            let builder =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), Arc::clone(&provider));
+        (auth, Some(roots)) => {
+            let builder = WebPkiClientVerifier::builder_with_provider(roots, Arc::clone(&provider));
             let builder = match auth {
                 ClientAuth::Requested => builder.allow_unauthenticated(),
                 _ => builder,
@@ -271,7 +300,24 @@ fn build(files: &TlsFiles, contents: Vec<Vec<u8>>) -> anyhow::Result<Loaded> {
         contents,
         ssl,
         sasl_ssl,
+        client,
     })
+}
+
+/// The authorities in the trust store's PEM.
+fn trusted(pem: &[u8]) -> anyhow::Result<Arc<RootCertStore>> {
+    let mut roots = RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pem) {
+        let cert = cert
+            .map_err(|e| anyhow::anyhow!("ssl_truststore_location is not PEM certificates: {e}"))?;
+        roots
+            .add(cert)
+            .map_err(|e| anyhow::anyhow!("ssl_truststore_location: {e}"))?;
+    }
+    if roots.is_empty() {
+        anyhow::bail!("ssl_truststore_location holds no certificate");
+    }
+    Ok(Arc::new(roots))
 }
 
 fn server_config(
