@@ -79,10 +79,13 @@ def leader(admin: AdminClient, topic: str) -> int:
 
 
 def produce(address: str, topic: str, n: int, password: str = PASSWORD) -> list:
-    """Produces n records with acks=all; returns the delivery errors (None for each
-    delivered record)."""
-    p = Producer({**sasl(address, password), "acks": "all", "message.timeout.ms": 5000,
-                  "retries": 0})
+    """Produces n records with acks=all as `User:broker`; returns the delivery errors
+    (None for each delivered record)."""
+    return produce_with(sasl(address, password), topic, n)
+
+
+def produce_with(conf: dict, topic: str, n: int) -> list:
+    p = Producer({**conf, "acks": "all", "message.timeout.ms": 5000, "retries": 0})
     outcomes = []
     for i in range(n):
         p.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _m: outcomes.append(err))
@@ -207,13 +210,7 @@ def tls_agents(broker_factory, certs: Path, protocol: str) -> dict:
 
 
 def plain_produce(address: str, topic: str, n: int) -> list:
-    p = Producer({"bootstrap.servers": address, "acks": "all", "message.timeout.ms": 5000,
-                  "retries": 0})
-    outcomes = []
-    for i in range(n):
-        p.produce(topic, value=b"v%d" % i, on_delivery=lambda err, _m: outcomes.append(err))
-    p.flush(15)
-    return outcomes
+    return produce_with({"bootstrap.servers": address}, topic, n)
 
 
 @pytest.mark.parametrize("protocol", ["SSL", "SASL_SSL"])

@@ -23,13 +23,20 @@ PARTITIONS = 3
 SIZE = 256 * 1024
 
 
-def test_a_flood_of_large_produce_requests_under_a_tight_bound_loses_nothing(broker_factory, tmp_path):
+def bounded_agent(broker_factory, tmp_path, max_request: int, bound: int):
+    """A started agent reading requests of up to `max_request` bytes and holding at most
+    `bound` bytes of them at once."""
     settings = tmp_path / "strata.toml"
     # A bound below the default 100 MiB frame limit needs a smaller limit (refused otherwise).
-    settings.write_text(f"max_request_bytes = {4 * MiB}\n")
+    settings.write_text(f"max_request_bytes = {max_request}\n")
     b = broker_factory(extra_args=["--config", str(settings),
-                                   "--queued-max-request-bytes", str(8 * MiB)])
+                                   "--queued-max-request-bytes", str(bound)])
     b.start()
+    return b
+
+
+def test_a_flood_of_large_produce_requests_under_a_tight_bound_loses_nothing(broker_factory, tmp_path):
+    b = bounded_agent(broker_factory, tmp_path, 4 * MiB, 8 * MiB)
     topic = unique_topic("flood")
     create_topic(b.bootstrap, topic, PARTITIONS, config={"max.message.bytes": str(2 * MiB)})
 
@@ -59,11 +66,7 @@ def test_a_batch_that_decompresses_past_the_largest_request_is_refused(broker_fa
     zeros, compressed too) is written and read back."""
     from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
-    settings = tmp_path / "strata.toml"
-    settings.write_text(f"max_request_bytes = {2 * MiB}\n")
-    b = broker_factory(extra_args=["--config", str(settings),
-                                   "--queued-max-request-bytes", str(4 * MiB)])
-    b.start()
+    b = bounded_agent(broker_factory, tmp_path, 2 * MiB, 4 * MiB)
     topic = unique_topic("bomb")
     create_topic(b.bootstrap, topic, 1)
     for codec in ("zstd", "gzip"):
