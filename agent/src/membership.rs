@@ -263,11 +263,16 @@ impl Membership {
 
     /// The controller, as clients are told (Metadata, DescribeCluster): the holder of
     /// the controller lease as last seen (`controller.rs` renews or reads it every fifth
-    /// of a lease), or before that is known, the live agent with the lowest node id.
+    /// of a lease) while it is live, or else the live agent with the lowest node id. It
+    /// is always one of the brokers the same answer lists: a holder that has left (its
+    /// lease in the metastore not run out yet) is not named, since a client told of a
+    /// controller it has no address for waits for it (librdkafka's admin requests fail
+    /// with "Failed while waiting for controller").
     pub fn controller_id(&self) -> i32 {
+        let live = self.live_ids();
         match self.controller.load(Ordering::Relaxed) {
-            -1 => self.live_ids().first().copied().unwrap_or(self.me.node_id),
-            id => id,
+            id if live.contains(&id) => id,
+            _ => live.first().copied().unwrap_or(self.me.node_id),
         }
     }
 
@@ -535,6 +540,48 @@ mod tests {
         assert_eq!(*membership.regained().borrow(), None);
         shutdown.cancel();
         runner.await.expect("membership task");
+    }
+
+    /// Clients are told of a controller among the live agents only: a lease holder that
+    /// has left is not named (librdkafka would wait for a broker it has no address for).
+    #[tokio::test]
+    async fn the_controller_named_is_a_live_agent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = SqliteStore::open(&dir.path().join("m.sqlite")).expect("open");
+        let metastore = Metastore::new(Arc::new(store) as Arc<dyn KvStore>, b"strata");
+        let joining = |node_id: i32| Joining {
+            node_id,
+            kafka: ("127.0.0.1".to_string(), 9090 + node_id),
+            listeners: Vec::new(),
+            http: format!("127.0.0.1:{}", 9640 + node_id),
+            rack: None,
+            data_dir_id: format!("dir-{node_id}"),
+            lease: Duration::from_secs(10),
+            peers: Default::default(),
+        };
+        let clock = Arc::new(ManualClock::new(1_700_000_000_000));
+        let two = Membership::join(metastore.clone(), clock.clone(), joining(2))
+            .await
+            .expect("join");
+        let three = Membership::join(metastore.clone(), clock, joining(3))
+            .await
+            .expect("join");
+        two.refresh().await.expect("refresh");
+        assert_eq!(two.live_ids(), vec![2, 3]);
+        assert_eq!(
+            two.controller_id(),
+            2,
+            "before any holder is known: the lowest"
+        );
+        two.set_controller(3);
+        assert_eq!(two.controller_id(), 3, "the live holder");
+        two.set_controller(1);
+        assert_eq!(
+            two.controller_id(),
+            2,
+            "a holder that is not live is not named"
+        );
+        drop(three);
     }
 
     /// When an agent leaves, only the keys it coordinated move; the others stay; and
