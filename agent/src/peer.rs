@@ -6,10 +6,11 @@
 //! Agents reach each other on the inter-agent listener ([`PeerAccess`], Kafka's
 //! `inter.broker.listener.name`). When that listener is SSL or SASL_SSL, each connection
 //! is TLS first, the other agent's certificate verified (`tls/mod.rs`). When it is
-//! SASL_PLAINTEXT or SASL_SSL, each connection authenticates first (SaslHandshake, SaslAuthenticate with PLAIN or SCRAM, the server's
-//! SCRAM signature checked too), so the agents act as their own principal: the one
-//! operators name in `super_users`, and the only one an authorizer lets fetch as a
-//! replica (CLUSTER_ACTION).
+//! SASL_PLAINTEXT or SASL_SSL, each connection authenticates first (SaslHandshake,
+//! SaslAuthenticate with PLAIN or SCRAM, the server's SCRAM signature checked too), so
+//! the agents act as their own principal: the one operators name in `super_users`, and
+//! the only one an authorizer lets fetch as a replica (CLUSTER_ACTION). On SSL that
+//! principal is the agent certificate's, mapped as a client's is.
 
 use std::sync::Arc;
 use std::time::Duration;
