@@ -100,6 +100,19 @@ impl Client {
         })
     }
 
+    /// [`Client::send`], panicking with `ctx` (what is being checked) if there is no
+    /// decodable response.
+    pub async fn answer<R: Request>(
+        &mut self,
+        version: i16,
+        request: &R,
+        ctx: &str,
+    ) -> R::Response {
+        self.send(version, request)
+            .await
+            .unwrap_or_else(|e| panic!("{ctx}: {e:#}"))
+    }
+
     /// Sends `request` at `version` and decodes its response.
     pub async fn send<R: Request>(
         &mut self,

@@ -131,10 +131,7 @@ async fn every_api_answers_at_every_advertised_version() {
             let ctx = format!("{api:?} v{v}");
             match api {
                 ApiKey::ApiVersions => {
-                    let r = c
-                        .send(v, &ApiVersionsRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &ApiVersionsRequest::default(), &ctx).await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert_eq!(r.api_keys.len(), SUPPORTED.len(), "{ctx}");
                 }
@@ -143,10 +140,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     let mut t = metadata_request::MetadataRequestTopic::default();
                     t.name = Some(name("t"));
                     req.topics = Some(vec![t]);
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.topics[0].error_code, 0, "{ctx}");
                     assert_eq!(r.topics[0].partitions.len(), 2, "{ctx}");
                     assert_eq!(r.brokers.len(), 1, "{ctx}");
@@ -156,10 +150,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     assert_eq!(code, 0, "{ctx}");
                 }
                 ApiKey::Fetch => {
-                    let r = c
-                        .send(v, &fetch("t", 0, 0, 0, 0))
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &fetch("t", 0, 0, 0, 0), &ctx).await;
                     let p = &r.responses[0].partitions[0];
                     assert_eq!(p.error_code, 0, "{ctx}");
                     assert!(
@@ -168,10 +159,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     );
                 }
                 ApiKey::ListOffsets => {
-                    let r = c
-                        .send(v, &list_offsets("t", 0, -2))
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &list_offsets("t", 0, -2), &ctx).await;
                     assert_eq!(r.topics[0].partitions[0].error_code, 0, "{ctx}");
                     assert_eq!(r.topics[0].partitions[0].offset, 0, "{ctx}");
                 }
@@ -190,10 +178,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     let mut req = DeleteRecordsRequest::default();
                     req.topics = vec![t];
                     req.timeout_ms = 5000;
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     let got: Vec<(i16, i64)> = r.topics[0]
                         .partitions
                         .iter()
@@ -229,10 +214,7 @@ async fn every_api_answers_at_every_advertised_version() {
                         req.topic_names = vec![name(&topic)];
                     }
                     req.timeout_ms = 5000;
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.responses[0].error_code, 0, "{ctx}");
                 }
                 ApiKey::DescribeConfigs => {
@@ -241,10 +223,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     res.resource_name = StrBytes::from_static_str("t");
                     let mut req = DescribeConfigsRequest::default();
                     req.resources = vec![res];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.results[0].error_code, 0, "{ctx}");
                     assert!(
                         r.results[0]
@@ -264,10 +243,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     res.configs = vec![cfg];
                     let mut req = AlterConfigsRequest::default();
                     req.resources = vec![res];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.responses[0].error_code, 0, "{ctx}");
                 }
                 ApiKey::IncrementalAlterConfigs => {
@@ -282,10 +258,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     res.configs = vec![cfg];
                     let mut req = IncrementalAlterConfigsRequest::default();
                     req.resources = vec![res];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.responses[0].error_code, 0, "{ctx}");
                 }
                 ApiKey::CreatePartitions => {
@@ -296,17 +269,11 @@ async fn every_api_answers_at_every_advertised_version() {
                     let mut req = CreatePartitionsRequest::default();
                     req.topics = vec![t];
                     req.timeout_ms = 5000;
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.results[0].error_code, 0, "{ctx}");
                 }
                 ApiKey::DescribeCluster => {
-                    let r = c
-                        .send(v, &DescribeClusterRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &DescribeClusterRequest::default(), &ctx).await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert_eq!(r.brokers.len(), 1, "{ctx}");
                 }
@@ -317,10 +284,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     } else {
                         req.key = StrBytes::from_static_str("g");
                     }
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     let node = if v >= 4 {
                         r.coordinators[0].node_id.0
                     } else {
@@ -330,10 +294,7 @@ async fn every_api_answers_at_every_advertised_version() {
                 }
                 ApiKey::JoinGroup => {
                     let group = format!("join-v{v}");
-                    let r = c
-                        .send(v, &join_request(&group, ""))
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &join_request(&group, ""), &ctx).await;
                     let r = if v >= 4 {
                         assert_eq!(
                             r.error_code,
@@ -341,9 +302,7 @@ async fn every_api_answers_at_every_advertised_version() {
                             "{ctx}"
                         );
                         let id = r.member_id.to_string();
-                        c.send(v, &join_request(&group, &id))
-                            .await
-                            .unwrap_or_else(|e| panic!("{ctx}: {e:#}"))
+                        c.answer(v, &join_request(&group, &id), &ctx).await
                     } else {
                         r
                     };
@@ -368,10 +327,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     a.member_id = StrBytes::from_string(member);
                     a.assignment = Bytes::from_static(b"assigned");
                     req.assignments = vec![a];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(
                         (r.error_code, r.assignment.as_ref()),
                         (0, &b"assigned"[..]),
@@ -385,10 +341,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     req.group_id = GroupId(StrBytes::from_string(group));
                     req.generation_id = generation;
                     req.member_id = StrBytes::from_string(member);
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                 }
                 ApiKey::LeaveGroup => {
@@ -403,10 +356,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     } else {
                         req.member_id = StrBytes::from_string(member);
                     }
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                     if v >= 3 {
                         assert_eq!(r.members[0].error_code, 0, "{ctx}");
@@ -437,10 +387,7 @@ async fn every_api_answers_at_every_advertised_version() {
                         t.partition_indexes = vec![0, 1];
                         req.topics = Some(vec![t]);
                     }
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     let offsets: Vec<i64> = if v >= 8 {
                         r.groups[0].topics[0]
                             .partitions
@@ -458,10 +405,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     assert_eq!(offsets, expected, "{ctx}");
                 }
                 ApiKey::ListGroups => {
-                    let r = c
-                        .send(v, &ListGroupsRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &ListGroupsRequest::default(), &ctx).await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert!(
                         r.groups.iter().any(|g| g.group_id.0.as_str() == "simple"),
@@ -476,10 +420,7 @@ async fn every_api_answers_at_every_advertised_version() {
                         GroupId(StrBytes::from_string(group)),
                         GroupId(StrBytes::from_static_str("nobody")),
                     ];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.groups[0].group_state.as_str(), "Stable", "{ctx}");
                     assert_eq!(r.groups[0].members.len(), 1, "{ctx}");
                     assert_eq!(r.groups[1].group_state.as_str(), "Dead", "{ctx}");
@@ -496,10 +437,7 @@ async fn every_api_answers_at_every_advertised_version() {
                         GroupId(StrBytes::from_string(group)),
                         GroupId(StrBytes::from_static_str("never")),
                     ];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.results[0].error_code, 0, "{ctx}");
                     assert_eq!(
                         r.results[1].error_code,
@@ -517,10 +455,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     let mut req = OffsetDeleteRequest::default();
                     req.group_id = GroupId(StrBytes::from_static_str("od"));
                     req.topics = vec![t];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(
                         (r.error_code, r.topics[0].partitions[0].error_code),
                         (0, 0),
@@ -536,10 +471,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     req.election_type = 0;
                     req.topic_partitions = Some(vec![tp]);
                     req.timeout_ms = 5000;
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(
                         r.replica_election_results[0].partition_result[0].error_code,
                         ResponseError::ElectionNotNeeded.code(),
@@ -561,10 +493,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     let mut req = AlterPartitionReassignmentsRequest::default();
                     req.timeout_ms = 5000;
                     req.topics = vec![t];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     let got = &r.responses[0].partitions;
                     assert_eq!(
                         got[0].error_code,
@@ -579,9 +508,8 @@ async fn every_api_answers_at_every_advertised_version() {
                 }
                 ApiKey::ListPartitionReassignments => {
                     let r = c
-                        .send(v, &ListPartitionReassignmentsRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                        .answer(v, &ListPartitionReassignmentsRequest::default(), &ctx)
+                        .await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert!(r.topics.is_empty(), "{ctx}: nothing is moving");
                 }
@@ -600,10 +528,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     let mut req = OffsetForLeaderEpochRequest::default();
                     req.replica_id = kafka_protocol::messages::BrokerId(-1);
                     req.topics = vec![t];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     let got = &r.topics[0].partitions;
                     assert_eq!(got[0].error_code, 0, "{ctx}");
                     assert_eq!(got[0].leader_epoch, 0, "{ctx}");
@@ -616,10 +541,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     );
                 }
                 ApiKey::InitProducerId => {
-                    let r = c
-                        .send(v, &InitProducerIdRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &InitProducerIdRequest::default(), &ctx).await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                     assert!(r.producer_id.0 >= 0, "{ctx}");
                 }
@@ -628,10 +550,7 @@ async fn every_api_answers_at_every_advertised_version() {
                 ApiKey::SaslHandshake => {
                     let mut req = SaslHandshakeRequest::default();
                     req.mechanism = StrBytes::from_static_str("PLAIN");
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(
                         r.error_code,
                         ResponseError::IllegalSaslState.code(),
@@ -639,10 +558,7 @@ async fn every_api_answers_at_every_advertised_version() {
                     );
                 }
                 ApiKey::SaslAuthenticate => {
-                    let r = c
-                        .send(v, &SaslAuthenticateRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &SaslAuthenticateRequest::default(), &ctx).await;
                     assert_eq!(
                         r.error_code,
                         ResponseError::IllegalSaslState.code(),
@@ -659,20 +575,14 @@ async fn every_api_answers_at_every_advertised_version() {
                     u.salted_password = bytes::Bytes::from(vec![7u8; 64]);
                     let mut req = AlterUserScramCredentialsRequest::default();
                     req.upsertions = vec![u];
-                    let r = c
-                        .send(v, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(v, &req, &ctx).await;
                     assert_eq!(r.results.len(), 1, "{ctx}");
                     assert_eq!(r.results[0].error_code, 0, "{ctx}");
                     let mut d = describe_user_scram_credentials_request::UserName::default();
                     d.name = StrBytes::from_string(format!("user-v{v}"));
                     let mut req = DescribeUserScramCredentialsRequest::default();
                     req.users = Some(vec![d]);
-                    let r = c
-                        .send(0, &req)
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                    let r = c.answer(0, &req, &ctx).await;
                     let infos = &r.results[0].credential_infos;
                     assert_eq!(
                         (infos[0].mechanism, infos[0].iterations),
@@ -682,9 +592,8 @@ async fn every_api_answers_at_every_advertised_version() {
                 }
                 ApiKey::DescribeUserScramCredentials => {
                     let r = c
-                        .send(v, &DescribeUserScramCredentialsRequest::default())
-                        .await
-                        .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                        .answer(v, &DescribeUserScramCredentialsRequest::default(), &ctx)
+                        .await;
                     assert_eq!(r.error_code, 0, "{ctx}");
                 }
                 api if security_cases::handles(api) => security_cases::check(&mut c, api, v).await,

@@ -25,12 +25,12 @@ pub async fn check(c: &mut Client, api: ApiKey, v: i16) {
     match api {
         ApiKey::DescribeClientQuotas => {
             let r = c
-                .send(
+                .answer(
                     v,
                     &kafka_protocol::messages::DescribeClientQuotasRequest::default(),
+                    &ctx,
                 )
-                .await
-                .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+                .await;
             assert_eq!(r.error_code, 0, "{ctx}");
         }
         ApiKey::AlterClientQuotas => {
@@ -46,10 +46,7 @@ pub async fn check(c: &mut Client, api: ApiKey, v: i16) {
             e.ops = vec![o];
             let mut req = kafka_protocol::messages::AlterClientQuotasRequest::default();
             req.entries = vec![e];
-            let r = c
-                .send(v, &req)
-                .await
-                .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+            let r = c.answer(v, &req, &ctx).await;
             assert_eq!(r.entries[0].error_code, 0, "{ctx}");
         }
         // Without an authorizer, as Kafka: SECURITY_DISABLED (the authorization
@@ -64,10 +61,7 @@ pub async fn check(c: &mut Client, api: ApiKey, v: i16) {
             a.permission_type = 3;
             let mut req = kafka_protocol::messages::CreateAclsRequest::default();
             req.creations = vec![a];
-            let r = c
-                .send(v, &req)
-                .await
-                .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+            let r = c.answer(v, &req, &ctx).await;
             assert_eq!(
                 r.results[0].error_code,
                 ResponseError::SecurityDisabled.code(),
@@ -82,10 +76,7 @@ pub async fn check(c: &mut Client, api: ApiKey, v: i16) {
             req.host_filter = None;
             req.operation = 1;
             req.permission_type = 1;
-            let r = c
-                .send(v, &req)
-                .await
-                .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+            let r = c.answer(v, &req, &ctx).await;
             assert_eq!(
                 r.error_code,
                 ResponseError::SecurityDisabled.code(),
@@ -102,10 +93,7 @@ pub async fn check(c: &mut Client, api: ApiKey, v: i16) {
             f.permission_type = 1;
             let mut req = kafka_protocol::messages::DeleteAclsRequest::default();
             req.filters = vec![f];
-            let r = c
-                .send(v, &req)
-                .await
-                .unwrap_or_else(|e| panic!("{ctx}: {e:#}"));
+            let r = c.answer(v, &req, &ctx).await;
             assert_eq!(
                 r.filter_results[0].error_code,
                 ResponseError::SecurityDisabled.code(),
