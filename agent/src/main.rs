@@ -473,8 +473,8 @@ impl AgentArgs {
 }
 
 /// glibc's allocator raises its mmap threshold as large blocks are freed, and from then
-/// on keeps large blocks (request frames, batch copies) in its heaps after they are
-/// freed: a flood of 8 MiB produce requests left 450 MiB resident after it ended
+/// on keeps large blocks (request frames) in its heaps after they are freed: a flood of
+/// 8 MiB produce requests once left 450 MiB resident after it ended
 /// (`bench/flood_bench.py`). A fixed threshold keeps blocks of 1 MiB and more in their
 /// own mappings, given back to the system as soon as they are freed.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
