@@ -115,18 +115,21 @@ async fn elect_all(replicas: &ReplicaManager, rebalance: bool) -> Result<(), Los
         replicas.node_id(),
         replicas.membership().incarnation().to_string(),
     );
-    let live = replicas.membership().live_ids();
+    let live = replicas.membership().live_agents();
     for topic in replicas.topics() {
         let unclean = topic.config.unclean_leader_election();
+        let min_insync = topic.config.min_insync_replicas();
         for p in &topic.record.partitions {
-            let decide = move |cur: &strata_replication::PartitionRecord, live: &[i32]| {
-                strata_replication::elect(cur, live, unclean)
+            let decide = move |cur: &strata_replication::PartitionRecord,
+                               live: &strata_replication::LiveAgents| {
+                strata_replication::elect(cur, live, unclean, min_insync)
                     .or_else(|| strata_replication::finish_reassignment(cur, live))
                     .or_else(|| {
                         rebalance
                             .then(|| strata_replication::prefer(cur, live))
                             .flatten()
                     })
+                    .map(|next| strata_replication::settle_elr(cur, next, min_insync, live))
             };
             // This agent's view only says where to look; the transaction decides on
             // the metastore's.

@@ -593,7 +593,16 @@ async fn run(args: AgentArgs, mode: Mode) -> anyhow::Result<()> {
         };
     }
     let agent = strata_agent::start(settings).await?;
-    stop_signal().await?;
+    let replaced = agent.broker.membership().replaced().clone();
+    tokio::select! {
+        r = stop_signal() => r?,
+        _ = replaced.cancelled() => {
+            agent.shutdown().await;
+            anyhow::bail!(
+                "another agent took this node id over (on another data directory) while this one could not renew its lease"
+            );
+        }
+    }
     agent.shutdown().await;
     Ok(())
 }

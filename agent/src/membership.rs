@@ -28,7 +28,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use anyhow::Context;
-use strata_metastore::{AgentRecord, Metastore};
+use strata_metastore::{AgentRecord, LiveAgents, Metastore, Roster};
 use tokio_util::sync::CancellationToken;
 
 use crate::clock::Clock;
@@ -58,8 +58,9 @@ pub struct Membership {
     clock: Arc<dyn Clock>,
     me: AgentRecord,
     lease: Duration,
-    /// Live agents by node id, this one always among them.
-    live: RwLock<Vec<AgentRecord>>,
+    /// Every agent record and drain as last read; live agents are those whose lease has
+    /// not ended by now, this one always among them.
+    roster: RwLock<Roster>,
     /// Until when (on the clock's monotonic reading) this agent may act as a leader:
     /// one renewal interval short of the lease its last successful renewal bought.
     held_until: watch::Sender<Duration>,
@@ -68,6 +69,9 @@ pub struct Membership {
     regained: watch::Sender<Option<Duration>>,
     /// The controller lease's holder as last seen (-1: not known yet).
     controller: AtomicI32,
+    /// Cancelled when another data directory took this node id over: this process must
+    /// stop (its replicas are another agent's now).
+    replaced: CancellationToken,
     peers: crate::peer::PeerAccess,
 }
 
@@ -101,13 +105,17 @@ impl Membership {
         };
         let membership = Membership {
             metastore,
-            live: RwLock::new(vec![me.clone()]),
+            roster: RwLock::new(Roster {
+                agents: vec![me.clone()],
+                drains: Default::default(),
+            }),
             me,
             lease,
             held_until: watch::Sender::new(clock.monotonic()),
             clock,
             regained: watch::Sender::new(None),
             controller: AtomicI32::new(-1),
+            replaced: CancellationToken::new(),
             peers,
         };
         membership
@@ -131,7 +139,19 @@ impl Membership {
             lease_until_ms: now + self.lease.as_millis() as i64,
             ..self.me.clone()
         };
-        self.metastore.register_agent(record, now).await?;
+        match self.metastore.register_agent(record, now).await {
+            Err(strata_metastore::Error::NodeIdInUse { holder, .. }) if !joining => {
+                // Another data directory took this node id over while this process could
+                // not renew (it was paused, or cut off): it is the agent now.
+                tracing::error!(node_id = self.me.node_id, %holder, "this node id was taken over by an agent on another data directory; stopping");
+                self.replaced.cancel();
+                return Err(strata_metastore::Error::Invalid(format!(
+                    "node id {} was taken over by the agent at {holder}",
+                    self.me.node_id
+                )));
+            }
+            r => r?,
+        }
         let until = sent + self.lease - self.renew_every();
         if lapsed {
             tracing::warn!(
@@ -195,15 +215,30 @@ impl Membership {
         &self.me.incarnation
     }
 
-    /// Reads the live agents from the metastore (placement calls this before it picks).
+    /// Reads the agents and drains from the metastore (placement calls this before it
+    /// picks).
     pub async fn refresh(&self) -> strata_metastore::Result<()> {
-        let mut live = self.metastore.live_agents(self.clock.wall_ms()).await?;
-        if !live.iter().any(|a| a.node_id == self.me.node_id) {
-            live.push(self.me.clone());
-            live.sort_by_key(|a| a.node_id);
+        let mut roster = self.metastore.roster().await?;
+        match roster
+            .agents
+            .iter_mut()
+            .find(|a| a.node_id == self.me.node_id)
+        {
+            // Until the registration is read back, this agent is as it registered.
+            Some(a) if a.incarnation != self.me.incarnation => *a = self.me.clone(),
+            Some(_) => {}
+            None => {
+                roster.agents.push(self.me.clone());
+                roster.agents.sort_by_key(|a| a.node_id);
+            }
         }
-        *self.live.write().unwrap_or_else(|p| p.into_inner()) = live;
+        *self.roster.write().unwrap_or_else(|p| p.into_inner()) = roster;
         Ok(())
+    }
+
+    /// Cancelled when another data directory took this node id over.
+    pub fn replaced(&self) -> &CancellationToken {
+        &self.replaced
     }
 
     /// Renews the lease, and follows agents joining and leaving, until `shutdown`; then
@@ -244,9 +279,11 @@ impl Membership {
                 tracing::error!(error = %e, "cannot renew this agent's lease in the metastore");
             }
         }
-        let deregister = self
-            .metastore
-            .deregister_agent(self.me.node_id, &self.me.incarnation);
+        let deregister = self.metastore.deregister_agent(
+            self.me.node_id,
+            &self.me.incarnation,
+            self.clock.wall_ms(),
+        );
         match tokio::time::timeout(self.renew_every(), deregister).await {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -289,9 +326,10 @@ impl Membership {
     /// `f` of each live agent, by node id.
     fn map_live<T>(&self, f: impl Fn(&AgentRecord) -> T) -> Vec<T> {
         let now = self.clock.wall_ms();
-        self.live
+        self.roster
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .agents
             .iter()
             .filter(|a| self.is_live(a, now))
             .map(f)
@@ -308,12 +346,48 @@ impl Membership {
         self.map_live(|a| a.node_id)
     }
 
+    /// The live agents with their data directories and drains: who holds which log, as
+    /// elections and ISR changes see it (a view as of the last read; decisions re-read
+    /// it in their metastore transaction).
+    pub fn live_agents(&self) -> LiveAgents {
+        let now = self.clock.wall_ms();
+        let roster = self.roster.read().unwrap_or_else(|p| p.into_inner());
+        let live: Vec<&AgentRecord> = roster
+            .agents
+            .iter()
+            .filter(|a| self.is_live(a, now))
+            .collect();
+        LiveAgents::new(live.into_iter().map(|a| {
+            (
+                a.node_id,
+                strata_metastore::LiveAgent {
+                    directory: a.data_dir_id.clone(),
+                    draining: roster.is_draining(a),
+                },
+            )
+        }))
+    }
+
+    /// Every agent record (live or not) and drain, as last read.
+    pub fn roster(&self) -> Roster {
+        self.roster
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// This agent's data directory id.
+    pub fn data_dir_id(&self) -> &str {
+        &self.me.data_dir_id
+    }
+
     /// Where live agent `node_id` listens for the other agents (the inter-agent listener).
     pub fn address_of(&self, node_id: i32) -> Option<String> {
         let now = self.clock.wall_ms();
-        self.live
+        self.roster
             .read()
             .unwrap_or_else(|p| p.into_inner())
+            .agents
             .iter()
             .find(|a| a.node_id == node_id && self.is_live(a, now))
             .and_then(|a| a.address(&self.peers.listener))
@@ -339,9 +413,9 @@ impl Membership {
 
     fn with_coordinator<T>(&self, group: &str, f: impl FnOnce(&AgentRecord) -> T) -> T {
         let now = self.clock.wall_ms();
-        let all = self.live.read().unwrap_or_else(|p| p.into_inner());
+        let all = self.roster.read().unwrap_or_else(|p| p.into_inner());
         // This agent is always among them, so the list is never empty.
-        let live = all.iter().filter(|a| self.is_live(a, now));
+        let live = all.agents.iter().filter(|a| self.is_live(a, now));
         // Rendezvous hashing: the live agent with the highest weight for the key. When
         // an agent leaves, only its keys move (to their next-highest agent), as Kafka
         // moves only a dead broker's coordinator partitions.

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use bytes::Bytes;
 use strata_log::{AppendOutcome, ClosedSegmentInfo, LogConfig, PartitionLog};
 use strata_replication::{
-    Ack, Flushed, IsrChange, PartitionRecord, Refusal, Replica, Role, Transition,
+    Ack, Flushed, IsrChange, Members, PartitionRecord, Refusal, Replica, Role, Transition,
 };
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -45,6 +45,9 @@ pub struct Offsets {
     /// An fsync failed: the partition takes no more writes (as Kafka halts on a
     /// failed flush, since the page cache may have dropped the data).
     pub failed: bool,
+    /// As leader, the size of the ISR the metastore has: acks=all writes waiting
+    /// fail once it is below `min.insync.replicas` (the watermark then stands still).
+    pub isr_len: usize,
 }
 
 #[derive(Debug)]
@@ -190,6 +193,7 @@ impl Partition {
                 leader_epoch: -1,
                 leader: false,
                 failed: false,
+                isr_len: 0,
             }),
             flush_wanted: Notify::new(),
             stop: tasks.shutdown().child_token(),
@@ -240,6 +244,7 @@ impl Partition {
                     o.leader_epoch = epoch;
                     o.high_watermark = hw;
                     o.log_end_offset = log_end;
+                    o.isr_len = record.isr.len();
                 });
                 tracing::debug!(partition = %self.name(), epoch, isr = ?record.isr, log_end, high_watermark = hw, "leading");
             }
@@ -428,6 +433,7 @@ impl Partition {
                         || o.leader_epoch != epoch
                         || !o.leader
                         || o.high_watermark >= end_offset
+                        || o.isr_len < min_insync
                 })
                 .await
                 .map(|o| *o)
@@ -482,15 +488,35 @@ impl Partition {
         &self,
         now_ms: i64,
         lag_ms: i64,
-        live: Option<&[i32]>,
+        members: Option<Members<'_>>,
     ) -> Option<(i32, IsrChange)> {
-        self.replica().isr_tick(now_ms, lag_ms, live)
+        self.replica().isr_tick(now_ms, lag_ms, members)
+    }
+
+    /// Follower `replica`'s agent restarted or left: its earlier fetches no longer count
+    /// ([`Replica::forget_follower`]).
+    pub fn forget_follower(&self, replica: i32) {
+        self.replica().forget_follower(replica);
     }
 
     /// The metastore's answer to the ISR change of `epoch`: `Some(isr)` if committed.
     pub fn isr_result(&self, epoch: i32, committed: Option<Vec<i32>>) {
         let mut replica = self.replica();
-        if replica.on_isr_result(epoch, committed) {
+        let rose = replica.on_isr_result(epoch, committed);
+        let hw = replica.high_watermark();
+        let isr_len = replica.leader().map_or(0, |l| l.isr.len());
+        self.offsets.send_if_modified(|o| {
+            let changed = rose || o.isr_len != isr_len;
+            o.high_watermark = o.high_watermark.max(hw);
+            o.isr_len = isr_len;
+            changed
+        });
+    }
+
+    /// Sets `min.insync.replicas` (the leader's watermark does not move below it).
+    pub fn set_min_insync(&self, min_insync: usize) {
+        let mut replica = self.replica();
+        if replica.set_min_insync(min_insync) {
             let hw = replica.high_watermark();
             self.offsets.send_modify(|o| o.high_watermark = hw);
         }
@@ -1190,6 +1216,8 @@ mod tests {
             isr: vec![1],
             adding: Vec::new(),
             removing: Vec::new(),
+            directories: Default::default(),
+            elr: Vec::new(),
         }
     }
 

@@ -365,6 +365,7 @@ impl ReplicaManager {
             Some(old) if old.record.id == record.id => {
                 for p in old.local_partitions() {
                     p.set_config(log_config);
+                    p.set_min_insync(config.min_insync_replicas());
                 }
                 open.extend(old.partitions.iter().cloned());
             }
@@ -388,8 +389,9 @@ impl ReplicaManager {
             });
         }
         let mut opened = Opened::default();
+        let min_insync = config.min_insync_replicas();
         match self
-            .open_replicas(&mut record, &open, log_config, &mut opened)
+            .open_replicas(&mut record, &open, (log_config, min_insync), &mut opened)
             .await
         {
             Ok(partitions) => {
@@ -418,7 +420,7 @@ impl ReplicaManager {
         &self,
         record: &mut TopicRecord,
         open: &[Option<Arc<Partition>>],
-        log_config: strata_log::LogConfig,
+        (log_config, min_insync): (strata_log::LogConfig, usize),
         opened: &mut Opened,
     ) -> Result<Vec<Option<Arc<Partition>>>, SyncError> {
         let mut partitions = Vec::with_capacity(record.partitions.len());
@@ -426,7 +428,19 @@ impl ReplicaManager {
             let p = record.partitions[i].clone();
             let hosted = p.replicas.contains(&self.config.node_id);
             let replica = match (open.get(i).cloned().flatten(), hosted) {
-                (Some(replica), true) => Some(replica),
+                (Some(replica), true) => {
+                    // The record names another directory (or none) for this open replica:
+                    // it was re-added before this agent saw it removed, or another
+                    // transaction did not know of this disk yet. Record it.
+                    if p.directories.get(&self.config.node_id).map(String::as_str)
+                        != Some(self.membership.data_dir_id())
+                    {
+                        record.partitions[i] = self
+                            .open_in_metastore(&record.name, &p, true, min_insync)
+                            .await?;
+                    }
+                    Some(replica)
+                }
                 (Some(replica), false) => {
                     // Reassigned away from this agent.
                     if let Err(e) = replica.delete().await {
@@ -437,9 +451,9 @@ impl ReplicaManager {
                 (None, false) => None,
                 (None, true) => {
                     let dir = self.partition_dir(&record.name, p.index);
-                    let restarted = std::fs::read_to_string(dir.join(TOPIC_ID_FILE))
+                    let had_log = std::fs::read_to_string(dir.join(TOPIC_ID_FILE))
                         .is_ok_and(|found| found.trim() == hex(&record.id));
-                    if !restarted {
+                    if !had_log {
                         opened.dirs.push(dir.clone());
                     }
                     self.claim_dir(&dir, &record.id)?;
@@ -457,10 +471,21 @@ impl ReplicaManager {
                         })?
                         .map_err(PartitionError::from)?
                     };
+                    partition.set_min_insync(min_insync);
                     opened.partitions.push(Arc::clone(&partition));
-                    if restarted && p.leader == self.config.node_id {
-                        record.partitions[i] = self.reclaim_leadership(&record.name, &p).await?;
+                    let me = self.config.node_id;
+                    let opening =
+                        strata_replication::opening(&p, me, self.membership.data_dir_id(), had_log);
+                    let mut p = p;
+                    if opening != strata_replication::Opening::Serve {
+                        p = self
+                            .open_in_metastore(&record.name, &p, had_log, min_insync)
+                            .await?;
                     }
+                    if had_log && opening != strata_replication::Opening::Rejoin && p.leader == me {
+                        p = self.reclaim_leadership(&record.name, &p).await?;
+                    }
+                    record.partitions[i] = p;
                     Some(partition)
                 }
             };
@@ -498,6 +523,63 @@ impl ReplicaManager {
             );
         }
         Ok(partitions)
+    }
+    /// Records, in the metastore, that this agent opened its replica of `p` on its data
+    /// directory ([`strata_replication::open_replica`]): it claims an entry not yet
+    /// claimed, or, where the log the record knows of is not on this disk (a wiped or
+    /// new data directory, a deleted partition directory), leaves the ISR and any
+    /// leadership as a new replica that copies before it counts.
+    async fn open_in_metastore(
+        &self,
+        topic: &str,
+        p: &PartitionRecord,
+        had_log: bool,
+        min_insync: usize,
+    ) -> Result<PartitionRecord, SyncError> {
+        let (me, dir) = (
+            self.config.node_id,
+            self.membership.data_dir_id().to_string(),
+        );
+        let seen_epoch = p.leader_epoch;
+        let min_insync = min_insync.max(1);
+        let after = {
+            let dir = dir.clone();
+            self.metastore
+                .update_partition_seeing_agents(
+                    self.membership.clock().wall_ms(),
+                    topic,
+                    p.index,
+                    move |cur, agents| {
+                        // A rerun after "maybe committed" must not start yet another
+                        // epoch: done if the replica is out, on this directory, in an
+                        // epoch after the one this decision was made in.
+                        let done = cur.leader_epoch > seen_epoch
+                            && cur.directories.get(&me) == Some(&dir)
+                            && !cur.isr.contains(&me)
+                            && cur.leader != me;
+                        if done {
+                            return None;
+                        }
+                        strata_replication::open_replica(cur, me, &dir, had_log, agents, min_insync)
+                    },
+                )
+                .await?
+                .unwrap_or_else(|| p.clone())
+        };
+        if strata_replication::opening(p, me, &dir, had_log) == strata_replication::Opening::Rejoin
+        {
+            tracing::warn!(
+                %topic,
+                partition = p.index,
+                recorded_directory = p.directories.get(&me).map_or("none", String::as_str),
+                directory = %dir,
+                leader = after.leader,
+                epoch = after.leader_epoch,
+                isr = ?after.isr,
+                "this replica's log is not on this disk (a new or wiped data directory): a new replica, out of the ISR until it has caught up"
+            );
+        }
+        Ok(after)
     }
     /// A restarted agent that the metastore still names as a partition's leader leads it
     /// again only in a new epoch: whatever it did before the restart stays fenced, and
@@ -848,27 +930,26 @@ impl ReplicaManager {
     /// (after a disk failure here, or before shutdown). Returns whether it did: with no
     /// other in-sync replica live it stays.
     pub async fn resign(&self, topic: &TopicState, replica: &Partition) -> bool {
-        let others: Vec<i32> = self
-            .membership
-            .live_ids()
-            .into_iter()
-            .filter(|n| *n != self.config.node_id)
-            .collect();
+        let me = self.config.node_id;
         let Some(p) = topic.record.partitions.get(replica.index as usize) else {
             return false;
         };
-        if strata_replication::elect(p, &others, false).is_none_or(|n| n.leader < 0) {
+        if strata_replication::move_leadership(p, me, &self.membership.live_agents()).is_none() {
             return false;
         }
-        let (me, epoch) = (self.config.node_id, p.leader_epoch);
+        let epoch = p.leader_epoch;
         let result = self
             .metastore
-            .update_partition(&topic.record.name, p.index, move |cur| {
-                (cur.leader == me && cur.leader_epoch == epoch)
-                    .then(|| strata_replication::elect(cur, &others, false))
-                    .flatten()
-                    .filter(|n| n.leader >= 0)
-            })
+            .update_partition_seeing_agents(
+                self.membership.clock().wall_ms(),
+                &topic.record.name,
+                p.index,
+                move |cur, agents| {
+                    (cur.leader_epoch == epoch)
+                        .then(|| strata_replication::move_leadership(cur, me, agents))
+                        .flatten()
+                },
+            )
             .await;
         match result {
             Ok(Some(r)) if r.leader != me => {

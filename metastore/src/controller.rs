@@ -17,6 +17,8 @@ use futures::FutureExt;
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+use strata_core::LiveAgents;
+
 use crate::error::{Error, Result};
 use crate::topics::{Metastore, PartitionRecord, decode, encode};
 
@@ -114,8 +116,8 @@ impl Metastore {
 
     /// [`Metastore::update_partition`] for the controller: applies only while
     /// `node_id`/`incarnation` holds the controller lease at `now_ms`, checked in the
-    /// same transaction (else [`Error::NotController`]), and `change` gets the node ids
-    /// of the agents live at `now_ms` as read in that transaction.
+    /// same transaction (else [`Error::NotController`]), and `change` gets the agents
+    /// live at `now_ms` as read in that transaction.
     pub async fn update_partition_as_controller<F>(
         &self,
         (node_id, incarnation): (i32, &str),
@@ -125,40 +127,67 @@ impl Metastore {
         change: F,
     ) -> Result<Option<PartitionRecord>>
     where
-        F: Fn(&PartitionRecord, &[i32]) -> Option<PartitionRecord> + Send + Sync + 'static,
+        F: Fn(&PartitionRecord, &LiveAgents) -> Option<PartitionRecord> + Send + Sync + 'static,
+    {
+        let holder = (node_id, incarnation.to_string());
+        self.update_partition_with_agents(Some(holder), now_ms, topic, index, change)
+            .await
+    }
+
+    /// [`Metastore::update_partition`] where `change` gets the agents live at `now_ms`
+    /// (their data directories and drains) as read in the same transaction: for changes
+    /// that must not rest on a stale view of who holds which log (a leader's ISR
+    /// additions, an agent opening a replica).
+    pub async fn update_partition_seeing_agents<F>(
+        &self,
+        now_ms: i64,
+        topic: &str,
+        index: u32,
+        change: F,
+    ) -> Result<Option<PartitionRecord>>
+    where
+        F: Fn(&PartitionRecord, &LiveAgents) -> Option<PartitionRecord> + Send + Sync + 'static,
+    {
+        self.update_partition_with_agents(None, now_ms, topic, index, change)
+            .await
+    }
+
+    async fn update_partition_with_agents<F>(
+        &self,
+        controller: Option<(i32, String)>,
+        now_ms: i64,
+        topic: &str,
+        index: u32,
+        change: F,
+    ) -> Result<Option<PartitionRecord>>
+    where
+        F: Fn(&PartitionRecord, &LiveAgents) -> Option<PartitionRecord> + Send + Sync + 'static,
     {
         let key = self.controller_key();
-        let (topic, incarnation) = (topic.to_string(), incarnation.to_string());
+        let topic = topic.to_string();
         let this = self.clone();
         let change = Arc::new(change);
         self.transact(move |txn| {
-            let (this, key, topic, incarnation) = (
-                this.clone(),
-                key.clone(),
-                topic.clone(),
-                incarnation.clone(),
-            );
+            let (this, key, topic, controller) =
+                (this.clone(), key.clone(), topic.clone(), controller.clone());
             let change = Arc::clone(&change);
             async move {
-                let holder: Option<ControllerLease> = match txn.get(&key).await? {
-                    Some(v) => Some(decode(&key, &v)?),
-                    None => None,
-                };
-                if !holder
-                    .as_ref()
-                    .is_some_and(|h| h.held_by(node_id, &incarnation, now_ms))
-                {
-                    return Err(Error::NotController {
-                        node_id,
-                        holder: holder.map(|h| h.node_id),
-                    });
+                if let Some((node_id, incarnation)) = &controller {
+                    let holder: Option<ControllerLease> = match txn.get(&key).await? {
+                        Some(v) => Some(decode(&key, &v)?),
+                        None => None,
+                    };
+                    if !holder
+                        .as_ref()
+                        .is_some_and(|h| h.held_by(*node_id, incarnation, now_ms))
+                    {
+                        return Err(Error::NotController {
+                            node_id: *node_id,
+                            holder: holder.map(|h| h.node_id),
+                        });
+                    }
                 }
-                let live: Vec<i32> = this
-                    .live_agents_in(txn, now_ms)
-                    .await?
-                    .iter()
-                    .map(|a| a.node_id)
-                    .collect();
+                let live = this.roster_in(txn).await?.live_agents(now_ms);
                 this.change_partition_in(txn, &topic, index, &move |cur| change(cur, &live))
                     .await
             }
@@ -227,8 +256,8 @@ mod tests {
                 let seen = Arc::clone(&seen);
                 // Guarded by the epoch, as every election is: a rerun after "maybe
                 // committed" changes nothing.
-                move |cur: &PartitionRecord, live: &[i32]| {
-                    *seen.lock().expect("lock") = live.to_vec();
+                move |cur: &PartitionRecord, live: &LiveAgents| {
+                    *seen.lock().expect("lock") = live.ids().collect::<Vec<_>>();
                     (cur.leader_epoch == 0).then(|| PartitionRecord {
                         leader: 2,
                         leader_epoch: 1,

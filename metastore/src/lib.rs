@@ -25,7 +25,7 @@ pub mod topics;
 pub mod transactions;
 
 pub use acls::AclRecord;
-pub use agents::{AgentRecord, ListenerAddress};
+pub use agents::{AgentRecord, DrainRecord, ListenerAddress, Roster};
 pub use configs::{BrokerConfigs, ConfigScope};
 pub use controller::ControllerLease;
 pub use credentials::{ScramCredential, UserCredentials};
@@ -35,6 +35,7 @@ pub use kv::{CallLimits, KvStore, KvTransaction, transact, transact_within};
 pub use manifest::{ArchiveCleaner, ArchivedAbort, Garbage, ManifestEntry, Published};
 pub use quotas::{QuotaChange, QuotaEntity, QuotaRecord};
 pub use sqlite::SqliteStore;
+pub use strata_core::{LiveAgent, LiveAgents};
 pub use topics::{ClusterRecord, Metastore, NewTopic, PartitionRecord, TopicRecord};
 pub use transactions::{Change, Settle, TxnRecord, TxnState};
 

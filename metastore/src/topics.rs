@@ -259,15 +259,7 @@ impl Metastore {
                     .assignments
                     .iter()
                     .enumerate()
-                    .map(|(i, replicas)| PartitionRecord {
-                        index: i as u32,
-                        replicas: replicas.clone(),
-                        leader: replicas.first().copied().unwrap_or(-1),
-                        leader_epoch: 0,
-                        isr: replicas.clone(),
-                        adding: Vec::new(),
-                        removing: Vec::new(),
-                    })
+                    .map(|(i, replicas)| PartitionRecord::new(i as u32, replicas.clone()))
                     .collect();
                 let topic = TopicRecord {
                     name: new.name,
@@ -492,15 +484,7 @@ impl Metastore {
                     )));
                 }
                 for replicas in new {
-                    let p = PartitionRecord {
-                        index: topic.partitions.len() as u32,
-                        leader: replicas.first().copied().unwrap_or(-1),
-                        leader_epoch: 0,
-                        isr: replicas.clone(),
-                        replicas,
-                        adding: Vec::new(),
-                        removing: Vec::new(),
-                    };
+                    let p = PartitionRecord::new(topic.partitions.len() as u32, replicas);
                     this.write_partition(txn, &name, &p);
                     topic.partitions.push(p);
                 }

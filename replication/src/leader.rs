@@ -43,6 +43,10 @@ pub struct LeaderState {
     pub high_watermark: i64,
     /// The leader's own fsynced log end.
     pub durable_end: i64,
+    /// `min.insync.replicas`: below it the watermark does not move (KIP-966's strict
+    /// min ISR, which is what keeps the replicas that leave the ISR meanwhile eligible
+    /// to lead).
+    pub min_insync: usize,
 }
 
 impl LeaderState {
@@ -83,6 +87,7 @@ impl LeaderState {
             epoch_start_offset: log_end,
             high_watermark: high_watermark.min(log_end),
             durable_end: high_watermark.min(log_end),
+            min_insync: 1,
         }
     }
 
@@ -99,8 +104,12 @@ impl LeaderState {
         isr
     }
 
-    /// Recomputes the high watermark; returns whether it rose.
-    fn advance(&mut self) -> bool {
+    /// Recomputes the high watermark; returns whether it rose. It does not while the
+    /// committed ISR is smaller than `min.insync.replicas` (KIP-966).
+    pub fn advance(&mut self) -> bool {
+        if self.isr.len() < self.min_insync {
+            return false;
+        }
         let mut candidate = self.durable_end;
         for r in self.maximal_isr() {
             if r == self.node_id {
@@ -147,8 +156,16 @@ impl LeaderState {
 
     /// The ISR change due at `now_ms`, if any and if none is pending: followers not
     /// caught up for `lag_ms` leave; followers that reached the watermark and the epoch
-    /// start come back.
-    pub fn isr_change(&self, now_ms: i64, lag_ms: i64) -> Option<IsrChange> {
+    /// start come back, if they are among `may_join` (their agent is live on the
+    /// directory the record names for them, and not being drained: a departed follower's
+    /// last fetch offset says nothing of a log that may be gone, KIP-841). Nobody comes
+    /// back while who may join is not known.
+    pub fn isr_change(
+        &self,
+        now_ms: i64,
+        lag_ms: i64,
+        may_join: Option<&[i32]>,
+    ) -> Option<IsrChange> {
         if self.pending.is_some() {
             return None;
         }
@@ -175,11 +192,12 @@ impl LeaderState {
                 reason: "followers fell behind for longer than replica.lag.time.max.ms",
             });
         }
+        let may_join = may_join?;
         let back: Vec<i32> = self
             .replicas
             .iter()
             .copied()
-            .filter(|r| !self.isr.contains(r))
+            .filter(|r| !self.isr.contains(r) && may_join.contains(r))
             .filter(|r| {
                 self.followers.get(r).is_some_and(|f| {
                     f.log_end_offset.is_some_and(|end| {
@@ -199,23 +217,35 @@ impl LeaderState {
         })
     }
 
-    /// The ISR change due because agents left the cluster (their lease ran out, or they
-    /// left cleanly), if none is pending: in-sync followers not among `live` leave at
-    /// once, as Kafka's controller drops a fenced broker from every ISR, instead of
+    /// The ISR change due because followers no longer hold their log (their agent left
+    /// the cluster: its lease ran out, or it left cleanly; or it came back on another
+    /// data directory), if none is pending: in-sync followers not among `holding` leave
+    /// at once, as Kafka's controller drops a fenced broker from every ISR, instead of
     /// after `replica.lag.time.max.ms`. This does not wait for the lag clock, so a
     /// leader move (which starts the clock anew) never keeps a dead follower in sync.
-    pub fn isr_departures(&self, live: &[i32]) -> Option<IsrChange> {
+    pub fn isr_departures(&self, holding: &[i32]) -> Option<IsrChange> {
         if self.pending.is_some() {
             return None;
         }
-        let gone = |r: &i32| *r != self.node_id && !live.contains(r);
+        let gone = |r: &i32| *r != self.node_id && !holding.contains(r);
         if !self.isr.iter().any(gone) {
             return None;
         }
         Some(IsrChange {
             isr: self.isr.iter().copied().filter(|r| !gone(r)).collect(),
-            reason: "agents left the cluster (their lease ran out)",
+            reason: "agents left the cluster or lost their disk",
         })
+    }
+
+    /// Follower `replica`'s agent restarted or left: what it fetched before says
+    /// nothing of the log it has now, so it counts as not having fetched in this epoch
+    /// (and, out of the ISR, cannot join it before it fetched again). Its lag clock goes
+    /// on.
+    pub fn forget(&mut self, replica: i32) {
+        if let Some(f) = self.followers.get_mut(&replica) {
+            f.log_end_offset = None;
+            f.last_fetch_leader_end = i64::MAX;
+        }
     }
 
     /// Marks `change` as sent to the metastore (an addition counts for the watermark
@@ -272,19 +302,11 @@ mod tests {
     /// lag clock says; live followers stay; nothing while a change is pending.
     #[test]
     fn departed_agents_leave_the_isr_at_once() {
-        let record = PartitionRecord {
-            index: 0,
-            replicas: vec![1, 2, 3],
-            leader: 1,
-            leader_epoch: 4,
-            isr: vec![1, 2, 3],
-            adding: Vec::new(),
-            removing: Vec::new(),
-        };
+        let record = record(1, 4, &[1, 2, 3], &[1, 2, 3]);
         let mut l = LeaderState::new(1, &record, 100, 100, 0);
         assert_eq!(l.isr_departures(&[1, 2, 3]), None);
         // Just elected (lag clock at zero), and 3's lease ran out.
-        assert_eq!(l.isr_change(10, 30_000), None);
+        assert_eq!(l.isr_change(10, 30_000, Some(&[1, 2, 3])), None);
         let change = l.isr_departures(&[1, 2]).expect("3 departed");
         assert_eq!(change.isr, vec![1, 2]);
         l.propose(change);
@@ -292,6 +314,61 @@ mod tests {
         l.on_isr_result(Some(vec![1, 2]));
         // Even with no agent seen live, the leader stays in its own ISR.
         assert_eq!(l.isr_departures(&[]).expect("2 departed").isr, vec![1]);
+    }
+
+    /// KIP-966's strict min ISR: below `min.insync.replicas` the watermark stays where
+    /// it is (so the replicas that left keep everything below it), and moves again once
+    /// the ISR is back.
+    #[test]
+    fn the_watermark_waits_while_the_isr_is_below_min_insync() {
+        let r = record(1, 0, &[1, 2, 3], &[1, 2]);
+        let mut l = LeaderState::new(1, &r, 0, 0, 0);
+        l.min_insync = 2;
+        l.on_durable(10);
+        assert!(l.on_fetch(2, 10, 10, 1));
+        l.propose(IsrChange {
+            isr: vec![1],
+            reason: "test",
+        });
+        l.on_isr_result(Some(vec![1]));
+        assert!(!l.on_durable(20), "alone, below min.insync.replicas");
+        assert_eq!(l.high_watermark, 10);
+        l.on_fetch(3, 20, 20, 2);
+        l.propose(l.isr_change(2, 1000, Some(&[1, 2, 3])).expect("3 back"));
+        assert!(l.on_isr_result(Some(vec![1, 3])), "moves again");
+        assert_eq!(l.high_watermark, 20);
+    }
+
+    /// A follower that left is not brought back by what it fetched before it left
+    /// (the ISR flapped every tick around a dead agent), nor by a restart's stale
+    /// progress: only a fetch after it came back counts.
+    #[test]
+    fn a_departed_follower_rejoins_only_when_back_and_fetching() {
+        let r = record(1, 0, &[1, 2, 3], &[1, 2, 3]);
+        let mut l = LeaderState::new(1, &r, 0, 0, 0);
+        l.on_durable(10);
+        l.on_fetch(2, 10, 10, 5);
+        l.on_fetch(3, 10, 10, 5);
+        let gone = l.isr_departures(&[1, 2]).expect("3 left");
+        l.propose(gone);
+        l.on_isr_result(Some(vec![1, 2]));
+        // Its last fetch was at the leader's end, within the lag: not re-added while gone.
+        assert_eq!(l.isr_change(20, 1000, Some(&[1, 2])), None);
+        assert_eq!(
+            l.isr_change(20, 1000, None),
+            None,
+            "who may join is unknown"
+        );
+        // Back (a new process): its old progress is forgotten.
+        l.forget(3);
+        assert_eq!(l.isr_change(30, 1000, Some(&[1, 2, 3])), None);
+        l.on_fetch(3, 10, 10, 40);
+        assert_eq!(
+            l.isr_change(40, 1000, Some(&[1, 2, 3]))
+                .expect("caught up")
+                .isr,
+            vec![1, 2, 3]
+        );
     }
 
     #[test]
@@ -317,9 +394,9 @@ mod tests {
         let mut l = LeaderState::new(1, &r, 0, 0, 0);
         l.on_durable(100);
         l.on_fetch(2, 100, 100, 10);
-        assert_eq!(l.isr_change(500, 1000), None);
+        assert_eq!(l.isr_change(500, 1000, Some(&[1, 2, 3])), None);
         l.on_fetch(2, 100, 100, 1400);
-        let change = l.isr_change(1500, 1000).expect("3 lags");
+        let change = l.isr_change(1500, 1000, Some(&[1, 2, 3])).expect("3 lags");
         assert_eq!(change.isr, vec![1, 2]);
         l.propose(change);
         // The watermark still waits for 3 until the metastore has dropped it.
@@ -330,9 +407,15 @@ mod tests {
         // 3 comes back and catches up: it is counted for the watermark while its return
         // is pending.
         l.on_fetch(3, 50, 100, 1600);
-        assert_eq!(l.isr_change(1600, 1000), None, "below the watermark");
+        assert_eq!(
+            l.isr_change(1600, 1000, Some(&[1, 2, 3])),
+            None,
+            "below the watermark"
+        );
         l.on_fetch(3, 100, 100, 1700);
-        let change = l.isr_change(1700, 1000).expect("3 is back");
+        let change = l
+            .isr_change(1700, 1000, Some(&[1, 2, 3]))
+            .expect("3 is back");
         assert_eq!(change.isr, vec![1, 2, 3]);
         l.propose(change);
         l.on_durable(120);
@@ -351,7 +434,7 @@ mod tests {
         for t in 1..100 {
             l.on_fetch(2, (t - 1) * 10, t * 10, t * 100);
         }
-        assert_eq!(l.isr_change(100 * 100, 500), None);
+        assert_eq!(l.isr_change(100 * 100, 500, Some(&[1, 2])), None);
     }
 
     #[test]
@@ -361,10 +444,16 @@ mod tests {
         l.on_durable(50);
         l.on_fetch(2, 50, 50, 10);
         l.set_replicas(&[3, 2, 1], 20);
-        assert_eq!(l.isr_change(30, 1000), None, "3 has not fetched");
+        assert_eq!(
+            l.isr_change(30, 1000, Some(&[1, 2, 3])),
+            None,
+            "3 has not fetched"
+        );
         l.on_fetch(3, 50, 50, 40);
         assert_eq!(
-            l.isr_change(40, 1000).expect("3 in sync").isr,
+            l.isr_change(40, 1000, Some(&[1, 2, 3]))
+                .expect("3 in sync")
+                .isr,
             vec![1, 2, 3]
         );
     }

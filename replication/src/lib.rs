@@ -13,6 +13,8 @@
 //! - [`Follower`] (`follower.rs`): the follower's truncate, fetch and start-over cycle.
 //! - [`elect`], [`prefer`] and the reassignment rules (`election.rs`): what the
 //!   controller applies to a partition record in one metastore transaction.
+//! - [`open_replica`] (`opening.rs`): what an agent does on opening a replica, by the
+//!   data directory that holds it (a wiped disk makes a new replica, out of the ISR).
 //!
 //! Rules (Kafka's, KIP-101/279/497/841):
 //! - The high watermark is the smallest log end offset over the ISR, the leader's own
@@ -29,15 +31,18 @@
 mod election;
 mod follower;
 mod leader;
+mod opening;
 mod replica;
 
 pub use election::{
-    ReassignError, cancel_reassignment, elect, finish_reassignment, prefer, reassign,
+    ReassignError, cancel_reassignment, elect, finish_reassignment, move_leadership, prefer,
+    reassign, settle_elr,
 };
 pub use follower::{FetchAnswer, Follower, Request, Step, Truncation};
 pub use leader::{FollowerProgress, IsrChange, LeaderState};
-pub use replica::{Ack, FlushTicket, Flushed, Refusal, Replica, Role, Transition};
-pub use strata_core::PartitionRecord;
+pub use opening::{Opening, open_replica, opening};
+pub use replica::{Ack, FlushTicket, Flushed, Members, Refusal, Replica, Role, Transition};
+pub use strata_core::{LiveAgent, LiveAgents, PartitionRecord};
 pub use strata_log::epochs::{Cut, EpochHistory, divergence};
 
 #[cfg(test)]
@@ -53,6 +58,8 @@ mod tests {
             isr: isr.to_vec(),
             adding: Vec::new(),
             removing: Vec::new(),
+            directories: Default::default(),
+            elr: Vec::new(),
         }
     }
 }

@@ -16,6 +16,16 @@ use strata_core::PartitionRecord;
 
 use crate::leader::{IsrChange, LeaderState};
 
+/// Which replicas of a partition are where the leader's ISR rules need them, as the
+/// live agents show (`strata_core::LiveAgents::holding` and `may_join`).
+#[derive(Debug, Clone, Copy)]
+pub struct Members<'a> {
+    /// Replicas whose agent is live on the directory recorded for them.
+    pub holding: &'a [i32],
+    /// Those of them that may join the ISR (not being drained).
+    pub may_join: &'a [i32],
+}
+
 /// This replica's part in its current leader epoch.
 #[derive(Debug, Clone)]
 pub enum Role {
@@ -117,6 +127,8 @@ pub struct Replica {
     /// Bumped whenever the log is cut back, so that an fsync that began before a cut
     /// does not claim what was appended after it.
     cuts: u64,
+    /// `min.insync.replicas`, for the strict min ISR of a leader's watermark.
+    min_insync: usize,
 }
 
 impl Replica {
@@ -131,6 +143,20 @@ impl Replica {
             high_watermark: high_watermark.min(log_end),
             flushed: log_end,
             cuts: 0,
+            min_insync: 1,
+        }
+    }
+
+    /// Sets `min.insync.replicas` (the topic's config changed). Returns whether a
+    /// leader's watermark rose (it was held back by a higher minimum).
+    pub fn set_min_insync(&mut self, min_insync: usize) -> bool {
+        self.min_insync = min_insync.max(1);
+        match &mut self.role {
+            Role::Leader(l) => {
+                l.min_insync = self.min_insync;
+                l.advance()
+            }
+            Role::Follower { .. } => false,
         }
     }
 
@@ -186,6 +212,7 @@ impl Replica {
             }
             let known = self.high_watermark();
             let mut leader = LeaderState::new(self.node_id, record, log_end, known, now_ms);
+            leader.min_insync = self.min_insync;
             leader.on_durable(self.flushed);
             self.role = Role::Leader(leader);
             self.epoch = record.leader_epoch;
@@ -297,13 +324,13 @@ impl Replica {
 
     /// The ISR change to send to the metastore now, with its epoch: the pending one
     /// until the metastore has answered it, else a new one if due (then marked
-    /// pending): followers whose agents are not `live` leave first (when the live set
-    /// is known), then the lag rules apply.
+    /// pending): followers that no longer hold their log leave first (when who holds
+    /// what is known), then the lag rules apply.
     pub fn isr_tick(
         &mut self,
         now_ms: i64,
         lag_ms: i64,
-        live: Option<&[i32]>,
+        members: Option<Members<'_>>,
     ) -> Option<(i32, IsrChange)> {
         let Role::Leader(leader) = &mut self.role else {
             return None;
@@ -311,11 +338,18 @@ impl Replica {
         if let Some(pending) = &leader.pending {
             return Some((leader.epoch, pending.clone()));
         }
-        let change = live
-            .and_then(|live| leader.isr_departures(live))
-            .or_else(|| leader.isr_change(now_ms, lag_ms))?;
+        let change = members
+            .and_then(|m| leader.isr_departures(m.holding))
+            .or_else(|| leader.isr_change(now_ms, lag_ms, members.map(|m| m.may_join)))?;
         leader.propose(change.clone());
         Some((leader.epoch, change))
+    }
+
+    /// Follower `replica`'s agent restarted or left ([`LeaderState::forget`]).
+    pub fn forget_follower(&mut self, replica: i32) {
+        if let Role::Leader(l) = &mut self.role {
+            l.forget(replica);
+        }
     }
 
     /// The metastore's answer to the ISR change proposed in `epoch`: `Some(isr)` if it
@@ -331,12 +365,14 @@ impl Replica {
     pub fn ack(&self, epoch: i32, end_offset: i64, min_insync: usize) -> Ack {
         match &self.role {
             Role::Leader(l) if l.epoch == epoch => {
-                if l.high_watermark < end_offset {
-                    Ack::Pending
-                } else if l.enough_replicas(min_insync) {
-                    Ack::Committed
-                } else {
+                // Checked first: below min.insync.replicas the watermark does not move,
+                // so the write would otherwise wait for ever.
+                if !l.enough_replicas(min_insync) {
                     Ack::NotEnoughReplicas { isr: l.isr.len() }
+                } else if l.high_watermark < end_offset {
+                    Ack::Pending
+                } else {
+                    Ack::Committed
                 }
             }
             _ => Ack::Deposed,

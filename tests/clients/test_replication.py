@@ -114,13 +114,19 @@ def preferred_election_timeout() -> float:
     return REBALANCE_MS / 1000 + 20 if agent_has_flag(REBALANCE_FLAG) else 45
 
 
-def started_cluster(broker_factory, request, prefix: str, extra_args: list[str]):
-    """Three agents sharing one metastore, started; yields the Cluster, then kills them
-    all (resuming any stopped one first) and removes the shared metastore unless the test
-    failed or STRATA_KEEP_DATA=1. For fixtures: `yield from started_cluster(...)`."""
+def started_cluster(broker_factory, request, prefix: str, extra_args: list[str],
+                    nodes=NODES, rebalance_ms: int = REBALANCE_MS, shared_archive: bool = False):
+    """Agents `nodes` (three by default) sharing one metastore (and with `shared_archive`
+    one archive directory, as a cluster's agents share one bucket), started; yields the
+    Cluster, then kills them all (resuming any stopped one first) and removes the shared
+    directory unless the test failed or STRATA_KEEP_DATA=1. `rebalance_ms`: the
+    preferred-leader election interval (0: none). For fixtures:
+    `yield from started_cluster(...)`."""
     shared = Path(tempfile.mkdtemp(prefix=prefix))
     metastore = shared / "metastore.sqlite"
-    extra = [REBALANCE_FLAG, str(REBALANCE_MS)] if agent_has_flag(REBALANCE_FLAG) else []
+    extra = [REBALANCE_FLAG, str(rebalance_ms)] if agent_has_flag(REBALANCE_FLAG) else []
+    if shared_archive:
+        extra += ["--archive-url", f"file://{shared / 'archive'}"]
     agents = {
         node: broker_factory(extra_args=[
             "--node-id", str(node),
@@ -129,7 +135,7 @@ def started_cluster(broker_factory, request, prefix: str, extra_args: list[str])
             *extra_args,
             *extra,
         ])
-        for node in NODES
+        for node in nodes
     }
     c = Cluster(agents, metastore)
     try:

@@ -193,7 +193,7 @@ pub async fn list_partition_reassignments(
 /// ElectLeaders: type 0 hands leadership to the preferred replica, type 1 elects any
 /// live replica for a partition without a live in-sync one (unclean).
 pub async fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLeadersResponse {
-    let live = broker.membership().live_ids();
+    let live = broker.membership().live_agents();
     let unclean = req.election_type == 1;
     let targets: Vec<(String, Vec<i32>)> = match req.topic_partitions {
         Some(tps) => tps
@@ -212,13 +212,17 @@ pub async fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLe
     };
     let mut response = ElectLeadersResponse::default();
     for (topic, partitions) in targets {
+        let min_insync = broker
+            .replicas()
+            .topic(&topic)
+            .map_or(1, |t| t.config.min_insync_replicas());
         let mut out = ReplicaElectionResult::default();
         out.topic = kafka_protocol::messages::TopicName(StrBytes::from_string(topic.clone()));
         for index in partitions {
             let live = live.clone();
             let change: Change = Box::new(move |cur| {
                 let elected = if unclean {
-                    strata_replication::elect(cur, &live, true)
+                    strata_replication::elect(cur, &live, true, min_insync)
                 } else {
                     strata_replication::prefer(cur, &live)
                 };
@@ -230,7 +234,7 @@ pub async fn elect_leaders(broker: &Broker, req: ElectLeadersRequest) -> ElectLe
                             "the preferred replica leads",
                         ))
                     }
-                    None if unclean && live.contains(&cur.leader) => Err(ApiError::new(
+                    None if unclean && live.holds(cur, cur.leader) => Err(ApiError::new(
                         ResponseError::ElectionNotNeeded,
                         "the partition has a live leader",
                     )),

@@ -23,6 +23,8 @@ pub(crate) struct Stats {
     pub(crate) stale_acks: u64,
     pub(crate) reads: u64,
     pub(crate) elections: u64,
+    pub(crate) wipes: u64,
+    pub(crate) rejoins: u64,
     pub(crate) preferred: u64,
     pub(crate) restart_bumps: u64,
     pub(crate) leaderships: u64,
@@ -53,6 +55,8 @@ impl Stats {
         self.stale_acks += o.stale_acks;
         self.reads += o.reads;
         self.elections += o.elections;
+        self.wipes += o.wipes;
+        self.rejoins += o.rejoins;
         self.preferred += o.preferred;
         self.restart_bumps += o.restart_bumps;
         self.leaderships += o.leaderships;
@@ -77,6 +81,7 @@ impl Stats {
             "schedules {}, produced {}, acks {} ({} by superseded leaders), reads {}, \
              elections {} (+{} preferred, +{} restart bumps), leaderships {}, \
              truncations {} ({} records), isr shrinks {} expands {}, crashes {}, pauses {}, \
+             disks lost {} (replicas rejoined {}), \
              reassignments {} ({} replacing one) finished {} cancelled {}, replicas deleted {}, \
              fsyncs voided by a cut {}, max steps {} (heal {})",
             self.schedules,
@@ -94,6 +99,8 @@ impl Stats {
             self.isr_expands,
             self.crashes,
             self.pauses,
+            self.wipes,
+            self.rejoins,
             self.reassignments,
             self.replaced,
             self.finished,
@@ -189,6 +196,12 @@ impl Sim {
             ));
         }
         for &id in &r.isr {
+            // A member whose disk was lost since (its agent has not come back to say so):
+            // nobody can know yet; the records are on the other members.
+            let recorded = r.directories.get(&id);
+            if recorded.is_some_and(|d| !d.is_empty() && *d != self.node(id).directory()) {
+                continue;
+            }
             let log = &self.node(id).log;
             if let Some(a) = self
                 .acked

@@ -7,12 +7,23 @@ pub(crate) struct Metastore {
     pub(crate) record: PartitionRecord,
     pub(crate) version: u64,
     pub(crate) leases: BTreeMap<i32, i64>,
+    /// The data directory each node registered with.
+    pub(crate) directories: BTreeMap<i32, String>,
 }
 
 impl Sim {
     // ----- faults, clients, controller -----
 
     pub(crate) fn faults(&mut self) {
+        if let Some(id) = self.recovering {
+            let r = &self.meta.record;
+            let back =
+                r.isr.contains(&id) && r.directories.get(&id) == Some(&self.node(id).directory());
+            if back || !r.replicas.contains(&id) {
+                self.trace(|| format!("node {id} recovered from its lost disk"));
+                self.recovering = None;
+            }
+        }
         for id in NODES {
             let (up, paused) = (self.node(id).up, self.node(id).paused);
             if !up {
@@ -25,6 +36,8 @@ impl Sim {
                 }
             } else if self.rng.chance(self.p.crash) {
                 self.crash(id);
+            } else if self.rng.chance(self.p.wipe) && self.may_wipe(id) {
+                self.wipe(id);
             } else if self.rng.chance(self.p.pause)
                 || (self.meta.record.leader == id && self.rng.chance(self.p.pause_leader))
             {
@@ -53,6 +66,66 @@ impl Sim {
         n.forget();
     }
 
+    /// Whether node `id` may lose its disk without taking acknowledged records with it:
+    /// it is not in the ISR, or another in-sync replica still has its recorded log
+    /// (every member of the committed ISR has every record below the watermark).
+    pub(crate) fn may_wipe(&self, id: i32) -> bool {
+        let r = &self.meta.record;
+        // A reassignment completing removes copies as if asked for after the loss.
+        if self.recovering.is_some() || !r.adding.is_empty() || !r.removing.is_empty() {
+            return false;
+        }
+        if !r.isr.contains(&id) {
+            return true;
+        }
+        // With min.insync.replicas 1 the ISR may shrink to one replica (a shrink may be
+        // on its way): no lost disk is survivable there.
+        if self.p.min_insync < 2 {
+            return false;
+        }
+        r.isr.iter().chain(&r.elr).any(|&o| {
+            o != id
+                && match r.directories.get(&o) {
+                    Some(d) => d.is_empty() || *d == self.node(o).directory(),
+                    None => true,
+                }
+                && self.node(o).dir
+        })
+    }
+
+    /// Node `id` loses its disk: it crashes, and its data directory is gone (a new,
+    /// empty one with a new id replaces it).
+    pub(crate) fn wipe(&mut self, id: i32) {
+        self.stats.wipes += 1;
+        self.recovering = Some(id);
+        self.trace(|| format!("node {id} loses its disk"));
+        self.crash(id);
+        let n = self.node_mut(id);
+        n.log.clear();
+        n.history = EpochHistory::default();
+        n.dir = false;
+        n.disk += 1;
+        n.forget();
+    }
+
+    /// Node `id` opened its replica (`had_log`: its log was on its disk): the metastore
+    /// transaction of [`open_replica`], on the record as it stands. Returns the record
+    /// it leaves, with its version.
+    pub(crate) fn open_replica(&mut self, id: i32, had_log: bool) -> (u64, PartitionRecord) {
+        let directory = self.node(id).directory();
+        let agents = self.live_agents();
+        let cur = self.meta.record.clone();
+        let min_insync = self.p.min_insync;
+        if let Some(next) = open_replica(&cur, id, &directory, had_log, &agents, min_insync) {
+            if opening(&cur, id, &directory, had_log) == Opening::Rejoin {
+                self.stats.rejoins += 1;
+            }
+            self.trace(|| format!("node {id} opens on {directory} (had log: {had_log}): {next:?}"));
+            self.meta_write(next);
+        }
+        (self.meta.version, self.meta.record.clone())
+    }
+
     pub(crate) fn resume(&mut self, id: i32) {
         self.trace(|| format!("node {id} resumes"));
         self.node_mut(id).paused = false;
@@ -72,16 +145,29 @@ impl Sim {
         self.trace(|| format!("node {id} restarts"));
         self.renew(id);
         let r = &self.meta.record;
-        if r.leader == id && r.replicas.contains(&id) && self.node(id).dir {
+        if !r.replicas.contains(&id) {
+            let (version, record) = (self.meta.version, self.meta.record.clone());
+            self.learn(id, version, record);
+            return;
+        }
+        // It opens its replica at once (before it serves), as the agent does.
+        let had_log = self.node(id).dir;
+        let directory = self.node(id).directory();
+        let opened = opening(r, id, &directory, had_log);
+        let (mut version, mut record) = self.open_replica(id, had_log);
+        if had_log && opened != Opening::Rejoin && record.leader == id {
             let bumped = PartitionRecord {
-                leader_epoch: self.meta.record.leader_epoch + 1,
-                ..self.meta.record.clone()
+                leader_epoch: record.leader_epoch + 1,
+                ..record.clone()
             };
             self.stats.restart_bumps += 1;
             self.trace(|| format!("node {id} bumps its epoch on restart: {bumped:?}"));
             self.meta_write(bumped);
+            (version, record) = (self.meta.version, self.meta.record.clone());
         }
-        let (version, record) = (self.meta.version, self.meta.record.clone());
+        let n = self.node_mut(id);
+        n.hosted = true;
+        n.dir = true;
         self.learn(id, version, record);
     }
 
@@ -178,11 +264,24 @@ impl Sim {
             .collect()
     }
 
+    /// The live nodes with the directories they registered.
+    pub(crate) fn live_agents(&self) -> LiveAgents {
+        LiveAgents::new(self.live().into_iter().map(|id| {
+            (
+                id,
+                LiveAgent {
+                    directory: self.meta.directories[&id].clone(),
+                    draining: false,
+                },
+            )
+        }))
+    }
+
     /// An admin's AlterPartitionReassignments, applied to the record in one metastore
     /// transaction: a new target (of live agents; it may replace a reassignment in
     /// progress), or a cancellation.
     pub(crate) fn admin(&mut self) {
-        if !self.rng.chance(self.p.reassign) {
+        if !self.rng.chance(self.p.reassign) || self.recovering.is_some() {
             return;
         }
         let cur = self.meta.record.clone();
@@ -237,12 +336,14 @@ impl Sim {
 
     pub(crate) fn controller(&mut self) {
         if self.rng.chance(self.p.controller) {
-            let live = self.live();
-            if let Some(r) = elect(&self.meta.record, &live, false) {
+            let live = self.live_agents();
+            if let Some(r) = elect(&self.meta.record, &live, false, self.p.min_insync) {
                 self.stats.elections += 1;
                 self.trace(|| format!("controller elects (live {live:?}): {r:?}"));
                 self.meta_write(r);
-            } else if let Some(r) = finish_reassignment(&self.meta.record, &live) {
+            } else if let Some(r) = finish_reassignment(&self.meta.record, &live)
+                .map(|r| settle_elr(&self.meta.record, r, self.p.min_insync, &live))
+            {
                 self.stats.finished += 1;
                 self.trace(|| format!("controller completes the reassignment: {r:?}"));
                 self.check_finish(&r);
@@ -251,7 +352,7 @@ impl Sim {
             }
         }
         if !self.healing && self.rng.chance(self.p.prefer) {
-            let live = self.live();
+            let live = self.live_agents();
             if let Some(r) = prefer(&self.meta.record, &live) {
                 self.stats.preferred += 1;
                 self.trace(|| format!("controller prefers: {r:?}"));
@@ -284,24 +385,38 @@ impl Sim {
         }
         n.last_renewal = now;
         n.lease_until = now + LEASE;
+        let directory = n.directory();
         self.meta.leases.insert(id, now + LEASE);
+        self.meta.directories.insert(id, directory);
     }
 
     pub(crate) fn meta_receive(&mut self, from: Addr, msg: Msg) {
         let (Addr::Node(node), Msg::IsrCas { id, epoch, isr }) = (from, msg) else {
             unreachable!("the metastore only takes ISR changes");
         };
+        let agents = self.live_agents();
         let r = &self.meta.record;
         let committed = if r.leader == node && r.leader_epoch == epoch {
+            // As the agent's transaction: only replicas that may join are added.
+            let isr: Vec<i32> = isr
+                .into_iter()
+                .filter(|x| r.replicas.contains(x))
+                .filter(|x| r.isr.contains(x) || agents.may_join_isr(r, *x))
+                .collect();
             if isr.len() < r.isr.len() {
                 self.stats.isr_shrinks += 1;
             } else if isr.len() > r.isr.len() {
                 self.stats.isr_expands += 1;
             }
-            let new = PartitionRecord {
-                isr: isr.clone(),
-                ..r.clone()
-            };
+            let new = settle_elr(
+                r,
+                PartitionRecord {
+                    isr: isr.clone(),
+                    ..r.clone()
+                },
+                self.p.min_insync,
+                &agents,
+            );
             self.trace(|| format!("metastore commits ISR {isr:?} from node {node} e{epoch}"));
             self.meta_write(new);
             Some(isr)

@@ -63,8 +63,19 @@
 //!   watermark of a random node that acts as leader (including stale ones), and asks
 //!   the leader of the current epoch for the latest offset.
 //!
-//! Faults: crashes and restarts, pauses and resumes (of any node, and more often of the
-//! leader), leaders stalling right after they appended or served new batches (when only
+//! - **Disks.** Each node's data directory has an id, which the record names per
+//!   replica once the node opened it ([`open_replica`], in one metastore transaction:
+//!   a claim, or for a log that is not on its disk, leaving the ISR and any leadership
+//!   in a new epoch). A node's disk may be lost (wiped): it crashes and comes back on an
+//!   empty directory with a new id, so long as another in-sync replica still holds its
+//!   log (with fewer, acknowledged records are lost whatever the protocol does: that is
+//!   what `min.insync.replicas` is for), and until its new replica is back in the ISR
+//!   no other disk is lost and no reassignment is asked for (an admin removing the other
+//!   copies while one is silently lost loses records in any protocol). Elections and ISR additions take only replicas
+//!   whose agent is live on the directory recorded for them.
+//!
+//! Faults: crashes and restarts, lost disks, pauses and resumes (of any node, and more
+//! often of the leader), leaders stalling right after they appended or served new batches (when only
 //! some replicas have them), message delays, drops and reordering, reassignments. After
 //! the faulty phase the run heals (everyone resumed or restarted, no drops, no new
 //! faults, reassignments or produce) and continues until the partition is stable: no
@@ -111,9 +122,10 @@ use std::io::Write as _;
 use std::time::Instant;
 
 use strata_replication::{
-    Ack, EpochHistory, FetchAnswer, FlushTicket, Flushed, Follower, PartitionRecord, Refusal,
-    Replica, Request, Step, Transition, Truncation, cancel_reassignment, elect,
-    finish_reassignment, prefer, reassign,
+    Ack, EpochHistory, FetchAnswer, FlushTicket, Flushed, Follower, LiveAgent, LiveAgents, Members,
+    Opening, PartitionRecord, Refusal, Replica, Request, Step, Transition, Truncation,
+    cancel_reassignment, elect, finish_reassignment, open_replica, opening, prefer, reassign,
+    settle_elr,
 };
 
 use checks::*;
@@ -164,6 +176,10 @@ pub(crate) struct Sim {
     pub(crate) ackers: BTreeMap<i32, i32>,
     /// The target of the reassignment in progress, as the admin asked for it.
     pub(crate) target: Option<Vec<i32>>,
+    /// A node whose disk was lost, until its new replica is in the ISR again (or it is
+    /// no longer a replica): no other disk is lost and no reassignment asked for
+    /// meanwhile, which is the one failure `min.insync.replicas` = 2 is for.
+    pub(crate) recovering: Option<i32>,
     pub(crate) violations: Vec<String>,
     pub(crate) stats: Stats,
 }
@@ -178,16 +194,11 @@ impl Sim {
             replicas.swap(i, j);
         }
         replicas.truncate(REPLICATION_FACTOR);
-        let record = PartitionRecord {
-            index: 0,
-            leader: replicas[0],
-            leader_epoch: 0,
-            isr: replicas.clone(),
-            replicas,
-            adding: Vec::new(),
-            removing: Vec::new(),
-        };
-        let nodes = NODES.iter().map(|&id| Node::new(id)).collect();
+        let record = PartitionRecord::new(0, replicas);
+        let nodes = NODES
+            .iter()
+            .map(|&id| Node::new(id, p.min_insync))
+            .collect();
         let mut sim = Sim {
             verbose,
             rng,
@@ -199,6 +210,7 @@ impl Sim {
                 record: record.clone(),
                 version: 1,
                 leases: NODES.iter().map(|&id| (id, LEASE)).collect(),
+                directories: NODES.iter().map(|&id| (id, format!("n{id}d0"))).collect(),
             },
             net: Vec::new(),
             seq: 0,
@@ -210,6 +222,7 @@ impl Sim {
             latest: 0,
             ackers: BTreeMap::new(),
             target: None,
+            recovering: None,
             violations: Vec::new(),
             stats: Stats {
                 schedules: 1,
@@ -386,6 +399,12 @@ fn seeded_schedules() {
         assert!(total.isr_shrinks > 0, "no ISR shrinks: {}", total.summary());
         assert!(total.isr_expands > 0, "no ISR expands: {}", total.summary());
         assert!(total.acks > 0, "nothing acknowledged: {}", total.summary());
+        assert!(total.wipes > 0, "no disk lost: {}", total.summary());
+        assert!(
+            total.rejoins > 0,
+            "no replica rejoined on a new disk: {}",
+            total.summary()
+        );
         assert!(
             total.finished > 0,
             "no reassignment completed: {}",

@@ -53,6 +53,10 @@ pub(crate) struct Node {
     pub(crate) up: bool,
     pub(crate) paused: bool,
     pub(crate) incarnation: u32,
+    /// Its data directory's generation: a wiped disk comes back as a new directory.
+    pub(crate) disk: u32,
+    /// The topic's `min.insync.replicas`.
+    pub(crate) min_insync: usize,
     // Volatile.
     /// Whether the agent has the replica open: it is listed in the record it learned
     /// last (a node never listed, or removed, has no replica and answers nothing).
@@ -63,13 +67,17 @@ pub(crate) struct Node {
     /// An fsync in flight, and when it finishes.
     pub(crate) fsync: Option<(FlushTicket, i64)>,
     pub(crate) known_version: u64,
+    /// The newest record it learned.
+    pub(crate) known_record: PartitionRecord,
     pub(crate) lease_until: i64,
     pub(crate) last_renewal: i64,
     pub(crate) next_poll: i64,
 }
 
 impl Node {
-    pub(crate) fn new(id: i32) -> Node {
+    pub(crate) fn new(id: i32, min_insync: usize) -> Node {
+        let mut replica = Replica::new(id, 0, 0);
+        replica.set_min_insync(min_insync);
         Node {
             id,
             log: Vec::new(),
@@ -78,11 +86,14 @@ impl Node {
             up: true,
             paused: false,
             incarnation: 0,
+            disk: 0,
+            min_insync,
             hosted: false,
-            replica: Replica::new(id, 0, 0),
+            replica,
             duty: Duty::Idle,
             fsync: None,
             known_version: 0,
+            known_record: PartitionRecord::new(0, Vec::new()),
             lease_until: LEASE,
             last_renewal: 0,
             next_poll: POLL_EVERY,
@@ -97,15 +108,22 @@ impl Node {
         self.up && !self.paused
     }
 
+    /// The id of its data directory.
+    pub(crate) fn directory(&self) -> String {
+        format!("n{}d{}", self.id, self.disk)
+    }
+
     /// Forgets everything volatile (a crash or a restart): the replica is opened anew,
     /// its log as it is on disk, all of it durable (a process crash keeps the page
     /// cache), nothing known to be committed.
     pub(crate) fn forget(&mut self) {
         self.hosted = false;
         self.replica = Replica::new(self.id, self.end(), 0);
+        self.replica.set_min_insync(self.min_insync);
         self.duty = Duty::Idle;
         self.fsync = None;
         self.known_version = 0;
+        self.known_record = PartitionRecord::new(0, Vec::new());
     }
 
     pub(crate) fn describe(&self) -> String {
@@ -198,16 +216,22 @@ impl Sim {
 
     pub(crate) fn isr_tick(&mut self, id: i32) {
         let (now, lag) = (self.now, self.p.lag);
-        let live = self.live();
+        let agents = self.live_agents();
         let request = self.request_id();
         let n = self.node_mut(id);
+        let holding = agents.holding(&n.known_record);
+        let may_join = agents.may_join(&n.known_record);
         let Duty::Leader(l) = &mut n.duty else {
             return;
         };
         if l.isr_request.is_some() {
             return;
         }
-        let Some((epoch, change)) = n.replica.isr_tick(now, lag, Some(&live)) else {
+        let members = Members {
+            holding: &holding,
+            may_join: &may_join,
+        };
+        let Some((epoch, change)) = n.replica.isr_tick(now, lag, Some(members)) else {
             return;
         };
         l.isr_request = Some(request);
@@ -320,14 +344,33 @@ impl Sim {
             }
             return;
         }
-        if !n.hosted {
+        let directory = n.directory();
+        let (version, record) = if !n.hosted {
             n.forget();
             n.known_version = version;
             n.hosted = true;
+            let had_log = n.dir;
             n.dir = true;
             let (end, h) = (n.end(), n.history.entries().to_vec());
             self.trace(|| format!("node {id} opens its replica: log end {end}, history {h:?}"));
+            self.open_replica(id, had_log)
+        } else if record.directories.get(&id) != Some(&directory) {
+            // The record names no directory for its replica (re-added before it learned
+            // it was removed), or still the disk it lost: it records its own (the agent
+            // does at every record it applies).
+            self.open_replica(id, true)
+        } else {
+            (version, record)
+        };
+        if !record.replicas.contains(&id) {
+            // Moved elsewhere before it opened.
+            self.node_mut(id).known_version = version;
+            self.delete_replica(id);
+            return;
         }
+        let n = self.node_mut(id);
+        n.known_version = n.known_version.max(version);
+        n.known_record = record.clone();
         let n = self.node_mut(id);
         let replicas_before = n.replica.leader().map(|l| l.replicas.clone());
         let transition = n.replica.apply(&record, n.end(), now);

@@ -59,6 +59,9 @@ pub(crate) struct Params {
     pub(crate) reassign: u64,
     /// Of those while one is in progress: cancelling it.
     pub(crate) cancel: u64,
+    /// A node's disk lost (the node crashes and comes back on an empty data directory
+    /// with a new id), when no acknowledged record is lost with it.
+    pub(crate) wipe: u64,
 }
 
 impl Params {
@@ -84,6 +87,7 @@ impl Params {
             max_batches: rng.between(1, 20),
             reassign: rng.pick(&[0, 5, 10, 20, 40]),
             cancel: rng.between(0, 250) as u64,
+            wipe: rng.pick(&[0, 0, 5, 10, 20]),
         }
     }
 }
