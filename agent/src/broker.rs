@@ -117,6 +117,7 @@ impl Broker {
                 ack_after_fsync: settings.ack_durability == AckDurability::Fsync,
                 max_request_bytes: settings.max_request_bytes,
                 producer_id_expiration_ms: settings.producer_id_expiration_ms,
+                rebuild_max_bytes_per_second: settings.replica_rebuild_max_bytes_per_second,
             },
             metastore.clone(),
             Arc::clone(&membership),

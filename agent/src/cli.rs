@@ -1,5 +1,5 @@
 //! The operator CLI in the `strata` binary: `topics`, `groups`, `offsets`,
-//! `partitions`, `cluster`, `audit`, `produce` and `consume`, talking to any agent of a
+//! `partitions`, `cluster`, `agents`, `audit`, `produce` and `consume`, talking to any agent of a
 //! running cluster through its HTTP API (`docs/cli.md`). Tables for people by default,
 //! `--output json` for scripts (the API's own answers); errors go to stderr as the
 //! API's problem detail with the Kafka error name, and exit with status 1.
@@ -12,6 +12,8 @@
 use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
+
+mod agents;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
@@ -55,6 +57,13 @@ pub struct Conn {
 pub enum Operator {
     /// The cluster: its id, controller and live agents.
     Cluster(Conn),
+    /// Every agent (live or gone), and draining one before it is stopped.
+    Agents {
+        #[command(subcommand)]
+        command: agents::Agents,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// List, describe, create, alter and delete topics.
     Topics {
         #[command(subcommand)]
@@ -260,7 +269,7 @@ fn key_value(s: &str) -> Result<(String, String), String> {
 }
 
 /// An HTTP API client for one cluster.
-struct Api {
+pub(crate) struct Api {
     base: String,
     client: reqwest::Client,
     /// The Authorization header, when credentials were given.
@@ -456,6 +465,7 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
             table(&mut out, &["NODE", "KAFKA", "HTTP", "RACK"], &rows)?;
             Ok(())
         }
+        Operator::Agents { command, conn } => agents::run(command, &conn).await,
         Operator::Topics { command, conn } => topics(command, &conn).await,
         Operator::Groups { command, conn } => groups(command, &conn).await,
         Operator::Offsets { command, conn } => offsets(command, &conn).await,

@@ -224,6 +224,19 @@ pub struct Settings {
     /// `leader.imbalance.check.interval.seconds`, in ms); 0 turns it off (Kafka's
     /// `auto.leader.rebalance.enable=false`).
     pub leader_rebalance_interval_ms: u64,
+    /// How long (ms) an agent may be gone (its lease ended, or it left) before the
+    /// controller replaces its replicas with replicas on live agents.
+    pub replica_replacement_delay_ms: u64,
+    /// Partitions the controller moves at once, at most, cluster-wide (replacements,
+    /// drains and balancing).
+    pub replica_moves_max: usize,
+    /// Whether the controller spreads replicas and preferred leaderships evenly over the
+    /// live agents (a new agent receives its share).
+    pub replica_balance_enabled: bool,
+    /// Bytes per second, at most, one agent copies into replicas that are not in sync
+    /// (a new or emptied replica rebuilding, from the archive and from its leader);
+    /// 0: no limit. Followers in sync are never held back.
+    pub replica_rebuild_max_bytes_per_second: u64,
 }
 
 /// The metastore backends.
@@ -343,6 +356,10 @@ impl Default for Settings {
             lease_ms: 10_000,
             replica_lag_time_max_ms: 30_000,
             leader_rebalance_interval_ms: 30_000,
+            replica_replacement_delay_ms: 300_000,
+            replica_moves_max: 10,
+            replica_balance_enabled: true,
+            replica_rebuild_max_bytes_per_second: 100 * 1024 * 1024,
             ack_durability: AckDurability::Fsync,
         }
     }
@@ -381,6 +398,15 @@ impl Settings {
     /// Checks every setting whose wrong value would only show later (a panic on the
     /// first auto-created topic, a lease that can never be renewed), so that the agent
     /// refuses to start with a message naming the setting instead.
+    /// What the controller's self-healing and balancing may do.
+    pub fn healing(&self) -> crate::controller::Healing {
+        crate::controller::Healing {
+            replacement_delay: std::time::Duration::from_millis(self.replica_replacement_delay_ms),
+            max_moves: self.replica_moves_max,
+            balance: self.replica_balance_enabled,
+        }
+    }
+
     pub fn validate(&self) -> anyhow::Result<()> {
         let fail = |name: &str, why: String| Err(anyhow::anyhow!("invalid setting {name}: {why}"));
         self.advertised()?;
@@ -410,6 +436,12 @@ impl Settings {
             .map_err(|why| anyhow::anyhow!("invalid setting ssl_principal_mapping_rules: {why}"))?;
         if self.ssl_reload_interval_ms == 0 {
             return fail("ssl_reload_interval_ms", "must be at least 1".to_string());
+        }
+        if self.replica_moves_max == 0 {
+            return fail(
+                "replica_moves_max (--replica-moves-max)",
+                "must be at least 1 (replicas of gone agents could never be replaced)".to_string(),
+            );
         }
         let partitions = self.topic_defaults.num_partitions;
         if !(1..=MAX_PARTITIONS_PER_TOPIC).contains(&partitions) {

@@ -1,9 +1,15 @@
-//! Leader elections, run by the one agent that holds the controller lease in the
-//! metastore ([`strata_metastore::controller`]). The controller looks at every partition
-//! whose leader is not live (its lease ran out, or it left) and elects a new one with
-//! [`strata_replication::elect`], completes reassignments whose new replicas are in sync
-//! ([`strata_replication::finish_reassignment`]), and now and then hands leadership back
-//! to preferred replicas with [`strata_replication::prefer`].
+//! Leader elections and placement, run by the one agent that holds the controller lease
+//! in the metastore ([`strata_metastore::controller`]). The controller looks at every
+//! partition whose leader is not live (its lease ran out, or it left) or no longer holds
+//! its log and elects a new one with [`strata_replication::elect`], completes
+//! reassignments whose new replicas are in sync
+//! ([`strata_replication::finish_reassignment`]), moves leaderships off agents being
+//! drained, and now and then hands leadership back to preferred replicas with
+//! [`strata_replication::prefer`]. Every few seconds it also heals and balances the
+//! cluster ([`strata_replication::placement::plan`]): replicas of agents gone longer than
+//! `replica_replacement_delay_ms`, or being drained, are replaced on live agents, and
+//! replicas and preferred leaderships are spread over the agents, through the
+//! reassignment machinery, at most `replica_moves_max` at once.
 //!
 //! Each decision is one metastore transaction that checks the controller lease is still
 //! this agent's, reads the live agents, re-reads the partition and applies the rule only
@@ -12,8 +18,12 @@
 //! can never both act as controller, and no election is made on a stale list of live
 //! agents: the metastore, not the controller, is the authority.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
+
+use strata_metastore::Roster;
+use strata_replication::placement::{self, Placed, PlacedAgent, Plan, Policy};
 
 use crate::replicas::ReplicaManager;
 use crate::tasks::Stopped;
@@ -22,12 +32,34 @@ use crate::tasks::Stopped;
 /// is noticed at the next membership refresh (a fifth of the lease) plus this.
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
-/// Claims (and renews) the controller lease, and runs elections while this agent holds
-/// it. Gives the lease up on shutdown.
+/// How often the controller plans replacements and balancing.
+const PLAN_EVERY: Duration = Duration::from_secs(2);
+
+/// What self-healing and balancing may do ([`strata_replication::placement::Policy`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Healing {
+    pub replacement_delay: Duration,
+    pub max_moves: usize,
+    pub balance: bool,
+}
+
+impl Healing {
+    pub fn policy(&self) -> Policy {
+        Policy {
+            replacement_delay_ms: self.replacement_delay.as_millis() as i64,
+            max_moves: self.max_moves,
+            balance: self.balance,
+        }
+    }
+}
+
+/// Claims (and renews) the controller lease, and runs elections and placement while this
+/// agent holds it. Gives the lease up on shutdown.
 pub async fn run(
     replicas: Arc<ReplicaManager>,
     lease: Duration,
     rebalance_every: Duration,
+    healing: Healing,
 ) -> Stopped {
     let renew_every = lease / 5;
     let mut tick = tokio::time::interval(CHECK_EVERY);
@@ -35,7 +67,10 @@ pub async fn run(
     let clock = Arc::clone(replicas.membership().clock());
     let mut next_rebalance = clock.monotonic() + rebalance_every;
     let mut next_claim = clock.monotonic();
+    let mut next_plan = clock.monotonic() + PLAN_EVERY;
     let mut held_until: Option<Duration> = None;
+    // Node ids that partitions name but no agent record does: when first noticed.
+    let mut unseen: BTreeMap<i32, i64> = BTreeMap::new();
     loop {
         tokio::select! {
             _ = tick.tick() => {}
@@ -52,7 +87,12 @@ pub async fn run(
         if rebalance {
             next_rebalance = clock.monotonic() + rebalance_every;
         }
-        if elect_all(&replicas, rebalance).await.is_err() {
+        let mut lost = elect_all(&replicas, rebalance).await.is_err();
+        if !lost && clock.monotonic() >= next_plan {
+            next_plan = clock.monotonic() + PLAN_EVERY;
+            lost = heal(&replicas, &healing, &mut unseen).await.is_err();
+        }
+        if lost {
             held_until = None;
             next_claim = clock.monotonic();
         }
@@ -125,6 +165,13 @@ async fn elect_all(replicas: &ReplicaManager, rebalance: bool) -> Result<(), Los
                 strata_replication::elect(cur, live, unclean, min_insync)
                     .or_else(|| strata_replication::finish_reassignment(cur, live))
                     .or_else(|| {
+                        // A leader being drained hands over to a replica that is not.
+                        live.is_draining(cur.leader)
+                            .then(|| strata_replication::move_leadership(cur, cur.leader, live))
+                            .flatten()
+                            .filter(|next| !live.is_draining(next.leader))
+                    })
+                    .or_else(|| {
                         rebalance
                             .then(|| strata_replication::prefer(cur, live))
                             .flatten()
@@ -174,6 +221,131 @@ async fn elect_all(replicas: &ReplicaManager, rebalance: bool) -> Result<(), Los
                 Err(e) => {
                     tracing::warn!(topic = %topic.record.name, partition = p.index, error = %e, "election failed");
                 }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The agents as placement sees them, from the metastore's roster at `now_ms`; node ids
+/// that the partitions name but no record does are gone since they were first noticed
+/// (`unseen`, kept by the caller).
+pub fn placed_agents_of(
+    roster: &Roster,
+    partitions: &[Placed<'_>],
+    now_ms: i64,
+    unseen: &mut BTreeMap<i32, i64>,
+) -> BTreeMap<i32, PlacedAgent> {
+    let mut agents: BTreeMap<i32, PlacedAgent> = roster
+        .agents
+        .iter()
+        .map(|a| {
+            let live = a.lease_until_ms > now_ms;
+            (
+                a.node_id,
+                PlacedAgent {
+                    rack: a.rack.clone(),
+                    live,
+                    draining: roster.is_draining(a),
+                    gone_since_ms: (!live).then_some(a.lease_until_ms),
+                },
+            )
+        })
+        .collect();
+    let named: std::collections::BTreeSet<i32> = partitions
+        .iter()
+        .flat_map(|p| p.record.replicas.iter().copied())
+        .collect();
+    unseen.retain(|n, _| named.contains(n) && !agents.contains_key(n));
+    for n in named {
+        if let std::collections::btree_map::Entry::Vacant(e) = agents.entry(n) {
+            let since = *unseen.entry(n).or_insert(now_ms);
+            e.insert(PlacedAgent {
+                rack: None,
+                live: false,
+                draining: false,
+                gone_since_ms: Some(since),
+            });
+        }
+    }
+    agents
+}
+
+/// What placement would do now, as this agent sees the cluster (the controller's plan,
+/// or a view of it for `GET /v1/agents`).
+pub fn current_plan(
+    replicas: &ReplicaManager,
+    healing: &Healing,
+    unseen: &mut BTreeMap<i32, i64>,
+) -> Plan {
+    let now = replicas.membership().clock().wall_ms();
+    let topics = replicas.topics();
+    let placed: Vec<Placed> = topics
+        .iter()
+        .flat_map(|t| {
+            t.record.partitions.iter().map(|p| Placed {
+                topic: &t.record.name,
+                record: p,
+            })
+        })
+        .collect();
+    let agents = placed_agents_of(&replicas.membership().roster(), &placed, now, unseen);
+    placement::plan(&placed, &agents, &healing.policy(), now)
+}
+
+/// One pass of self-healing and balancing: plans, then starts each move as a
+/// reassignment, in a transaction that checks the controller lease and that the
+/// partition is still as planned on.
+async fn heal(
+    replicas: &ReplicaManager,
+    healing: &Healing,
+    unseen: &mut BTreeMap<i32, i64>,
+) -> Result<(), LostLease> {
+    let plan = current_plan(replicas, healing, unseen);
+    let me = (
+        replicas.node_id(),
+        replicas.membership().incarnation().to_string(),
+    );
+    for m in plan.moves {
+        let (before, target) = (m.replicas.clone(), m.target.clone());
+        let result = replicas
+            .metastore()
+            .update_partition_as_controller(
+                (me.0, &me.1),
+                replicas.membership().clock().wall_ms(),
+                &m.topic,
+                m.index,
+                move |cur, _| {
+                    (cur.replicas == before && cur.adding.is_empty() && cur.removing.is_empty())
+                        .then(|| strata_replication::reassign(cur, &target).ok())
+                        .flatten()
+                },
+            )
+            .await;
+        match result {
+            Ok(Some(r)) if r.replicas.starts_with(&m.target) => {
+                crate::metrics::replica_move_started(match m.why {
+                    placement::Why::Replace { .. } => "replace",
+                    placement::Why::Drain { .. } => "drain",
+                    placement::Why::Balance { .. } => "balance",
+                    placement::Why::Lead { .. } => "lead",
+                });
+                tracing::info!(
+                    topic = %m.topic,
+                    partition = m.index,
+                    from = ?m.replicas,
+                    to = ?m.target,
+                    why = ?m.why,
+                    "moving replicas"
+                );
+            }
+            Ok(_) => {}
+            Err(strata_metastore::Error::NotController { holder, .. }) => {
+                tracing::info!(?holder, "no longer the controller");
+                return Err(LostLease);
+            }
+            Err(e) => {
+                tracing::warn!(topic = %m.topic, partition = m.index, error = %e, "cannot start a replica move");
             }
         }
     }

@@ -12,6 +12,10 @@
 //! One fetcher task per followed partition, each with its own connection: simple, and
 //! enough for the partition counts one agent leads today (Kafka groups partitions per
 //! leader into shared fetch sessions; that is a later optimisation).
+//!
+//! A replica not in the ISR (new, on a disk that came back empty, or far behind) copies
+//! what the archive holds from object storage first and only the rest from its leader,
+//! at most `replica_rebuild_max_bytes_per_second` per agent (`rebuild.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +33,7 @@ use crate::clock::now_ms;
 use crate::membership::Membership;
 use crate::partition::{Partition, PartitionError};
 use crate::peer::Peer;
+use crate::rebuild::{ArchiveStep, Rebuilds};
 use crate::tasks::Stopped;
 use strata_replication::{FetchAnswer, Follower, Request as CycleRequest, Step};
 
@@ -56,13 +61,15 @@ pub async fn follow(
     partition: Arc<Partition>,
     (leader, epoch): (i32, i32),
     max_record_bytes: usize,
+    rebuilds: Arc<Rebuilds>,
     stop: CancellationToken,
 ) -> Stopped {
     tracing::info!(partition = %partition.name(), leader, epoch, "following");
     let mut cycle = Follower::new(leader, epoch);
+    let mut rebuild = RebuildState::default();
     loop {
         let outcome = tokio::select! {
-            o = follow_once(&membership, &partition, &mut cycle, max_record_bytes) => o,
+            o = follow_once(&membership, &partition, &mut cycle, max_record_bytes, &rebuilds, &mut rebuild) => o,
             _ = stop.cancelled() => return Stopped::Done("no longer following this leader"),
         };
         match outcome {
@@ -79,6 +86,17 @@ pub async fn follow(
     }
 }
 
+/// What a fetcher knows for copying from the archive while not in sync.
+#[derive(Default)]
+struct RebuildState {
+    /// The leader's local log start, as its last fetch answer said.
+    leader_log_start: Option<i64>,
+    /// When the partition's manifest was last read.
+    manifest_read: Option<tokio::time::Instant>,
+    /// The archive failed: fetch from the leader until the connection starts over.
+    archive_failed: bool,
+}
+
 /// Followers failing to authenticate are reported at most once a second.
 static AUTHENTICATION_FAILURES: crate::throttle::Throttle = crate::throttle::Throttle::per_second();
 
@@ -89,7 +107,10 @@ async fn follow_once(
     partition: &Arc<Partition>,
     cycle: &mut Follower,
     max_record_bytes: usize,
+    rebuilds: &Rebuilds,
+    rebuild: &mut RebuildState,
 ) -> Pause {
+    rebuild.archive_failed = false;
     let (leader, epoch) = (cycle.leader, cycle.epoch);
     let node_id = membership.node_id();
     let Some(address) = membership.address_of(leader) else {
@@ -136,7 +157,42 @@ async fn follow_once(
                 }
             }
             CycleRequest::Fetch { offset } => {
-                let request = fetch_request(node_id, partition, epoch, offset);
+                // A replica that lost its lease (paused, cut off) fetches nothing: its
+                // node id may belong to another disk by now.
+                if !membership.holds_lease() {
+                    return Pause::Retry("this agent does not hold its lease".to_string());
+                }
+                let catching_up = !partition.in_isr();
+                if catching_up
+                    && !rebuild.archive_failed
+                    && let Some(leader_log_start) = rebuild.leader_log_start
+                {
+                    match rebuilds
+                        .from_archive(
+                            partition,
+                            epoch,
+                            leader_log_start,
+                            &mut rebuild.manifest_read,
+                        )
+                        .await
+                    {
+                        Ok(ArchiveStep::Copied { .. }) => continue,
+                        Ok(ArchiveStep::Leader) => {}
+                        Err(e @ PartitionError::NotLeader(_)) => return stopped_or_retry(e),
+                        Err(e) => {
+                            tracing::warn!(partition = %partition.name(), error = %e, "cannot copy from the archive; copying from the leader");
+                            rebuild.archive_failed = true;
+                        }
+                    }
+                }
+                // Until the leader's local log start is known, a replica catching up
+                // asks for one batch only: the archive may have the rest.
+                let max_bytes = if catching_up && rebuild.leader_log_start.is_none() {
+                    1
+                } else {
+                    FETCH_MAX_BYTES
+                };
+                let request = fetch_request(node_id, partition, epoch, offset, max_bytes);
                 let response = match peer.send(12, &request).await {
                     Ok(r) => r,
                     Err(e) => return Pause::Retry(format!("fetch failed: {e:#}")),
@@ -152,6 +208,9 @@ async fn follow_once(
                 else {
                     return Pause::Retry("fetch response without our partition".to_string());
                 };
+                if data.log_start_offset >= 0 {
+                    rebuild.leader_log_start = Some(data.log_start_offset);
+                }
                 let answer = match ResponseError::try_from_code(data.error_code) {
                     None => FetchAnswer::Batches {
                         high_watermark: data.high_watermark,
@@ -164,7 +223,13 @@ async fn follow_once(
                 let done = match cycle.on_fetch_answer(answer, offset) {
                     Step::Append { high_watermark } => {
                         let records = data.records.unwrap_or_default();
-                        partition.append_replicated(epoch, &records, high_watermark, now_ms())
+                        let appended =
+                            partition.append_replicated(epoch, &records, high_watermark, now_ms());
+                        if catching_up && appended.is_ok() {
+                            partition.note_leader_log_end(high_watermark.max(offset));
+                            rebuilds.charge(partition, "leader", records.len()).await;
+                        }
+                        appended
                     }
                     Step::ResetTo(log_start) => {
                         tracing::warn!(partition = %partition.name(), log_end = offset, leader_log_start = log_start, "behind the leader's log start; starting over there");
@@ -189,14 +254,20 @@ fn stopped_or_retry(e: PartitionError) -> Pause {
     }
 }
 
-fn fetch_request(node_id: i32, partition: &Partition, epoch: i32, offset: i64) -> FetchRequest {
+fn fetch_request(
+    node_id: i32,
+    partition: &Partition,
+    epoch: i32,
+    offset: i64,
+    max_bytes: i32,
+) -> FetchRequest {
     let mut p = FetchPartition::default();
     p.partition = partition.index;
     p.current_leader_epoch = epoch;
     p.fetch_offset = offset;
     p.log_start_offset = -1;
     p.last_fetched_epoch = -1;
-    p.partition_max_bytes = FETCH_MAX_BYTES;
+    p.partition_max_bytes = max_bytes;
     let mut t = FetchTopic::default();
     t.topic = TopicName(StrBytes::from_string(partition.topic.clone()));
     t.partitions = vec![p];

@@ -6,11 +6,13 @@
 //! (archive progress), `/v1/partitions` (this agent's replicas: role, epoch,
 //! offsets, and for leaders the ISR and each follower's progress) and
 //! `/v1/compaction` (the data lifecycle of the partitions led here: log start, dirty
-//! ratio, last and next pass, bytes reclaimed), and `/v1/transactions` (the
+//! ratio, last and next pass, bytes reclaimed), `/v1/agents` (the agents: replicas,
+//! leaderships, replacements pending, drains), and `/v1/transactions` (the
 //! coordinator's transactions, those open on partitions led here, and the abort of a
 //! hanging one: `docs/transactions.md`).
 
 mod admin;
+mod agents;
 mod assignor;
 mod auth;
 mod cluster;
@@ -120,6 +122,12 @@ pub fn router(broker: Arc<Broker>) -> Router {
         .route("/v1/groups/{group}/offsets", post(admin::reset_offsets))
         .route("/v1/audit", get(operate::audit))
         .route("/v1/cluster", get(admin::cluster))
+        .route("/v1/agents", get(agents::list))
+        .route("/v1/agents/{node_id}", get(agents::get))
+        .route(
+            "/v1/agents/{node_id}/drain",
+            post(agents::drain).delete(agents::undrain),
+        )
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

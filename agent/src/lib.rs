@@ -31,6 +31,7 @@ pub mod partition;
 mod peer;
 pub mod producer_ids;
 pub mod quota;
+pub mod rebuild;
 pub mod replicas;
 pub mod sasl;
 pub mod server;
@@ -243,6 +244,7 @@ pub async fn start_on(
             Arc::clone(replicas),
             Duration::from_millis(settings.lease_ms),
             Duration::from_millis(settings.leader_rebalance_interval_ms),
+            settings.healing(),
         ),
     );
     tasks.spawn(

@@ -265,6 +265,21 @@ struct AgentArgs {
     /// How often (ms) leadership goes back to preferred replicas; 0: never. [default: 30000]
     #[arg(long, env = "STRATA_LEADER_REBALANCE_INTERVAL_MS")]
     leader_rebalance_interval_ms: Option<u64>,
+    /// How long (ms) an agent may be gone before its replicas are replaced on live
+    /// agents. [default: 300000]
+    #[arg(long, env = "STRATA_REPLICA_REPLACEMENT_DELAY_MS")]
+    replica_replacement_delay_ms: Option<u64>,
+    /// Partitions moved at once, at most, cluster-wide (replacements, drains,
+    /// balancing). [default: 10]
+    #[arg(long, env = "STRATA_REPLICA_MOVES_MAX")]
+    replica_moves_max: Option<usize>,
+    /// Spread replicas and preferred leaderships evenly over the live agents. [default: true]
+    #[arg(long, env = "STRATA_REPLICA_BALANCE_ENABLED")]
+    replica_balance_enabled: Option<bool>,
+    /// Bytes per second an agent copies into replicas not in sync (rebuilding); 0: no
+    /// limit. [default: 104857600]
+    #[arg(long, env = "STRATA_REPLICA_REBUILD_MAX_BYTES_PER_SECOND")]
+    replica_rebuild_max_bytes_per_second: Option<u64>,
 }
 
 /// `host:port` or `ip:port`; a host name is resolved now, to its first address
@@ -464,6 +479,18 @@ impl AgentArgs {
         }
         if let Some(v) = self.leader_rebalance_interval_ms {
             s.leader_rebalance_interval_ms = v;
+        }
+        if let Some(v) = self.replica_replacement_delay_ms {
+            s.replica_replacement_delay_ms = v;
+        }
+        if let Some(v) = self.replica_moves_max {
+            s.replica_moves_max = v;
+        }
+        if let Some(v) = self.replica_balance_enabled {
+            s.replica_balance_enabled = v;
+        }
+        if let Some(v) = self.replica_rebuild_max_bytes_per_second {
+            s.replica_rebuild_max_bytes_per_second = v;
         }
         if let Some(v) = self.group_initial_rebalance_delay_ms {
             s.group_initial_rebalance_delay_ms = v;

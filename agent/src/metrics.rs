@@ -106,6 +106,30 @@ fn describe() {
         "ISR expands committed by partitions led here"
     );
     describe_counter!(
+        "strata_replica_moves_total",
+        "Partition moves the controller started, by reason (replace: a gone agent's replica; drain; balance: replicas; lead: preferred leaderships)"
+    );
+    describe_gauge!(
+        "strata_replica_moves_in_flight",
+        "Partitions being moved (reassignments in progress; reported by the controller, 0 elsewhere)"
+    );
+    describe_gauge!(
+        "strata_replica_replacements_pending",
+        "Replicas of gone agents waiting for replica_replacement_delay_ms before they are replaced (reported by the controller, 0 elsewhere)"
+    );
+    describe_gauge!(
+        "strata_agents_draining",
+        "Agents being drained (reported by the controller, 0 elsewhere)"
+    );
+    describe_counter!(
+        "strata_replica_rebuild_bytes_total",
+        "Bytes copied into replicas that were not in sync (rebuilding), by source (archive or leader)"
+    );
+    describe_gauge!(
+        "strata_replicas_rebuilding",
+        "Replicas on this agent that follow but are not in the ISR (copying to catch up)"
+    );
+    describe_counter!(
         "strata_group_rebalances_total",
         "Rebalances completed by groups coordinated here"
     );
@@ -371,6 +395,17 @@ pub fn fetched(topic: &str, bytes: usize, follower: bool) {
     let by = if follower { "follower" } else { "consumer" };
     counter!("strata_fetched_bytes_total", "topic" => topic.to_string(), "by" => by)
         .increment(bytes as u64);
+}
+
+/// The controller started moving a partition's replicas (`why`: replace, drain,
+/// balance, lead).
+pub fn replica_move_started(why: &'static str) {
+    counter!("strata_replica_moves_total", "reason" => why).increment(1);
+}
+
+/// Bytes a replica not in sync copied, from `source` (archive or leader).
+pub fn rebuilt(source: &'static str, bytes: usize) {
+    counter!("strata_replica_rebuild_bytes_total", "source" => source).increment(bytes as u64);
 }
 
 /// An ISR change committed by a partition led here.

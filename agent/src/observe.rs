@@ -31,6 +31,7 @@ async fn observe(broker: &Broker) {
     let live = membership.live_ids();
     let tiering = broker.tiering();
     let (mut led, mut under_replicated, mut under_min_isr, mut offline) = (0, 0, 0, 0);
+    let mut rebuilding = 0;
     let mut leaders = Vec::new();
     for topic in broker.replicas().topics() {
         let name = topic.record.name.as_str();
@@ -54,6 +55,13 @@ async fn observe(broker: &Broker) {
             gauge!("strata_partition_size_bytes", &labels).set(g.size_bytes as f64);
             let Some(leader) = &g.leader else {
                 gauge!("strata_partition_leader", &labels).set(0.0);
+                let me = broker.node_id();
+                if let Some(p) = topic.record.partitions.get(partition.index as usize)
+                    && p.leader >= 0
+                    && !p.isr.contains(&me)
+                {
+                    rebuilding += 1;
+                }
                 continue;
             };
             gauge!("strata_partition_leader", &labels).set(1.0);
@@ -91,6 +99,22 @@ async fn observe(broker: &Broker) {
             leaders.push((name.to_string(), partition.clone(), g.high_watermark));
         }
     }
+    let (mut in_flight, mut pending, mut draining) = (0, 0, 0);
+    if controller {
+        let plan = crate::controller::current_plan(
+            broker.replicas(),
+            &broker.settings().healing(),
+            &mut Default::default(),
+        );
+        in_flight = plan.in_flight;
+        pending = plan.pending.len();
+        let roster = membership.roster();
+        draining = roster.live(now).filter(|a| roster.is_draining(a)).count();
+    }
+    gauge!("strata_replica_moves_in_flight").set(in_flight as f64);
+    gauge!("strata_replica_replacements_pending").set(pending as f64);
+    gauge!("strata_agents_draining").set(draining as f64);
+    gauge!("strata_replicas_rebuilding").set(rebuilding as f64);
     gauge!("strata_leader_partitions").set(led as f64);
     gauge!("strata_under_replicated_partitions").set(under_replicated as f64);
     gauge!("strata_under_min_isr_partitions").set(under_min_isr as f64);

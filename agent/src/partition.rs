@@ -66,6 +66,22 @@ pub struct Partition {
     /// KIP-890 verifications in flight, by producer id (see `partition/txn.rs`).
     verifications: Mutex<std::collections::HashMap<i64, u64>>,
     next_verification: std::sync::atomic::AtomicU64,
+    node_id: i32,
+    /// Whether the newest record applied lists this replica in the ISR.
+    in_isr: std::sync::atomic::AtomicBool,
+    /// What this replica copied while it was not in sync (`rebuild.rs`).
+    rebuild: Mutex<RebuildProgress>,
+}
+
+/// What a replica copied while it was not in sync, by source.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct RebuildProgress {
+    pub from_archive_bytes: u64,
+    pub from_leader_bytes: u64,
+    /// The source of the last copy: `archive` or `leader`.
+    pub source: Option<&'static str>,
+    /// The leader's log end, as its last answer said.
+    pub leader_log_end: i64,
 }
 
 /// A replica's offsets and size, and as leader its replication, for `/metrics`.
@@ -200,6 +216,9 @@ impl Partition {
             fetcher: Mutex::new(None),
             verifications: Mutex::new(std::collections::HashMap::new()),
             next_verification: std::sync::atomic::AtomicU64::new(1),
+            node_id,
+            in_isr: std::sync::atomic::AtomicBool::new(false),
+            rebuild: Mutex::new(RebuildProgress::default()),
         });
         tasks.spawn(
             format!("flusher {topic}-{index}"),
@@ -230,6 +249,10 @@ impl Partition {
     /// [`Transition::Follows`] with a leader, the caller starts a fetcher with
     /// [`Partition::start_fetcher`].
     pub fn apply(&self, record: &PartitionRecord, now_ms: i64) -> Transition {
+        self.in_isr.store(
+            record.isr.contains(&self.node_id),
+            std::sync::atomic::Ordering::Relaxed,
+        );
         let mut replica = self.replica();
         let log_end = self.log().log_end_offset();
         let transition = replica.apply(record, log_end, now_ms);
@@ -304,6 +327,34 @@ impl Partition {
                 })
             }
         }
+    }
+
+    /// Whether the newest partition record this replica applied lists it in the ISR.
+    pub fn in_isr(&self) -> bool {
+        self.in_isr.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// A copy of `bytes` from `source` (`archive` or `leader`) while not in sync.
+    pub fn note_rebuilt(&self, source: &'static str, bytes: usize) {
+        let mut r = self.rebuild.lock().unwrap_or_else(|p| p.into_inner());
+        match source {
+            "archive" => r.from_archive_bytes += bytes as u64,
+            _ => r.from_leader_bytes += bytes as u64,
+        }
+        r.source = Some(source);
+    }
+
+    /// The leader's log end, as a fetch answer said.
+    pub fn note_leader_log_end(&self, end: i64) {
+        self.rebuild
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .leader_log_end = end;
+    }
+
+    /// What this replica copied while it was not in sync.
+    pub fn rebuild_progress(&self) -> RebuildProgress {
+        *self.rebuild.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The token the new fetcher stops on (replacing, and stopping, any earlier one).
@@ -561,6 +612,23 @@ impl Partition {
             Role::Follower { leader } => {
                 status["role"] = "follower".into();
                 status["leader"] = (*leader).into();
+                status["in_isr"] = self.in_isr().into();
+                let r = self.rebuild_progress();
+                if !self.in_isr() || r.from_archive_bytes + r.from_leader_bytes > 0 {
+                    let offsets_left = (r.leader_log_end - log_end).max(0);
+                    // Bytes left, at the bytes per offset of what this log holds.
+                    let size = self.log().size_bytes();
+                    let per_offset = size as f64 / (log_end - log_start).max(1) as f64;
+                    status["rebuild"] = serde_json::json!({
+                        "copying": !self.in_isr(),
+                        "source": r.source,
+                        "from_archive_bytes": r.from_archive_bytes,
+                        "from_leader_bytes": r.from_leader_bytes,
+                        "leader_log_end_offset": r.leader_log_end,
+                        "offsets_left": offsets_left,
+                        "estimated_bytes_left": (offsets_left as f64 * per_offset) as u64,
+                    });
+                }
             }
         }
         status

@@ -118,6 +118,8 @@ pub struct ReplicaConfig {
     pub max_request_bytes: usize,
     /// Kafka's `producer.id.expiration.ms`.
     pub producer_id_expiration_ms: i64,
+    /// `replica_rebuild_max_bytes_per_second` (0: no limit).
+    pub rebuild_max_bytes_per_second: u64,
 }
 
 /// The partition map of this agent, and the fetcher tasks of the replicas it follows.
@@ -128,6 +130,8 @@ pub struct ReplicaManager {
     membership: Arc<Membership>,
     /// Reads of archived offsets.
     archive: Arc<ArchiveReader>,
+    /// Where replicas not in sync copy from, and at what rate.
+    rebuilds: Arc<crate::rebuild::Rebuilds>,
     /// How many files partition replicas may hold open here.
     files: FileBudget,
     logs_dir: PathBuf,
@@ -183,11 +187,16 @@ impl ReplicaManager {
         shutdown: CancellationToken,
     ) -> anyhow::Result<Arc<ReplicaManager>> {
         std::fs::create_dir_all(&logs_dir)?;
+        let rebuilds = crate::rebuild::Rebuilds::new(
+            Arc::clone(&archive),
+            config.rebuild_max_bytes_per_second,
+        );
         let replicas = Arc::new(ReplicaManager {
             config,
             metastore,
             membership,
             archive,
+            rebuilds,
             files,
             logs_dir,
             topics: RwLock::new(BTreeMap::new()),
@@ -633,6 +642,7 @@ impl ReplicaManager {
                     Arc::clone(replica),
                     (leader, epoch),
                     self.config.max_request_bytes,
+                    Arc::clone(&self.rebuilds),
                     stop,
                 ),
             );

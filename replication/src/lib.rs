@@ -15,6 +15,8 @@
 //!   controller applies to a partition record in one metastore transaction.
 //! - [`open_replica`] (`opening.rs`): what an agent does on opening a replica, by the
 //!   data directory that holds it (a wiped disk makes a new replica, out of the ISR).
+//! - [`placement::plan`]: the controller's self-healing and balancing (replacing the
+//!   replicas of gone or drained agents, spreading replicas and preferred leaderships).
 //!
 //! Rules (Kafka's, KIP-101/279/497/841):
 //! - The high watermark is the smallest log end offset over the ISR, the leader's own
@@ -32,6 +34,7 @@ mod election;
 mod follower;
 mod leader;
 mod opening;
+pub mod placement;
 mod replica;
 
 pub use election::{

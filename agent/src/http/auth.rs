@@ -175,11 +175,14 @@ fn required(method: &Method, route: &str) -> Option<(Operation, ResourceType, &'
         "/v1/groups/{group}" => (O::Delete, R::Group, "group"),
         "/v1/groups/{group}/offsets" => (O::Read, R::Group, "group"),
         r if r.starts_with("/v1/topics/{topic}/partitions/{partition}/")
-            || r == "/v1/transactions/abort" =>
+            || r == "/v1/transactions/abort"
+            || r == "/v1/agents/{node_id}/drain" =>
         {
             (O::Alter, R::Cluster, "")
         }
         "/v1/audit"
+        | "/v1/agents"
+        | "/v1/agents/{node_id}"
         | "/v1/tiering"
         | "/v1/partitions"
         | "/v1/compaction"

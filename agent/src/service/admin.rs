@@ -116,13 +116,19 @@ impl Admin {
     }
 
     /// The live agents to place replicas on, in placement order (see
-    /// [`rack_alternated`]). Placement is rare; read the freshest view.
+    /// [`rack_alternated`]): agents being drained take no new replicas, unless every
+    /// live agent is. Placement is rare; read the freshest view.
     async fn live_agents(&self) -> Vec<i32> {
         let membership = self.replicas.membership();
         if let Err(e) = membership.refresh().await {
             tracing::warn!(error = %e, "cannot read the live agents; placing on the last known");
         }
-        rack_alternated(&membership.live())
+        let agents = membership.live_agents();
+        let mut live = membership.live();
+        if live.iter().any(|a| !agents.is_draining(a.node_id)) {
+            live.retain(|a| !agents.is_draining(a.node_id));
+        }
+        rack_alternated(&live)
     }
 
     /// Validates and (unless `validate_only`) creates a topic, then serves it.

@@ -4,6 +4,7 @@
 //! share them. The edges translate wire types to these and back.
 
 pub mod admin;
+pub mod agents;
 pub mod archive;
 pub mod fetch;
 pub mod lifecycle;

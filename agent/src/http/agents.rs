@@ -1,0 +1,126 @@
+//! The agents of the cluster (`docs/cluster.md`, "Replacing, draining and balancing"):
+//!
+//! - `GET /v1/agents`: every agent the metastore knows of, live or gone, with its
+//!   replicas and leaderships, replacements pending (and when they are due), drains in
+//!   progress, and what the controller is moving;
+//! - `GET /v1/agents/{node_id}`: one of them;
+//! - `POST /v1/agents/{node_id}/drain`: moves the agent's leaderships and then its
+//!   replicas away (202; poll the agent until `drain.safe_to_stop`);
+//! - `DELETE /v1/agents/{node_id}/drain`: stops draining it.
+//!
+//! Drains are audited; they need ALTER on the cluster, the views DESCRIBE.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{Extensions, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use super::HttpApi;
+use super::admin::{audited, caller};
+use super::problem::Problem;
+use crate::service::agents::{Agents, AgentsError};
+
+type NodePath = Result<axum::extract::Path<i32>, axum::extract::rejection::PathRejection>;
+
+fn service(http: &HttpApi) -> Agents {
+    Agents::new(
+        Arc::clone(http.broker.replicas()),
+        http.broker.settings().healing(),
+    )
+}
+
+impl From<AgentsError> for Problem {
+    fn from(e: AgentsError) -> Problem {
+        match e {
+            AgentsError::UnknownAgent(_) => Problem::new(StatusCode::NOT_FOUND, e.to_string()),
+            AgentsError::Metastore(e) => Problem::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("cannot read the metastore: {e}"),
+            ),
+        }
+    }
+}
+
+fn node(p: NodePath) -> Result<i32, Problem> {
+    p.map(|p| p.0).map_err(Problem::from)
+}
+
+/// `GET /v1/agents`.
+pub async fn list(State(http): State<Arc<HttpApi>>) -> Response {
+    match service(&http).list().await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => Problem::from(e).into_response(),
+    }
+}
+
+/// `GET /v1/agents/{node_id}`.
+pub async fn get(State(http): State<Arc<HttpApi>>, p: NodePath) -> Response {
+    let outcome = match node(p) {
+        Ok(n) => service(&http).get(n).await.map_err(Problem::from),
+        Err(p) => Err(p),
+    };
+    match outcome {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(p) => p.into_response(),
+    }
+}
+
+/// `POST /v1/agents/{node_id}/drain`.
+pub async fn drain(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    p: NodePath,
+) -> Response {
+    let caller = caller(&extensions);
+    let n = match node(p) {
+        Ok(n) => n,
+        Err(p) => return p.into_response(),
+    };
+    let outcome = match service(&http).drain(n).await {
+        Ok(v) => serde_json::to_value(v)
+            .map(|v| (StatusCode::ACCEPTED, v))
+            .map_err(|e| Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(e) => Err(Problem::from(e)),
+    };
+    audited(
+        &http,
+        &caller,
+        "agent.drain",
+        &format!("agent:{n}"),
+        json!({}),
+        outcome,
+    )
+}
+
+/// `DELETE /v1/agents/{node_id}/drain`.
+pub async fn undrain(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    p: NodePath,
+) -> Response {
+    let caller = caller(&extensions);
+    let n = match node(p) {
+        Ok(n) => n,
+        Err(p) => return p.into_response(),
+    };
+    let outcome = service(&http)
+        .undrain(n)
+        .await
+        .map(|was| {
+            (
+                StatusCode::OK,
+                json!({ "node_id": n, "draining": false, "was_draining": was }),
+            )
+        })
+        .map_err(Problem::from);
+    audited(
+        &http,
+        &caller,
+        "agent.undrain",
+        &format!("agent:{n}"),
+        json!({}),
+        outcome,
+    )
+}

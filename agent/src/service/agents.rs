@@ -1,0 +1,221 @@
+//! The agents of the cluster as an operator sees them, and draining one: who is live,
+//! on which rack and disk, how many replicas and leaderships each holds, which replicas
+//! of gone agents wait for their replacement and until when, and for an agent being
+//! drained, what it still holds and whether it is safe to stop. The HTTP API
+//! (`/v1/agents`) and the CLI (`strata agents`) are its edges.
+//!
+//! A drain is a record in the metastore ([`strata_metastore::DrainRecord`]); the
+//! controller then moves the agent's leaderships to other in-sync replicas and its
+//! replicas to other agents (`controller.rs`, [`strata_replication::placement`]), and
+//! gives it no new ones. It is safe to stop once it leads nothing and holds no replica.
+//! Everything here is read fresh from the metastore.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde::Serialize;
+use strata_metastore::{Roster, TopicRecord};
+use strata_replication::placement::{self, Placed};
+
+use crate::controller::{Healing, placed_agents_of};
+use crate::replicas::ReplicaManager;
+
+/// Why a request about agents is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentsError {
+    #[error("no agent {0} has ever registered in this cluster")]
+    UnknownAgent(i32),
+    #[error(transparent)]
+    Metastore(#[from] strata_metastore::Error),
+}
+
+/// One agent.
+#[derive(Debug, Clone, Serialize)]
+pub struct AgentView {
+    pub node_id: i32,
+    pub live: bool,
+    /// Where clients reach it (its inter-agent listener's address).
+    pub kafka: String,
+    pub http: String,
+    pub rack: Option<String>,
+    pub data_dir_id: String,
+    /// When its lease ended, if it is gone.
+    pub gone_since_ms: Option<i64>,
+    /// Replicas on it, leaderships, and partitions that list it first.
+    pub replicas: usize,
+    pub leaderships: usize,
+    pub preferred_leaderships: usize,
+    /// Partitions whose replica on it is being moved elsewhere.
+    pub moving_out: usize,
+    /// Partitions whose replica on it is being added (copying).
+    pub moving_in: usize,
+    /// Replicas on it waiting for the replacement delay, and when the first is due.
+    pub replacements_pending: usize,
+    pub replacement_due_ms: Option<i64>,
+    pub drain: Option<DrainView>,
+}
+
+/// A drain in progress.
+#[derive(Debug, Clone, Serialize)]
+pub struct DrainView {
+    pub requested_at_ms: i64,
+    pub leaderships_left: usize,
+    pub replicas_left: usize,
+    /// It leads nothing and holds no replica: stopping it costs nothing.
+    pub safe_to_stop: bool,
+    /// Why it is not done yet, when it cannot be done without more agents.
+    pub waiting_for: Option<String>,
+}
+
+/// Every agent, and what placement is doing.
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterAgents {
+    pub controller: i32,
+    pub replica_replacement_delay_ms: i64,
+    pub replica_moves_max: usize,
+    pub moves_in_flight: usize,
+    pub agents: Vec<AgentView>,
+}
+
+/// The agents service.
+#[derive(Debug)]
+pub struct Agents {
+    replicas: Arc<ReplicaManager>,
+    healing: Healing,
+}
+
+impl Agents {
+    pub fn new(replicas: Arc<ReplicaManager>, healing: Healing) -> Agents {
+        Agents { replicas, healing }
+    }
+
+    fn now_ms(&self) -> i64 {
+        self.replicas.membership().clock().wall_ms()
+    }
+
+    /// Every agent the metastore knows of, by node id.
+    pub async fn list(&self) -> Result<ClusterAgents, AgentsError> {
+        let metastore = self.replicas.metastore();
+        let roster = metastore.roster().await?;
+        let topics = metastore.topics().await?;
+        Ok(self.view(&roster, &topics))
+    }
+
+    /// One agent.
+    pub async fn get(&self, node_id: i32) -> Result<AgentView, AgentsError> {
+        self.list()
+            .await?
+            .agents
+            .into_iter()
+            .find(|a| a.node_id == node_id)
+            .ok_or(AgentsError::UnknownAgent(node_id))
+    }
+
+    /// Starts draining agent `node_id` (the one registered under it now); returns it.
+    pub async fn drain(&self, node_id: i32) -> Result<AgentView, AgentsError> {
+        match self
+            .replicas
+            .metastore()
+            .start_drain(node_id, self.now_ms())
+            .await
+        {
+            Err(strata_metastore::Error::Invalid(_)) => {
+                return Err(AgentsError::UnknownAgent(node_id));
+            }
+            r => r?,
+        };
+        tracing::info!(node_id, "draining agent");
+        self.get(node_id).await
+    }
+
+    /// Stops draining `node_id`; returns whether a drain was in force.
+    pub async fn undrain(&self, node_id: i32) -> Result<bool, AgentsError> {
+        let metastore = self.replicas.metastore();
+        if metastore.roster().await?.agent(node_id).is_none() {
+            return Err(AgentsError::UnknownAgent(node_id));
+        }
+        let was = metastore.stop_drain(node_id).await?;
+        if was {
+            tracing::info!(node_id, "no longer draining agent");
+        }
+        Ok(was)
+    }
+
+    fn view(&self, roster: &Roster, topics: &[TopicRecord]) -> ClusterAgents {
+        let now = self.now_ms();
+        let placed: Vec<Placed> = topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(|p| Placed {
+                    topic: &t.name,
+                    record: p,
+                })
+            })
+            .collect();
+        let agents = placed_agents_of(roster, &placed, now, &mut BTreeMap::new());
+        let plan = placement::plan(&placed, &agents, &self.healing.policy(), now);
+        let views = roster
+            .agents
+            .iter()
+            .map(|a| {
+                let n = a.node_id;
+                let live = a.lease_until_ms > now;
+                let on = |f: &dyn Fn(&strata_metastore::PartitionRecord) -> bool| {
+                    placed.iter().filter(|p| f(p.record)).count()
+                };
+                let replicas = on(&|r| r.replicas.contains(&n));
+                let leaderships = on(&|r| r.leader == n);
+                let pending: Vec<i64> = plan
+                    .pending
+                    .iter()
+                    .filter(|p| p.replica == n)
+                    .map(|p| p.due_ms)
+                    .collect();
+                let drain = roster
+                    .drains
+                    .get(&n)
+                    .filter(|_| roster.is_draining(a))
+                    .map(|d| {
+                        let planned = plan.moves.iter().any(|m| m.replicas.contains(&n));
+                        let moving = on(&|r| r.removing.contains(&n));
+                        DrainView {
+                            requested_at_ms: d.requested_at_ms,
+                            leaderships_left: leaderships,
+                            replicas_left: replicas,
+                            safe_to_stop: replicas == 0 && leaderships == 0,
+                            waiting_for: (replicas > 0 && moving == 0 && !planned).then(|| {
+                                "an agent to take its replicas: every live agent that is not being \
+                             drained already holds a replica of the partitions left, or the \
+                             moves budget is in use"
+                                    .to_string()
+                            }),
+                        }
+                    });
+                AgentView {
+                    node_id: n,
+                    live,
+                    kafka: format!("{}:{}", a.host, a.port),
+                    http: a.http.clone(),
+                    rack: a.rack.clone(),
+                    data_dir_id: a.data_dir_id.clone(),
+                    gone_since_ms: (!live).then_some(a.lease_until_ms),
+                    replicas,
+                    leaderships,
+                    preferred_leaderships: on(&|r| r.replicas.first() == Some(&n)),
+                    moving_out: on(&|r| r.removing.contains(&n)),
+                    moving_in: on(&|r| r.adding.contains(&n)),
+                    replacements_pending: pending.len(),
+                    replacement_due_ms: pending.iter().min().copied(),
+                    drain,
+                }
+            })
+            .collect();
+        ClusterAgents {
+            controller: self.replicas.membership().controller_id(),
+            replica_replacement_delay_ms: self.healing.replacement_delay.as_millis() as i64,
+            replica_moves_max: self.healing.max_moves,
+            moves_in_flight: plan.in_flight,
+            agents: views,
+        }
+    }
+}
