@@ -155,6 +155,7 @@ locals {
     fdb_prefix = "strata", fdb_version = "7.3.69", fdb_package_base_url = "https://example.invalid/fdb"
     fdb_clients_sha256 = "0", strata_binary_s3_uri = "", strata_binary_sha256 = ""
     kafka_port = 9092, http_port = 9644, stop_timeout_seconds = 120, log_filter = "info"
+    drain_timeout_seconds = 1800, drain_hook_name = "strata-drain"
     extra_settings_toml = "[topic_defaults]\nnum_partitions = 6"
   }
   fdb_vars = {

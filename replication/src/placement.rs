@@ -161,20 +161,8 @@ pub fn plan(
         let Some(to) = replacement(r, gone, agents, &load) else {
             continue;
         };
-        let target: Vec<i32> = r
-            .replicas
-            .iter()
-            .map(|&n| if n == gone { to } else { n })
-            .collect();
-        load.moved(gone, to, r.replicas.first() == Some(&gone));
-        moved.insert((p.topic.to_string(), r.index));
-        plan.moves.push(Move {
-            topic: p.topic.to_string(),
-            index: r.index,
-            replicas: r.replicas.clone(),
-            target,
-            why,
-        });
+        plan.moves
+            .push(swap(p, gone, to, why, &mut load, &mut moved));
         budget -= 1;
     }
 
@@ -191,42 +179,25 @@ pub fn plan(
         let Some((from, to)) = load.extremes(|l| l.replicas) else {
             break;
         };
-        let candidate = partitions.iter().find(|p| {
+        let movable = |p: &&Placed<'_>| {
             let r = p.record;
             r.replicas.contains(&from)
                 && !r.replicas.contains(&to)
                 && !moved.contains(&(p.topic.to_string(), r.index))
                 && racks_after(r, from, to, agents) >= racks(&r.replicas, agents)
-                // A partition it does not lead first: no leadership moves with it.
-                && r.replicas.first() != Some(&from)
-        });
-        let candidate = candidate.or_else(|| {
-            partitions.iter().find(|p| {
-                let r = p.record;
-                r.replicas.contains(&from)
-                    && !r.replicas.contains(&to)
-                    && !moved.contains(&(p.topic.to_string(), r.index))
-                    && racks_after(r, from, to, agents) >= racks(&r.replicas, agents)
-            })
-        });
+        };
+        // A partition it is not the preferred leader of first: no leadership moves.
+        let candidate = partitions
+            .iter()
+            .filter(movable)
+            .find(|p| p.record.replicas.first() != Some(&from))
+            .or_else(|| partitions.iter().find(movable));
         let Some(p) = candidate else {
             break;
         };
-        let r = p.record;
-        let target: Vec<i32> = r
-            .replicas
-            .iter()
-            .map(|&n| if n == from { to } else { n })
-            .collect();
-        load.moved(from, to, r.replicas.first() == Some(&from));
-        moved.insert((p.topic.to_string(), r.index));
-        plan.moves.push(Move {
-            topic: p.topic.to_string(),
-            index: r.index,
-            replicas: r.replicas.clone(),
-            target,
-            why: Why::Balance { from },
-        });
+        let why = Why::Balance { from };
+        plan.moves
+            .push(swap(p, from, to, why, &mut load, &mut moved));
         budget -= 1;
     }
     // Preferred leaderships: reorder a partition's replicas, which moves no data.
@@ -255,6 +226,31 @@ pub fn plan(
         });
     }
     plan
+}
+
+/// The move of `p`'s replica on `from` to `to` (at the same place in the list), counted.
+fn swap(
+    p: &Placed<'_>,
+    from: i32,
+    to: i32,
+    why: Why,
+    load: &mut Load,
+    moved: &mut BTreeSet<(String, u32)>,
+) -> Move {
+    let r = p.record;
+    load.moved(from, to, r.replicas.first() == Some(&from));
+    moved.insert((p.topic.to_string(), r.index));
+    Move {
+        topic: p.topic.to_string(),
+        index: r.index,
+        replicas: r.replicas.clone(),
+        target: r
+            .replicas
+            .iter()
+            .map(|&n| if n == from { to } else { n })
+            .collect(),
+        why,
+    }
 }
 
 /// Replicas and preferred leaderships per agent that takes replicas.

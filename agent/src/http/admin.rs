@@ -240,6 +240,8 @@ async fn describe(http: &HttpApi, topic: &str) -> Result<Value, Problem> {
                 "leader_epoch": p.leader_epoch,
                 "replicas": p.replicas,
                 "isr": p.isr,
+                "eligible_leader_replicas": p.elr,
+                "directories": p.directories,
                 "adding_replicas": p.adding,
                 "removing_replicas": p.removing,
                 "disabled": state.record.disabled.get(&p.index),

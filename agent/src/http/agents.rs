@@ -73,25 +73,19 @@ pub async fn drain(
     extensions: Extensions,
     p: NodePath,
 ) -> Response {
-    let caller = caller(&extensions);
-    let n = match node(p) {
-        Ok(n) => n,
-        Err(p) => return p.into_response(),
-    };
-    let outcome = match service(&http).drain(n).await {
-        Ok(v) => serde_json::to_value(v)
-            .map(|v| (StatusCode::ACCEPTED, v))
-            .map_err(|e| Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-        Err(e) => Err(Problem::from(e)),
-    };
-    audited(
+    act(
         &http,
-        &caller,
+        &extensions,
+        p,
         "agent.drain",
-        &format!("agent:{n}"),
-        json!({}),
-        outcome,
+        |agents, n| async move {
+            let v = agents.drain(n).await?;
+            let v = serde_json::to_value(v)
+                .map_err(|e| Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+            Ok((StatusCode::ACCEPTED, v))
+        },
     )
+    .await
 }
 
 /// `DELETE /v1/agents/{node_id}/drain`.
@@ -100,25 +94,44 @@ pub async fn undrain(
     extensions: Extensions,
     p: NodePath,
 ) -> Response {
-    let caller = caller(&extensions);
+    act(
+        &http,
+        &extensions,
+        p,
+        "agent.undrain",
+        |agents, n| async move {
+            let was = agents.undrain(n).await?;
+            Ok((
+                StatusCode::OK,
+                json!({ "node_id": n, "draining": false, "was_draining": was }),
+            ))
+        },
+    )
+    .await
+}
+
+/// Runs an audited action on agent `p`.
+async fn act<F, Fut>(
+    http: &HttpApi,
+    extensions: &Extensions,
+    p: NodePath,
+    action: &str,
+    f: F,
+) -> Response
+where
+    F: FnOnce(Agents, i32) -> Fut,
+    Fut: std::future::Future<Output = Result<(StatusCode, serde_json::Value), Problem>>,
+{
+    let caller = caller(extensions);
     let n = match node(p) {
         Ok(n) => n,
         Err(p) => return p.into_response(),
     };
-    let outcome = service(&http)
-        .undrain(n)
-        .await
-        .map(|was| {
-            (
-                StatusCode::OK,
-                json!({ "node_id": n, "draining": false, "was_draining": was }),
-            )
-        })
-        .map_err(Problem::from);
+    let outcome = f(service(http), n).await;
     audited(
-        &http,
+        http,
         &caller,
-        "agent.undrain",
+        action,
         &format!("agent:{n}"),
         json!({}),
         outcome,

@@ -115,3 +115,26 @@ resource "aws_iam_instance_profile" "agents" {
   role        = aws_iam_role.agents.name
   tags        = var.tags
 }
+
+# strata-drain-watch finds its group and completes the drain hook on its own instance.
+# DescribeAutoScalingInstances has no resource-level permissions.
+data "aws_iam_policy_document" "drain" {
+  #checkov:skip=CKV_AWS_356:DescribeAutoScalingInstances supports no resource-level permissions; it only reads which group an instance is in.
+  statement {
+    sid       = "FindOwnGroup"
+    actions   = ["autoscaling:DescribeAutoScalingInstances"]
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "CompleteDrainHook"
+    actions   = ["autoscaling:CompleteLifecycleAction", "autoscaling:RecordLifecycleActionHeartbeat"]
+    resources = [aws_autoscaling_group.agents.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "drain" {
+  name   = "strata-agent-drain"
+  role   = aws_iam_role.agents.id
+  policy = data.aws_iam_policy_document.drain.json
+}

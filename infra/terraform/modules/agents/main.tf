@@ -5,7 +5,14 @@
 # Identity comes from the instance, not from Terraform: node_id is derived from the
 # primary private IPv4 (unique in the VPC and stable for the instance's life), the
 # advertised address is that IP, and the rack is the availability zone. A replacement
-# instance joins as a new node; its instance store starts empty anyway.
+# instance joins as a new node; its instance store starts empty anyway: the cluster
+# replaces a dead agent's replicas by itself (replica_replacement_delay_ms), and an
+# instance that comes back from a stop/start with a blank instance store under its old
+# node id rebuilds its replicas (docs/cluster.md, "Agents are cattle").
+#
+# Scale-in and instance refreshes drain first: a lifecycle hook holds a terminating
+# instance while strata-drain-watch, on the instance, drains the agent (its leaderships
+# and then its replicas move to the other agents), stops it, and completes the hook.
 
 data "aws_partition" "current" {}
 
@@ -27,8 +34,9 @@ data "aws_ami" "selected" {
 }
 
 locals {
-  archive_url = "s3://${var.archive_bucket_name}/${var.archive_prefix}"
-  region      = data.aws_region.current.name
+  archive_url     = "s3://${var.archive_bucket_name}/${var.archive_prefix}"
+  region          = data.aws_region.current.name
+  drain_hook_name = "strata-drain"
 
   user_data = templatefile("${path.module}/user-data.sh.tftpl", {
     region                 = local.region
@@ -43,6 +51,8 @@ locals {
     kafka_port             = var.kafka_port
     http_port              = var.http_port
     stop_timeout_seconds   = var.stop_timeout_seconds
+    drain_timeout_seconds  = var.drain_timeout_seconds
+    drain_hook_name        = local.drain_hook_name
     log_filter             = var.log_filter
     extra_settings_toml    = var.extra_settings_toml
   })
@@ -155,4 +165,14 @@ resource "aws_autoscaling_group" "agents" {
       propagate_at_launch = true
     }
   }
+}
+
+# A terminating instance waits in Terminating:Wait until strata-drain-watch completes
+# the hook (the agent drained and stopped), or the timeout passes.
+resource "aws_autoscaling_lifecycle_hook" "drain" {
+  name                   = local.drain_hook_name
+  autoscaling_group_name = aws_autoscaling_group.agents.name
+  lifecycle_transition   = "autoscaling:EC2_INSTANCE_TERMINATING"
+  heartbeat_timeout      = var.drain_timeout_seconds
+  default_result         = "CONTINUE"
 }

@@ -210,6 +210,17 @@ variable "stop_timeout_seconds" {
   }
 }
 
+variable "drain_timeout_seconds" {
+  description = "How long a terminating agent may drain (move its leaderships and replicas to the other agents) before the autoscaling group terminates it anyway: the lifecycle hook's heartbeat timeout."
+  type        = number
+  default     = 1800
+
+  validation {
+    condition     = var.drain_timeout_seconds >= 60 && var.drain_timeout_seconds <= 7200
+    error_message = "The drain_timeout_seconds must be between 60 and 7200 (the lifecycle hook's limits)."
+  }
+}
+
 variable "log_filter" {
   description = "STRATA_LOG for the agents (tracing EnvFilter syntax, e.g. info or info,strata_tiering=debug)."
   type        = string
