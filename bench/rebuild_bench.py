@@ -120,21 +120,24 @@ def produce(servers: str, topic: str, partitions: int, mib: int) -> int:
     return count
 
 
-def in_sync(agents: list[Agent], topic: str, node: int) -> bool:
-    a = AdminClient({"bootstrap.servers": ",".join(x.bootstrap for x in agents if x.node != node)})
-    md = a.list_topics(topic=topic, timeout=10).topics[topic]
-    return all(node in pm.isrs for pm in md.partitions.values())
+def in_sync(agent: Agent, topic: str, partitions: int) -> bool:
+    """Whether every replica of `topic` on `agent` is back in the ISR, as the agent itself
+    sees it (it made the record that took it out, so its view is not stale)."""
+    mine = [p for p in json.loads(agent.get("/v1/partitions"))["partitions"] if p["topic"] == topic]
+    return len(mine) == partitions and all(p.get("role") == "leader" or p.get("in_isr") for p in mine)
 
 
 def archived(agent: Agent, topic: str) -> bool:
     tiering = json.loads(agent.get("/v1/tiering"))
     mine = [p for p in tiering["partitions"] if p["topic"] == topic]
-    return bool(mine) and all(p["waiting_for"] and "active segment" in p["waiting_for"] for p in mine)
+    return bool(mine) and all(p.get("lag_records", 1) == 0
+                              or "active segment" in (p.get("waiting_for") or "") for p in mine)
 
 
 def read_back(agent: Agent, topic: str, partitions: int, count: int) -> None:
     c = Consumer({"bootstrap.servers": agent.bootstrap, "group.id": "rebuild-bench",
-                  "enable.auto.commit": False, "fetch.max.bytes": 64 << 20})
+                  "enable.auto.commit": False, "fetch.max.bytes": 64 << 20,
+                  "topic.metadata.refresh.interval.ms": 1000, "log_level": 3})
     c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
     seen = 0
     deadline = time.monotonic() + 300
@@ -175,7 +178,7 @@ def run_path(binary: Path, root: Path, opts, tiered: bool) -> dict:
     victim.kill()
     shutil.rmtree(victim.data)
     started = victim.start()
-    while not in_sync(agents, topic, victim.node):
+    while not in_sync(victim, topic, opts.partitions):
         time.sleep(0.1)
     seconds = time.monotonic() - started
     archive, leader = victim.rebuilt("archive"), victim.rebuilt("leader")
@@ -183,8 +186,9 @@ def run_path(binary: Path, root: Path, opts, tiered: bool) -> dict:
         a.kill()
     read_back(victim, topic, opts.partitions, count)
     victim.kill()
-    shutil.rmtree(root)
-    root.mkdir()
+    if not opts.keep:
+        shutil.rmtree(root)
+        root.mkdir()
     total = archive + leader
     return {
         "path": "archive" if tiered else "leader",
@@ -205,6 +209,7 @@ def main() -> None:
     ap.add_argument("--mib", type=int, default=512)
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--out", type=Path)
+    ap.add_argument("--keep", action="store_true", help="keep the agents' directories and logs")
     opts = ap.parse_args()
     if not opts.strata.exists():
         raise SystemExit(f"no {opts.strata}: cargo build --release -p strata-agent --bin strata")
@@ -220,7 +225,8 @@ def main() -> None:
                       run_path(opts.strata, root, opts, False)],
         }
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if not opts.keep:
+            shutil.rmtree(root, ignore_errors=True)
     disk = results["references"]["disk"]["sequential_write_fdatasync_mb_per_s"]
     net = results["references"]["loopback"].get("tcp_mb_per_s")
     print(f"references: disk sequential write (fdatasync) {disk} MB/s, loopback TCP {net} MB/s")

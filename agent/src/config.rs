@@ -357,7 +357,7 @@ impl Default for Settings {
             replica_lag_time_max_ms: 30_000,
             leader_rebalance_interval_ms: 30_000,
             replica_replacement_delay_ms: 300_000,
-            replica_moves_max: 10,
+            replica_moves_max: 20,
             replica_balance_enabled: true,
             replica_rebuild_max_bytes_per_second: 100 * 1024 * 1024,
             ack_durability: AckDurability::Fsync,

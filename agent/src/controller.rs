@@ -33,7 +33,7 @@ use crate::tasks::Stopped;
 const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// How often the controller plans replacements and balancing.
-const PLAN_EVERY: Duration = Duration::from_secs(2);
+const PLAN_EVERY: Duration = Duration::from_secs(1);
 
 /// What self-healing and balancing may do ([`strata_replication::placement::Policy`]).
 #[derive(Debug, Clone, Copy)]
@@ -271,6 +271,41 @@ pub fn placed_agents_of(
     agents
 }
 
+/// How long the record of an agent gone for good (no partition names it) is kept: a
+/// day, or ten replacement delays if that is longer.
+fn forget_after(healing: &Healing) -> i64 {
+    (healing.replacement_delay.as_millis() as i64 * 10).max(24 * 3600 * 1000)
+}
+
+/// Forgets the records (and drains) of agents gone for longer than [`forget_after`]
+/// that no partition names: with agents replaced under new node ids, they would pile
+/// up in every roster read.
+async fn forget_departed(replicas: &ReplicaManager, healing: &Healing) {
+    let now = replicas.membership().clock().wall_ms();
+    let before = now - forget_after(healing);
+    let roster = replicas.membership().roster();
+    let named: std::collections::BTreeSet<i32> = replicas
+        .topics()
+        .iter()
+        .flat_map(|t| t.record.partitions.iter())
+        .flat_map(|p| p.replicas.iter().copied())
+        .collect();
+    for a in roster.agents.iter().filter(|a| a.lease_until_ms < before) {
+        if named.contains(&a.node_id) {
+            continue;
+        }
+        let metastore = replicas.metastore();
+        let forgotten = async {
+            metastore.forget_agent(a.node_id, before).await?;
+            metastore.stop_drain(a.node_id).await
+        };
+        match forgotten.await {
+            Ok(_) => tracing::info!(node_id = a.node_id, "forgot an agent gone for good"),
+            Err(e) => tracing::warn!(node_id = a.node_id, error = %e, "cannot forget a departed agent"),
+        }
+    }
+}
+
 /// What placement would do now, as this agent sees the cluster (the controller's plan,
 /// or a view of it for `GET /v1/agents`).
 pub fn current_plan(
@@ -301,6 +336,7 @@ async fn heal(
     healing: &Healing,
     unseen: &mut BTreeMap<i32, i64>,
 ) -> Result<(), LostLease> {
+    forget_departed(replicas, healing).await;
     let plan = current_plan(replicas, healing, unseen);
     let me = (
         replicas.node_id(),

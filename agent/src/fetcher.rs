@@ -226,7 +226,7 @@ async fn follow_once(
                         let appended =
                             partition.append_replicated(epoch, &records, high_watermark, now_ms());
                         if catching_up && appended.is_ok() {
-                            partition.note_leader_log_end(high_watermark.max(offset));
+                            partition.note_leader_high_watermark(high_watermark.max(offset));
                             rebuilds.charge(partition, "leader", records.len()).await;
                         }
                         appended

@@ -270,7 +270,7 @@ struct AgentArgs {
     #[arg(long, env = "STRATA_REPLICA_REPLACEMENT_DELAY_MS")]
     replica_replacement_delay_ms: Option<u64>,
     /// Partitions moved at once, at most, cluster-wide (replacements, drains,
-    /// balancing). [default: 10]
+    /// balancing). [default: 20]
     #[arg(long, env = "STRATA_REPLICA_MOVES_MAX")]
     replica_moves_max: Option<usize>,
     /// Spread replicas and preferred leaderships evenly over the live agents. [default: true]

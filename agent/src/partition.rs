@@ -80,8 +80,8 @@ pub struct RebuildProgress {
     pub from_leader_bytes: u64,
     /// The source of the last copy: `archive` or `leader`.
     pub source: Option<&'static str>,
-    /// The leader's log end, as its last answer said.
-    pub leader_log_end: i64,
+    /// The leader's high watermark, as its last answer said.
+    pub leader_high_watermark: i64,
 }
 
 /// A replica's offsets and size, and as leader its replication, for `/metrics`.
@@ -344,12 +344,12 @@ impl Partition {
         r.source = Some(source);
     }
 
-    /// The leader's log end, as a fetch answer said.
-    pub fn note_leader_log_end(&self, end: i64) {
+    /// The leader's high watermark, as a fetch answer said.
+    pub fn note_leader_high_watermark(&self, hw: i64) {
         self.rebuild
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .leader_log_end = end;
+            .leader_high_watermark = hw;
     }
 
     /// What this replica copied while it was not in sync.
@@ -615,7 +615,7 @@ impl Partition {
                 status["in_isr"] = self.in_isr().into();
                 let r = self.rebuild_progress();
                 if !self.in_isr() || r.from_archive_bytes + r.from_leader_bytes > 0 {
-                    let offsets_left = (r.leader_log_end - log_end).max(0);
+                    let offsets_left = (r.leader_high_watermark - log_end).max(0);
                     // Bytes left, at the bytes per offset of what this log holds.
                     let size = self.log().size_bytes();
                     let per_offset = size as f64 / (log_end - log_start).max(1) as f64;
@@ -624,7 +624,7 @@ impl Partition {
                         "source": r.source,
                         "from_archive_bytes": r.from_archive_bytes,
                         "from_leader_bytes": r.from_leader_bytes,
-                        "leader_log_end_offset": r.leader_log_end,
+                        "leader_high_watermark": r.leader_high_watermark,
                         "offsets_left": offsets_left,
                         "estimated_bytes_left": (offsets_left as f64 * per_offset) as u64,
                     });
