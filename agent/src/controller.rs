@@ -301,7 +301,9 @@ async fn forget_departed(replicas: &ReplicaManager, healing: &Healing) {
         };
         match forgotten.await {
             Ok(_) => tracing::info!(node_id = a.node_id, "forgot an agent gone for good"),
-            Err(e) => tracing::warn!(node_id = a.node_id, error = %e, "cannot forget a departed agent"),
+            Err(e) => {
+                tracing::warn!(node_id = a.node_id, error = %e, "cannot forget a departed agent")
+            }
         }
     }
 }
