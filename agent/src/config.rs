@@ -239,6 +239,25 @@ pub struct Settings {
     pub replica_rebuild_max_bytes_per_second: u64,
 }
 
+/// What the controller's self-healing and balancing may do (`controller.rs`,
+/// [`strata_replication::placement::Policy`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Healing {
+    pub replacement_delay: std::time::Duration,
+    pub max_moves: usize,
+    pub balance: bool,
+}
+
+impl Healing {
+    pub fn policy(&self) -> strata_replication::placement::Policy {
+        strata_replication::placement::Policy {
+            replacement_delay_ms: self.replacement_delay.as_millis() as i64,
+            max_moves: self.max_moves,
+            balance: self.balance,
+        }
+    }
+}
+
 /// The metastore backends.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
@@ -399,8 +418,8 @@ impl Settings {
     /// first auto-created topic, a lease that can never be renewed), so that the agent
     /// refuses to start with a message naming the setting instead.
     /// What the controller's self-healing and balancing may do.
-    pub fn healing(&self) -> crate::controller::Healing {
-        crate::controller::Healing {
+    pub fn healing(&self) -> Healing {
+        Healing {
             replacement_delay: std::time::Duration::from_millis(self.replica_replacement_delay_ms),
             max_moves: self.replica_moves_max,
             balance: self.replica_balance_enabled,

@@ -23,7 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use strata_metastore::Roster;
-use strata_replication::placement::{self, Placed, PlacedAgent, Plan, Policy};
+use strata_replication::placement::{self, Placed, PlacedAgent, Plan};
+
+pub use crate::config::Healing;
 
 use crate::replicas::ReplicaManager;
 use crate::tasks::Stopped;
@@ -34,24 +36,6 @@ const CHECK_EVERY: Duration = Duration::from_millis(250);
 
 /// How often the controller plans replacements and balancing.
 const PLAN_EVERY: Duration = Duration::from_secs(1);
-
-/// What self-healing and balancing may do ([`strata_replication::placement::Policy`]).
-#[derive(Debug, Clone, Copy)]
-pub struct Healing {
-    pub replacement_delay: Duration,
-    pub max_moves: usize,
-    pub balance: bool,
-}
-
-impl Healing {
-    pub fn policy(&self) -> Policy {
-        Policy {
-            replacement_delay_ms: self.replacement_delay.as_millis() as i64,
-            max_moves: self.max_moves,
-            balance: self.balance,
-        }
-    }
-}
 
 /// Claims (and renews) the controller lease, and runs elections and placement while this
 /// agent holds it. Gives the lease up on shutdown.

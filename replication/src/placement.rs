@@ -151,8 +151,9 @@ pub fn plan(
             });
             continue;
         }
-        // Its in-sync copies would all go: wait for the agent (or an operator).
-        if !r.isr.iter().any(|&i| i != gone) {
+        // A gone agent holding the only in-sync copies: wait for it (or an operator). A
+        // drained one is live: its replica is copied before it goes.
+        if matches!(why, Why::Replace { .. }) && !r.isr.iter().any(|&i| i != gone) {
             continue;
         }
         if budget == 0 {
@@ -442,6 +443,16 @@ mod tests {
             !drained.moves[0].target.contains(&3),
             "never to a gone agent"
         );
+        // A partition with one replica, on the drained agent, moves too (it is live).
+        let single = record(4, 0, &[4], &[4]);
+        let one = [Placed {
+            topic: "s",
+            record: &single,
+        }];
+        let drained = plan(&one, &agents, &POLICY, 0);
+        assert_eq!(drained.moves.len(), 1, "{drained:?}");
+        assert_eq!(drained.moves[0].target.len(), 1);
+        assert_ne!(drained.moves[0].target[0], 4);
     }
 
     #[test]
