@@ -1,9 +1,9 @@
 """Agents as cattle (issue 32): the cluster heals itself, with no operator, while
 idempotent acks=all producers (librdkafka) and a consumer group run throughout.
 
-- Autoscaling soak: 5 agents, RF=3, `min.insync.replicas=2`, a few hundred partitions,
-  archived as they fill (small segments, tiering on). Each round SIGKILLs a random agent
-  and deletes its disk; five rounds start a replacement with a new node id (as an
+- Autoscaling soak: 5 agents, RF=3, `min.insync.replicas=2`, 300 partitions archived
+  as they fill (small segments, tiering on). Each round SIGKILLs a random agent and
+  deletes its disk; five rounds start a replacement with a new node id (as an
   autoscaling group replaces a dead instance), two start it again under its old node id
   on the empty disk. The controller replaces the dead agent's replicas after
   `replica_replacement_delay_ms` (8 s here), the new replicas copy what is archived from
@@ -235,7 +235,7 @@ def test_an_autoscaling_group_heals_the_cluster_with_no_operator(broker_factory,
     for n in range(1, 6):
         fleet.add(n)
     topic = unique_topic("soak")
-    partitions = 200
+    partitions = 300
     create(fleet, topic, partitions, {"segment.bytes": str(128 * 1024)})
     prod = Padded(fleet.servers(), topic, partitions, tag="soak", rate=800, pad=400).start()
     group = GroupConsumer(fleet.servers(), topic, unique_topic("soak-group")).start()
