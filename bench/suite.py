@@ -160,7 +160,7 @@ class Strata(Broker):
     """A release strata on free ports."""
 
     def __init__(self, binary: Path, root: Path, extra: list[str] | None = None,
-                 name: str = "strata"):
+                 name: str = "strata", tiering: bool = False):
         self.root, self.name = root, name
         self.kafka = free_port()
         self.http = free_port()
@@ -170,8 +170,8 @@ class Strata(Broker):
              "--kafka-listen", f"127.0.0.1:{self.kafka}",
              "--http-listen", f"127.0.0.1:{self.http}",
              # Tiering would compete for the two cores and is measured on its own
-             # (docs/BENCHMARKS.md, replay).
-             "--tiering-enabled", "false", *(extra or [])],
+             # (docs/BENCHMARKS.md, replay; bench/catchup_bench.py).
+             "--tiering-enabled", "true" if tiering else "false", *(extra or [])],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 60
         while True:

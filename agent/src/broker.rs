@@ -86,9 +86,18 @@ impl Broker {
             files,
             shutdown,
         } = parts;
-        let tiering = settings
-            .tiering_enabled
-            .then(|| Arc::new(TieringWorker::new(Arc::clone(&archive), metastore.clone())));
+        // Tiering's encoding, compaction and merging run here, never on a request thread.
+        let background = strata_core::background::Background::start(
+            settings.background(),
+            Arc::clone(membership.clock()),
+        );
+        let tiering = settings.tiering_enabled.then(|| {
+            Arc::new(TieringWorker::new(
+                Arc::clone(&archive),
+                metastore.clone(),
+                Arc::clone(&background),
+            ))
+        });
         let (advertised_host, advertised_port) = settings.advertised()?;
         let settings_data_dir = settings.data_dir.clone();
         let cluster_id = metastore.cluster().await?.cluster_id;
@@ -137,6 +146,7 @@ impl Broker {
                 merge_target_bytes: settings.archive_merge_target_bytes,
                 archive_work: settings.compactor_enabled,
             },
+            background,
         ));
         let producer_ids = Arc::new(ProducerIds::new(metastore.clone()));
         // The ACLs are read before the first request is served: none is decided on an

@@ -38,6 +38,10 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
             merge_target_bytes: settings.archive_merge_target_bytes,
             archive_grace_ms: settings.archive_gc_grace_ms,
         },
+        strata_core::background::Background::start(
+            settings.background(),
+            strata_core::clock::SystemClock::shared(),
+        ),
     );
     // Not a broker: topics inherit the settings and the cluster's dynamic defaults.
     let broker_config = BrokerConfig::new(&settings, ("", 0));

@@ -184,6 +184,19 @@ pub struct Settings {
     pub tiering_enabled: bool,
     /// How often the tiering worker looks for closed segments.
     pub tiering_interval_ms: u64,
+    /// Bytes per second, at most, of closed segments the tiering worker reads and
+    /// encodes for the archive (Kafka's `remote.log.manager.copy.max.bytes.per.second`);
+    /// 0: no limit.
+    pub tiering_max_bytes_per_second: u64,
+    /// Kafka's `log.cleaner.io.max.bytes.per.second`: bytes per second, at most, that
+    /// log and archive compaction and archive merging read; 0: no limit.
+    pub log_cleaner_io_max_bytes_per_second: u64,
+    /// Threads of the background pool, which runs tiering's encoding, compaction and
+    /// merging at a lower CPU priority than requests; 0: half the cores (at least one).
+    pub background_threads: usize,
+    /// The background pool's CPU priority: `idle` (only CPU requests leave unused) or
+    /// `low` (nice 10: about a tenth of a saturated CPU).
+    pub background_priority: BackgroundPriority,
     /// Kafka's `log.retention.check.interval.ms`: how often the leader applies
     /// `retention.ms` and `retention.bytes` and collects archived objects.
     pub log_retention_check_interval_ms: u64,
@@ -268,6 +281,17 @@ pub enum MetastoreKind {
     /// FoundationDB: production, and any cluster spanning machines. Needs a `strata`
     /// built with `--features fdb`.
     Fdb,
+}
+
+/// The CPU priority of background work (`background_priority`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum BackgroundPriority {
+    /// Linux's SCHED_IDLE: only CPU that requests leave unused.
+    #[default]
+    Idle,
+    /// Nice 10: about a tenth of the CPU when requests saturate it.
+    Low,
 }
 
 /// What a leader waits for before it counts a write as durable.
@@ -364,6 +388,10 @@ impl Default for Settings {
             compactor_enabled: true,
             tiering_enabled: true,
             tiering_interval_ms: 1000,
+            tiering_max_bytes_per_second: 0,
+            log_cleaner_io_max_bytes_per_second: 0,
+            background_threads: 0,
+            background_priority: BackgroundPriority::Idle,
             log_retention_check_interval_ms: 300_000,
             archive_gc_grace_ms: 600_000,
             log_cleaner_dedupe_buffer_size: 128 * 1024 * 1024,
@@ -416,7 +444,6 @@ pub fn parse_connection_overrides(text: &str) -> Result<BTreeMap<std::net::IpAdd
 impl Settings {
     /// Checks every setting whose wrong value would only show later (a panic on the
     /// first auto-created topic, a lease that can never be renewed), so that the agent
-    /// refuses to start with a message naming the setting instead.
     /// What the controller's self-healing and balancing may do.
     pub fn healing(&self) -> Healing {
         Healing {
@@ -426,6 +453,25 @@ impl Settings {
         }
     }
 
+    /// The background pool: its threads and each kind's byte rate.
+    pub fn background(&self) -> strata_core::background::Limits {
+        strata_core::background::Limits {
+            threads: match self.background_threads {
+                0 => strata_core::background::Limits::for_this_machine().threads,
+                n => n,
+            },
+            priority: match self.background_priority {
+                BackgroundPriority::Idle => strata_core::background::Priority::Idle,
+                BackgroundPriority::Low => strata_core::background::Priority::Low,
+            },
+            tiering_bytes_per_second: self.tiering_max_bytes_per_second,
+            compaction_bytes_per_second: self.log_cleaner_io_max_bytes_per_second,
+        }
+    }
+
+    /// Checks every setting whose wrong value would only show later (a panic on the
+    /// first auto-created topic, a lease that can never be renewed), so that the agent
+    /// refuses to start with a message naming the setting instead.
     pub fn validate(&self) -> anyhow::Result<()> {
         let fail = |name: &str, why: String| Err(anyhow::anyhow!("invalid setting {name}: {why}"));
         self.advertised()?;

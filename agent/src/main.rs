@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use strata_agent::Settings;
-use strata_agent::config::{AckDurability, MetastoreKind};
+use strata_agent::config::{AckDurability, BackgroundPriority, MetastoreKind};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -198,6 +198,22 @@ struct AgentArgs {
     /// How often (ms) the tiering worker looks for closed segments. [default: 1000]
     #[arg(long, env = "STRATA_TIERING_INTERVAL_MS")]
     tiering_interval_ms: Option<u64>,
+    /// Bytes per second the tiering worker reads and encodes, at most (Kafka's
+    /// remote.log.manager.copy.max.bytes.per.second); 0: no limit. [default: 0]
+    #[arg(long, env = "STRATA_TIERING_MAX_BYTES_PER_SECOND")]
+    tiering_max_bytes_per_second: Option<u64>,
+    /// Kafka's log.cleaner.io.max.bytes.per.second: bytes per second compaction and
+    /// archive merging read, at most; 0: no limit. [default: 0]
+    #[arg(long, env = "STRATA_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
+    log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Threads that run background work (tiering's encoding, compaction, merging) at a
+    /// lower CPU priority; 0: half the cores. [default: 0]
+    #[arg(long, env = "STRATA_BACKGROUND_THREADS")]
+    background_threads: Option<usize>,
+    /// CPU priority of background work: idle (SCHED_IDLE: only CPU requests leave
+    /// unused) or low (nice 10). [default: idle]
+    #[arg(long, env = "STRATA_BACKGROUND_PRIORITY")]
+    background_priority: Option<BackgroundPriority>,
     /// Kafka's log.retention.check.interval.ms: how often retention runs (default
     /// 300000).
     #[arg(long, env = "STRATA_LOG_RETENTION_CHECK_INTERVAL_MS")]
@@ -428,6 +444,18 @@ impl AgentArgs {
         }
         if let Some(v) = self.tiering_interval_ms {
             s.tiering_interval_ms = v;
+        }
+        if let Some(v) = self.tiering_max_bytes_per_second {
+            s.tiering_max_bytes_per_second = v;
+        }
+        if let Some(v) = self.log_cleaner_io_max_bytes_per_second {
+            s.log_cleaner_io_max_bytes_per_second = v;
+        }
+        if let Some(v) = self.background_threads {
+            s.background_threads = v;
+        }
+        if let Some(v) = self.background_priority {
+            s.background_priority = v;
         }
         if let Some(v) = self.log_retention_check_interval_ms {
             s.log_retention_check_interval_ms = v;

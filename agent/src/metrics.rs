@@ -125,6 +125,14 @@ fn describe() {
         "strata_replica_rebuild_bytes_total",
         "Bytes copied into replicas that were not in sync (rebuilding), by source (archive or leader)"
     );
+    describe_counter!(
+        "strata_background_bytes_total",
+        "Bytes handed to the background pool, by kind (tiering: segments encoded for the archive; compaction: objects merged or compacted)"
+    );
+    describe_gauge!(
+        "strata_background_queued",
+        "Background jobs waiting for a thread of the pool"
+    );
     describe_gauge!(
         "strata_replicas_rebuilding",
         "Replicas on this agent that follow but are not in the ISR (copying to catch up)"

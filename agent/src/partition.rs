@@ -985,8 +985,12 @@ impl Partition {
         policy: strata_compactor::CompactionPolicy,
         key_map_bytes: usize,
         now_ms: i64,
+        background: &strata_core::background::Background,
     ) -> Result<(f64, Option<strata_compactor::Cleaned>), PartitionError> {
-        self.blocking(move |p| {
+        use strata_core::background::Kind;
+        let p = Arc::clone(self);
+        let outcome = background.run(Kind::Compaction, 0, move || {
+            let p = &p;
             // Below the last stable offset every transaction has ended, and the log's
             // aborted index says which records were aborted: those go.
             let cleanable = || {
@@ -1021,9 +1025,17 @@ impl Partition {
             let ratio =
                 strata_compactor::compaction::cleanable(&segments, &checkpoint, now_ms, policy)
                     .dirty_ratio;
-            Ok((ratio, cleaned))
-        })
-        .await
+            Ok::<_, PartitionError>((ratio, cleaned))
+        });
+        let (ratio, cleaned) = outcome
+            .await
+            .map_err(|e| PartitionError::Compaction(e.to_string()))??;
+        // Charged after the pass: what it read is known only then. The next pass (of
+        // any partition) waits until the rate allows it.
+        if let Some(done) = &cleaned {
+            background.charge(Kind::Compaction, done.bytes_before).await;
+        }
+        Ok((ratio, cleaned))
     }
 
     /// What retention may delete locally, oldest first: the sealed segments wholly below

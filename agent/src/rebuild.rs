@@ -16,9 +16,10 @@
 //! is held to `replica_rebuild_max_bytes_per_second` per agent ([`RateLimit`]); followers
 //! in sync are never held back (they would fall out of the ISR).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
+use strata_core::background::RateLimit;
 use strata_tiering::ArchiveReader;
 use tokio::time::Instant;
 
@@ -28,46 +29,6 @@ use crate::partition::{Partition, PartitionError};
 const ARCHIVE_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 /// How long a partition's manifest read for a rebuild is trusted.
 const MANIFEST_FRESH_FOR: Duration = Duration::from_secs(5);
-
-/// A byte rate shared by every rebuild on this agent: each copy is charged after it is
-/// made, and the next one waits until the rate allows it (a burst of up to
-/// a tenth of a second's worth goes through at once).
-#[derive(Debug)]
-pub struct RateLimit {
-    per_second: u64,
-    next: Mutex<Instant>,
-}
-
-impl RateLimit {
-    /// `per_second` bytes a second; 0: no limit.
-    pub fn new(per_second: u64) -> RateLimit {
-        RateLimit {
-            per_second,
-            next: Mutex::new(crate::clock::instant()),
-        }
-    }
-
-    /// How long to wait after copying `bytes`.
-    fn charge(&self, bytes: usize) -> Duration {
-        if self.per_second == 0 || bytes == 0 {
-            return Duration::ZERO;
-        }
-        let now = crate::clock::instant();
-        let burst = Duration::from_millis(100);
-        let mut next = self.next.lock().unwrap_or_else(|p| p.into_inner());
-        let start = (*next).max(now.checked_sub(burst).unwrap_or(now));
-        *next = start + Duration::from_secs_f64(bytes as f64 / self.per_second as f64);
-        next.saturating_duration_since(now + burst)
-    }
-
-    /// Charges `bytes` and waits as long as the rate asks.
-    pub async fn take(&self, bytes: usize) {
-        let wait = self.charge(bytes);
-        if !wait.is_zero() {
-            crate::clock::pause(wait).await;
-        }
-    }
-}
 
 /// Where this agent's rebuilding replicas copy from, and at what rate.
 #[derive(Debug)]
@@ -89,7 +50,7 @@ impl Rebuilds {
     pub fn new(archive: Arc<ArchiveReader>, bytes_per_second: u64) -> Arc<Rebuilds> {
         Arc::new(Rebuilds {
             archive,
-            limit: RateLimit::new(bytes_per_second),
+            limit: RateLimit::new(bytes_per_second, strata_core::clock::SystemClock::shared()),
         })
     }
 
@@ -101,7 +62,7 @@ impl Rebuilds {
         }
         partition.note_rebuilt(source, bytes);
         crate::metrics::rebuilt(source, bytes);
-        self.limit.take(bytes).await;
+        self.limit.take(bytes as u64).await;
     }
 
     /// Copies into `partition` (following `epoch`) what the archive holds from its log
@@ -172,25 +133,5 @@ impl Rebuilds {
             bytes: records.len(),
             log_end,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_rate_is_held_after_a_short_burst() {
-        let limit = RateLimit::new(1000);
-        // A tenth of a second's worth goes through at once.
-        assert_eq!(limit.charge(100), Duration::ZERO);
-        // Then each byte costs a millisecond.
-        let wait = limit.charge(1000);
-        assert!(
-            wait >= Duration::from_millis(800) && wait <= Duration::from_millis(1000),
-            "{wait:?}"
-        );
-        let unlimited = RateLimit::new(0);
-        assert_eq!(unlimited.charge(1 << 30), Duration::ZERO);
     }
 }

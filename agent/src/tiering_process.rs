@@ -129,7 +129,11 @@ pub async fn run(settings: Settings, shutdown: CancellationToken) -> anyhow::Res
         metastore.clone(),
         settings.archive_cache_bytes,
     ));
-    let worker = Arc::new(TieringWorker::new(reader, metastore.clone()));
+    let background = strata_core::background::Background::start(
+        settings.background(),
+        strata_core::clock::SystemClock::shared(),
+    );
+    let worker = Arc::new(TieringWorker::new(reader, metastore.clone(), background));
     let logs = settings.data_dir.join("logs");
     let every = Duration::from_millis(settings.tiering_interval_ms.max(10));
     tracing::info!(archive = %archive_url, logs = %logs.display(), "tiering process started");
@@ -225,7 +229,11 @@ mod tests {
             Archive::from_url(&format!("file://{}", dir.path().join("archive").display()))
                 .expect("archive");
         let reader = Arc::new(ArchiveReader::new(archive, metastore.clone(), 1 << 20));
-        let worker = TieringWorker::new(Arc::clone(&reader), metastore.clone());
+        let background = strata_core::background::Background::start(
+            strata_core::background::Limits::for_this_machine(),
+            strata_core::clock::SystemClock::shared(),
+        );
+        let worker = TieringWorker::new(Arc::clone(&reader), metastore.clone(), background);
         let found = partitions(&metastore, &logs).await.expect("partitions");
         assert_eq!(found.len(), 1);
         worker

@@ -184,4 +184,6 @@ impl LiveAgents {
     }
 }
 
+#[cfg(feature = "tokio")]
+pub mod background;
 pub mod clock;

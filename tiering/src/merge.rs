@@ -7,6 +7,7 @@
 
 use bytes::Bytes;
 use object_store::path::Path;
+use strata_core::background::{Background, Kind};
 use strata_metastore::ManifestEntry;
 
 use crate::codec::{Summary, merge_objects};
@@ -14,9 +15,11 @@ use crate::error::{Error, Result};
 use crate::store::Archive;
 
 /// Downloads the objects of `run` (adjacent entries of one partition, oldest first),
-/// merges them and uploads the result; returns its manifest entry.
+/// merges them (on the background pool) and uploads the result; returns its manifest
+/// entry.
 pub async fn merge_and_upload(
     archive: &Archive,
+    background: &Background,
     topic: &str,
     partition: i32,
     run: &[ManifestEntry],
@@ -32,9 +35,11 @@ pub async fn merge_and_upload(
         }
         files.push(bytes);
     }
-    let (merged, summary) = tokio::task::spawn_blocking(move || merge_objects(&files))
+    let bytes = files.iter().map(|f| f.len() as u64).sum();
+    let (merged, summary) = background
+        .run(Kind::Compaction, bytes, move || merge_objects(&files))
         .await
-        .map_err(|e| Error::Codec(format!("merge task failed: {e}")))??;
+        .map_err(|e| Error::Codec(e.to_string()))??;
     let (first, last) = (run[0].first_offset, run[run.len() - 1].last_offset);
     let entry = upload(archive, topic, partition, (first, last), merged, &summary).await?;
     Ok(ManifestEntry {

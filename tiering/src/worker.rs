@@ -14,14 +14,57 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use strata_core::background::{Background, Kind};
 use strata_core::clock::Clock;
 
 use strata_metastore::{ManifestEntry, Metastore, Published};
 use tokio_util::sync::CancellationToken;
 
-use crate::codec::encode_segment;
+use crate::codec::{SegmentEncoder, Summary};
 use crate::error::{Error, Result};
 use crate::reader::ArchiveReader;
+
+/// Bytes of a segment read and encoded at a time.
+const PIECE_BYTES: usize = 16 << 20;
+
+/// A segment being encoded, moved into each background job and back.
+struct Encoding {
+    file: std::fs::File,
+    path: PathBuf,
+    /// Read and not encoded yet: the start of a batch that continues further on.
+    pending: Vec<u8>,
+    encoder: SegmentEncoder,
+    read: u64,
+    ended: bool,
+}
+
+impl Encoding {
+    /// Reads the next piece and encodes the whole batches read so far.
+    fn step(mut self) -> Result<Encoding> {
+        use std::io::Read;
+        let n = (&mut self.file)
+            .take(PIECE_BYTES as u64)
+            .read_to_end(&mut self.pending)
+            .map_err(|source| Error::Io {
+                context: format!("read segment {}", self.path.display()),
+                source,
+            })?;
+        self.read += n as u64;
+        let used = self.encoder.push(&self.pending)?;
+        self.pending.drain(..used);
+        if n < PIECE_BYTES {
+            if !self.pending.is_empty() {
+                return Err(Error::Codec(format!(
+                    "segment {} ends in {} bytes of a partial batch",
+                    self.path.display(),
+                    self.pending.len()
+                )));
+            }
+            self.ended = true;
+        }
+        Ok(self)
+    }
+}
 
 /// A sealed segment of a local log.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -99,6 +142,9 @@ pub struct TieringWorker {
     failpoints: Failpoints,
     /// What the pauses between passes are timed on.
     clock: Arc<dyn Clock>,
+    /// Where segments are read and encoded: off the request runtime, at a lower
+    /// priority, within `tiering_max_bytes_per_second`.
+    background: Arc<Background>,
 }
 
 impl std::fmt::Debug for TieringWorker {
@@ -108,7 +154,11 @@ impl std::fmt::Debug for TieringWorker {
 }
 
 impl TieringWorker {
-    pub fn new(reader: Arc<ArchiveReader>, metastore: Metastore) -> TieringWorker {
+    pub fn new(
+        reader: Arc<ArchiveReader>,
+        metastore: Metastore,
+        background: Arc<Background>,
+    ) -> TieringWorker {
         TieringWorker {
             reader,
             metastore,
@@ -116,6 +166,7 @@ impl TieringWorker {
             pass_started_ms: AtomicI64::new(-1),
             failpoints: Failpoints::from_env(),
             clock: strata_core::clock::SystemClock::shared(),
+            background,
         }
     }
 
@@ -227,23 +278,22 @@ impl TieringWorker {
         archived_upto: i64,
         aborted: &[strata_metastore::ArchivedAbort],
     ) -> Result<Option<ManifestEntry>> {
-        let bytes = tokio::fs::read(&seg.path)
-            .await
-            .map_err(|source| Error::Io {
-                context: format!("read segment {}", seg.path.display()),
-                source,
-            })?;
-        if bytes.is_empty() {
-            return Ok(None);
-        }
         let first = if archived_upto >= 0 {
             archived_upto + 1
         } else {
             seg.base_offset
         };
-        let (file, summary) = tokio::task::spawn_blocking(move || encode_segment(&bytes))
+        let size = tokio::fs::metadata(&seg.path)
             .await
-            .map_err(|e| Error::Codec(format!("encoder task failed: {e}")))??;
+            .map_err(|source| Error::Io {
+                context: format!("read segment {}", seg.path.display()),
+                source,
+            })?
+            .len();
+        if size == 0 {
+            return Ok(None);
+        }
+        let (file, summary) = self.encode(&seg.path, size).await?;
         let last = (seg.next_offset - 1).max(summary.last_offset);
         let entry = ManifestEntry {
             aborted: aborted.to_vec(),
@@ -280,6 +330,39 @@ impl TieringWorker {
             }
         }
         Ok(Some(entry))
+    }
+
+    /// Reads and encodes a closed segment of `size` bytes on the background pool, a
+    /// piece at a time: each piece is one job, charged to the tiering rate, so that a
+    /// 1 GiB segment neither sits in memory whole nor holds a thread for seconds.
+    async fn encode(&self, path: &std::path::Path, size: u64) -> Result<(Vec<u8>, Summary)> {
+        let opened = path.to_path_buf();
+        let file = self
+            .background
+            .run(Kind::Tiering, 0, move || std::fs::File::open(opened))
+            .await
+            .map_err(|e| Error::Codec(e.to_string()))?
+            .map_err(|source| Error::Io {
+                context: format!("open segment {}", path.display()),
+                source,
+            })?;
+        let mut encoding = Encoding {
+            file,
+            path: path.to_path_buf(),
+            pending: Vec::new(),
+            encoder: SegmentEncoder::new()?,
+            read: 0,
+            ended: false,
+        };
+        while !encoding.ended {
+            let piece = (size.saturating_sub(encoding.read)).clamp(1, PIECE_BYTES as u64);
+            encoding = self
+                .background
+                .run(Kind::Tiering, piece, move || encoding.step())
+                .await
+                .map_err(|e| Error::Codec(e.to_string()))??;
+        }
+        encoding.encoder.finish()
     }
 
     /// Tiers every partition `partitions` yields, every `every`, until shutdown. After a

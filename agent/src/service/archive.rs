@@ -8,6 +8,7 @@
 
 use std::sync::Arc;
 use strata_compactor::{Collected, Unit};
+use strata_core::background::{Background, Kind};
 use strata_metastore::Metastore;
 use strata_tiering::ArchiveReader;
 
@@ -42,6 +43,8 @@ pub struct ArchiveWork {
     reader: Arc<ArchiveReader>,
     metastore: Metastore,
     config: ArchiveConfig,
+    /// Where objects are decoded and rewritten (off the request runtime).
+    background: Arc<Background>,
 }
 
 impl std::fmt::Debug for ArchiveWork {
@@ -57,11 +60,13 @@ impl ArchiveWork {
         reader: Arc<ArchiveReader>,
         metastore: Metastore,
         config: ArchiveConfig,
+        background: Arc<Background>,
     ) -> ArchiveWork {
         ArchiveWork {
             reader,
             metastore,
             config,
+            background,
         }
     }
 
@@ -169,10 +174,15 @@ impl ArchiveWork {
         let Some(run) = small_run(&manifest, target) else {
             return Ok(None);
         };
-        let entry =
-            strata_tiering::merge::merge_and_upload(reader.archive(), topic, partition, run)
-                .await
-                .map_err(archive_error)?;
+        let entry = strata_tiering::merge::merge_and_upload(
+            reader.archive(),
+            &self.background,
+            topic,
+            partition,
+            run,
+        )
+        .await
+        .map_err(archive_error)?;
         strata_compactor::failpoint::crash("merge.after_upload");
         let swapped = self
             .metastore
@@ -243,30 +253,41 @@ impl ArchiveWork {
         {
             if e.record_count > 0 {
                 let file = download(archive, e).await.map_err(archive_error)?;
-                let mut full = false;
-                let mut stopped = mapped_upto;
-                strata_tiering::codec::for_each_archived_batch(&file, |header, bytes| {
-                    // Markers are no keys; transactional records never shadow one here
-                    // (their markers may not be archived yet: `Txns::Unknown`).
-                    if header.is_control() || header.is_transactional() {
-                        return Ok(());
-                    }
-                    for r in strata_log::batch::decode_records(bytes)
-                        .map_err(|e| strata_tiering::Error::Codec(e.to_string()))?
-                    {
-                        if full || r.offset < first_dirty {
-                            continue;
-                        }
-                        if let Some(k) = &r.key
-                            && !map.offer(k, r.offset)
-                        {
-                            full = true;
-                            stopped = r.offset;
-                        }
-                    }
-                    Ok(())
-                })
-                .map_err(archive_error)?;
+                let size = file.len() as u64;
+                let (returned, full, stopped) = self
+                    .background
+                    .run(Kind::Compaction, size, move || {
+                        let (mut full, mut stopped) = (false, mapped_upto);
+                        let mapped = strata_tiering::codec::for_each_archived_batch(
+                            &file,
+                            |header, bytes| {
+                                // Markers are no keys; transactional records never shadow
+                                // one here (their markers may not be archived yet:
+                                // `Txns::Unknown`).
+                                if header.is_control() || header.is_transactional() {
+                                    return Ok(());
+                                }
+                                for r in strata_log::batch::decode_records(bytes)
+                                    .map_err(|e| strata_tiering::Error::Codec(e.to_string()))?
+                                {
+                                    if full || r.offset < first_dirty {
+                                        continue;
+                                    }
+                                    if let Some(k) = &r.key
+                                        && !map.offer(k, r.offset)
+                                    {
+                                        full = true;
+                                        stopped = r.offset;
+                                    }
+                                }
+                                Ok(())
+                            },
+                        );
+                        (mapped.map(|()| map), full, stopped)
+                    })
+                    .await
+                    .map_err(|e| PartitionError::Archive(e.to_string()))?;
+                map = returned.map_err(archive_error)?;
                 if full {
                     mapped_upto = stopped;
                     break;
@@ -279,22 +300,31 @@ impl ArchiveWork {
             mapped_upto = first_dirty.min(plan.upto);
         }
         let mut removed = 0;
+        let map = Arc::new(map);
+        let shared_checkpoint = Arc::new(checkpoint.clone());
         for e in manifest
             .iter()
             .filter(|e| e.first_offset < mapped_upto && e.record_count > 0)
         {
             let file = download(archive, e).await.map_err(archive_error)?;
-            let compacted = strata_tiering::codec::compact_object(&file, |seen| {
-                strata_compactor::compaction::keep(
-                    seen,
-                    &map,
-                    &checkpoint,
-                    now_ms,
-                    policy.delete_retention_ms,
-                    strata_compactor::compaction::Txns::Unknown,
-                )
-            })
-            .map_err(archive_error)?;
+            let (map, checkpoint) = (Arc::clone(&map), Arc::clone(&shared_checkpoint));
+            let compacted = self
+                .background
+                .run(Kind::Compaction, file.len() as u64, move || {
+                    strata_tiering::codec::compact_object(&file, |seen| {
+                        strata_compactor::compaction::keep(
+                            seen,
+                            &map,
+                            &checkpoint,
+                            now_ms,
+                            policy.delete_retention_ms,
+                            strata_compactor::compaction::Txns::Unknown,
+                        )
+                    })
+                })
+                .await
+                .map_err(|e| PartitionError::Archive(e.to_string()))?
+                .map_err(archive_error)?;
             let (before, after) = (compacted.records_in, compacted.records_kept);
             if before == after {
                 continue;

@@ -70,6 +70,9 @@ pub struct Lifecycle {
     config: LifecycleConfig,
     archive: ArchiveWork,
     status: Mutex<BTreeMap<(String, i32), PartitionLifecycle>>,
+    /// Where compaction runs: off the request runtime, at a lower priority, within
+    /// `log_cleaner_io_max_bytes_per_second`.
+    background: Arc<strata_core::background::Background>,
 }
 
 impl std::fmt::Debug for Lifecycle {
@@ -81,7 +84,11 @@ impl std::fmt::Debug for Lifecycle {
 }
 
 impl Lifecycle {
-    pub fn new(replicas: Arc<ReplicaManager>, config: LifecycleConfig) -> Lifecycle {
+    pub fn new(
+        replicas: Arc<ReplicaManager>,
+        config: LifecycleConfig,
+        background: Arc<strata_core::background::Background>,
+    ) -> Lifecycle {
         let archive = ArchiveWork::new(
             Arc::clone(replicas.archive()),
             replicas.metastore().clone(),
@@ -92,8 +99,10 @@ impl Lifecycle {
                 merge_target_bytes: config.merge_target_bytes,
                 archive_grace_ms: config.archive_grace_ms,
             },
+            Arc::clone(&background),
         );
         Lifecycle {
+            background,
             replicas,
             config,
             archive,
@@ -207,7 +216,9 @@ impl Lifecycle {
                 continue;
             };
             for p in topic.local_partitions() {
-                let outcome = p.compact(policy, self.config.key_map_bytes, now).await;
+                let outcome = p
+                    .compact(policy, self.config.key_map_bytes, now, &self.background)
+                    .await;
                 match &outcome {
                     Ok((_, Some(done))) if done.segments_swapped > 0 => {
                         tracing::info!(partition = %p.name(), upto = done.upto, records_removed = done.records_removed, bytes_before = done.bytes_before, bytes_after = done.bytes_after, "compacted")
