@@ -141,6 +141,7 @@ impl Broker {
             Arc::clone(&replicas),
             LifecycleConfig {
                 check_interval_ms: settings.log_retention_check_interval_ms,
+                cleaner_backoff_ms: settings.log_cleaner_backoff_ms,
                 archive_grace_ms: settings.archive_gc_grace_ms,
                 key_map_bytes: settings.log_cleaner_dedupe_buffer_size,
                 merge_target_bytes: settings.archive_merge_target_bytes,

@@ -205,6 +205,9 @@ pub struct Settings {
     /// deleted: longer than any read or upload in flight (calls time out after a
     /// minute).
     pub archive_gc_grace_ms: i64,
+    /// Kafka's `log.cleaner.backoff.ms`: how often the cleaner looks for compacted
+    /// partitions whose dirty ratio (or `max.compaction.lag.ms`) asks for a pass.
+    pub log_cleaner_backoff_ms: u64,
     /// Kafka's `log.cleaner.dedupe.buffer.size`: the most a log-compaction pass holds
     /// in its key map (allocated as keys come, not up front).
     pub log_cleaner_dedupe_buffer_size: usize,
@@ -391,6 +394,7 @@ impl Default for Settings {
             tiering_max_bytes_per_second: 0,
             log_cleaner_io_max_bytes_per_second: 0,
             background_threads: 0,
+            log_cleaner_backoff_ms: 15_000,
             background_priority: BackgroundPriority::Idle,
             log_retention_check_interval_ms: 300_000,
             archive_gc_grace_ms: 600_000,

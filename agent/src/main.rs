@@ -206,6 +206,10 @@ struct AgentArgs {
     /// archive merging read, at most; 0: no limit. [default: 0]
     #[arg(long, env = "STRATA_LOG_CLEANER_IO_MAX_BYTES_PER_SECOND")]
     log_cleaner_io_max_bytes_per_second: Option<u64>,
+    /// Kafka's log.cleaner.backoff.ms: how often (ms) the cleaner looks for compacted
+    /// partitions that are due. [default: 15000]
+    #[arg(long, env = "STRATA_LOG_CLEANER_BACKOFF_MS")]
+    log_cleaner_backoff_ms: Option<u64>,
     /// Threads that run background work (tiering's encoding, compaction, merging) at a
     /// lower CPU priority; 0: half the cores. [default: 0]
     #[arg(long, env = "STRATA_BACKGROUND_THREADS")]
@@ -450,6 +454,9 @@ impl AgentArgs {
         }
         if let Some(v) = self.log_cleaner_io_max_bytes_per_second {
             s.log_cleaner_io_max_bytes_per_second = v;
+        }
+        if let Some(v) = self.log_cleaner_backoff_ms {
+            s.log_cleaner_backoff_ms = v;
         }
         if let Some(v) = self.background_threads {
             s.background_threads = v;

@@ -283,17 +283,11 @@ impl TieringWorker {
         } else {
             seg.base_offset
         };
-        let size = tokio::fs::metadata(&seg.path)
-            .await
-            .map_err(|source| Error::Io {
-                context: format!("read segment {}", seg.path.display()),
-                source,
-            })?
-            .len();
-        if size == 0 {
+        // Compaction may have emptied the segment (a file of no bytes): the next
+        // segment's entry covers its offsets.
+        let Some((file, summary)) = self.encode(&seg.path).await? else {
             return Ok(None);
-        }
-        let (file, summary) = self.encode(&seg.path, size).await?;
+        };
         let last = (seg.next_offset - 1).max(summary.last_offset);
         let entry = ManifestEntry {
             aborted: aborted.to_vec(),
@@ -335,11 +329,18 @@ impl TieringWorker {
     /// Reads and encodes a closed segment of `size` bytes on the background pool, a
     /// piece at a time: each piece is one job, charged to the tiering rate, so that a
     /// 1 GiB segment neither sits in memory whole nor holds a thread for seconds.
-    async fn encode(&self, path: &std::path::Path, size: u64) -> Result<(Vec<u8>, Summary)> {
+    /// `None`: the file holds no bytes. (Its size is read from the opened file: the
+    /// path may be swapped for a compacted copy meanwhile, and the opened file is one
+    /// or the other, whole.)
+    async fn encode(&self, path: &std::path::Path) -> Result<Option<(Vec<u8>, Summary)>> {
         let opened = path.to_path_buf();
-        let file = self
+        let (file, size) = self
             .background
-            .run(Kind::Tiering, 0, move || std::fs::File::open(opened))
+            .run(Kind::Tiering, 0, move || {
+                let file = std::fs::File::open(opened)?;
+                let size = file.metadata()?.len();
+                Ok::<_, std::io::Error>((file, size))
+            })
             .await
             .map_err(|e| Error::Codec(e.to_string()))?
             .map_err(|source| Error::Io {
@@ -362,7 +363,10 @@ impl TieringWorker {
                 .await
                 .map_err(|e| Error::Codec(e.to_string()))??;
         }
-        encoding.encoder.finish()
+        if encoding.read == 0 {
+            return Ok(None);
+        }
+        encoding.encoder.finish().map(Some)
     }
 
     /// Tiers every partition `partitions` yields, every `every`, until shutdown. After a

@@ -31,6 +31,9 @@ use crate::tasks::Stopped;
 pub struct LifecycleConfig {
     /// Kafka's `log.retention.check.interval.ms`.
     pub check_interval_ms: u64,
+    /// Kafka's `log.cleaner.backoff.ms`: how long the cleaner sleeps when no compacted
+    /// partition was due (compaction runs this often, and with every pass).
+    pub cleaner_backoff_ms: u64,
     /// How long an archived object no manifest names stays in the store before it is
     /// deleted (see `strata_compactor::gc`).
     pub archive_grace_ms: i64,
@@ -43,6 +46,15 @@ pub struct LifecycleConfig {
     /// Whether this agent does the archive's work (compaction, merging, collection) for
     /// the partitions it leads; off when `strata compactor` runs apart.
     pub archive_work: bool,
+}
+
+/// What compaction did to one local replica since the last pass.
+#[derive(Debug, Clone, Default)]
+struct Compacted {
+    dirty_ratio: Option<f64>,
+    bytes_reclaimed: u64,
+    records_removed: u64,
+    error: Option<String>,
 }
 
 /// What the last pass did to one partition (for the operator API).
@@ -70,6 +82,8 @@ pub struct Lifecycle {
     config: LifecycleConfig,
     archive: ArchiveWork,
     status: Mutex<BTreeMap<(String, i32), PartitionLifecycle>>,
+    /// What compaction did to each local replica since the last pass.
+    compaction: Mutex<BTreeMap<(String, i32), Compacted>>,
     /// Where compaction runs: off the request runtime, at a lower priority, within
     /// `log_cleaner_io_max_bytes_per_second`.
     background: Arc<strata_core::background::Background>,
@@ -107,6 +121,7 @@ impl Lifecycle {
             config,
             archive,
             status: Mutex::new(BTreeMap::new()),
+            compaction: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -203,14 +218,11 @@ impl Lifecycle {
         Ok(gone)
     }
 
-    /// One pass: compaction of every local replica (leader or follower: each cleans
-    /// its own log, as in Kafka) whose topic compacts; retention over every partition
-    /// led here whose topic deletes; then the collection of garbage and (for tiered
-    /// partitions) orphans.
-    pub async fn pass(&self) {
+    /// Compacts every local replica (leader or follower: each cleans its own log, as in
+    /// Kafka) whose topic compacts and which is due (its dirty ratio reached
+    /// `min.cleanable.dirty.ratio`, or a record waited `max.compaction.lag.ms`).
+    pub async fn clean(&self) {
         let now = self.replicas.membership().clock().wall_ms();
-        let next_due = now + self.config.check_interval_ms as i64;
-        let mut compacted = BTreeMap::new();
         for topic in self.replicas.topics() {
             let Some(policy) = topic.config.compaction() else {
                 continue;
@@ -228,9 +240,33 @@ impl Lifecycle {
                         tracing::warn!(partition = %p.name(), error = %e, "compaction failed; will retry")
                     }
                 }
-                compacted.insert((p.topic.clone(), p.index), outcome);
+                let mut compaction = self.compaction.lock().unwrap_or_else(|e| e.into_inner());
+                let entry = compaction.entry((p.topic.clone(), p.index)).or_default();
+                match outcome {
+                    Ok((ratio, done)) => {
+                        entry.dirty_ratio = Some(ratio);
+                        entry.error = None;
+                        if let Some(done) = done {
+                            entry.bytes_reclaimed +=
+                                done.bytes_before.saturating_sub(done.bytes_after);
+                            entry.records_removed += done.records_removed;
+                        }
+                    }
+                    Err(e) => entry.error = Some(e.to_string()),
+                }
             }
         }
+    }
+
+    /// One pass: compaction ([`Lifecycle::clean`]); retention over every partition led
+    /// here whose topic deletes; then the collection of garbage and (for tiered
+    /// partitions) orphans.
+    pub async fn pass(&self) {
+        self.clean().await;
+        let now = self.replicas.membership().clock().wall_ms();
+        let next_due = now + self.config.check_interval_ms as i64;
+        let mut compacted =
+            std::mem::take(&mut *self.compaction.lock().unwrap_or_else(|e| e.into_inner()));
         let mut seen = BTreeMap::new();
         for topic in self.replicas.topics() {
             let policy = topic.config.retention();
@@ -262,15 +298,14 @@ impl Lifecycle {
                     }
                 }
                 match compacted.remove(&key) {
-                    Some(Ok((ratio, done))) => {
-                        entry.dirty_ratio = Some(ratio);
-                        if let Some(done) = done {
-                            entry.bytes_reclaimed +=
-                                done.bytes_before.saturating_sub(done.bytes_after);
-                            entry.records_compacted_away += done.records_removed;
+                    Some(c) => {
+                        entry.dirty_ratio = c.dirty_ratio;
+                        entry.bytes_reclaimed += c.bytes_reclaimed;
+                        entry.records_compacted_away += c.records_removed;
+                        if c.error.is_some() {
+                            entry.last_error = c.error;
                         }
                     }
-                    Some(Err(e)) => entry.last_error = Some(e.to_string()),
                     None => entry.dirty_ratio = None,
                 }
                 entry.log_start_offset = self.replicas.log_start_offset(p).await;
@@ -295,17 +330,27 @@ impl Lifecycle {
     }
 
     /// Runs a pass `check_interval_ms` after the last one ended (the first one interval
-    /// after the start), until shutdown.
+    /// after the start), and the cleaner every `cleaner_backoff_ms` in between (Kafka's
+    /// cleaner is continuous: a compacted partition does not wait for the retention
+    /// check), until shutdown.
     pub async fn run(self: Arc<Self>) -> Stopped {
-        let every = Duration::from_millis(self.config.check_interval_ms.max(10));
+        let pass_every = Duration::from_millis(self.config.check_interval_ms.max(10));
+        let clean_every =
+            Duration::from_millis(self.config.cleaner_backoff_ms.max(10)).min(pass_every);
         let shutdown = self.replicas.shutdown().clone();
         let clock = Arc::clone(self.replicas.membership().clock());
+        let mut next_pass = clock.monotonic() + pass_every;
         loop {
             tokio::select! {
-                _ = clock.sleep(every) => {}
+                _ = clock.sleep(clean_every) => {}
                 _ = shutdown.cancelled() => return Stopped::Shutdown,
             }
-            self.pass().await;
+            if clock.monotonic() >= next_pass {
+                self.pass().await;
+                next_pass = clock.monotonic() + pass_every;
+            } else {
+                self.clean().await;
+            }
         }
     }
 }
