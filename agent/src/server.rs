@@ -63,6 +63,75 @@ pub struct RequestMemory {
     permits: Arc<Semaphore>,
     released: Arc<Notify>,
     capacity: usize,
+    frames: Arc<FramePool>,
+}
+
+/// Frames of at least this size are read into buffers kept for reuse.
+const POOLED_FRAME_MIN: usize = 64 * 1024;
+/// At most this much memory is kept in idle frame buffers (and at most a quarter of the
+/// request budget).
+const POOLED_IDLE_MAX: usize = 64 * 1024 * 1024;
+
+/// Buffers of large request frames, kept for the next frames once every part of a
+/// request that points into them is dropped: steady produce traffic reads each frame
+/// into memory already faulted in, instead of fresh pages (a frame of 1 MiB or more is
+/// its own mapping, `main.rs`, and each would be faulted in and zeroed again). Idle
+/// buffers hold at most [`POOLED_IDLE_MAX`] (a quarter of the request budget when that
+/// is smaller); a buffer is reused only for a frame at least half its size.
+#[derive(Debug)]
+struct FramePool {
+    idle: std::sync::Mutex<Vec<Vec<u8>>>,
+    max_idle_bytes: usize,
+}
+
+impl FramePool {
+    /// An empty buffer with room for `size` bytes.
+    fn take(&self, size: usize) -> Vec<u8> {
+        if size >= POOLED_FRAME_MIN {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let fit = idle
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| b.capacity() >= size && b.capacity() / 2 <= size)
+                .min_by_key(|(_, b)| b.capacity())
+                .map(|(i, _)| i);
+            if let Some(i) = fit {
+                return idle.swap_remove(i);
+            }
+        }
+        Vec::with_capacity(size)
+    }
+
+    fn give_back(&self, mut buf: Vec<u8>) {
+        if buf.capacity() < POOLED_FRAME_MIN {
+            return;
+        }
+        buf.clear();
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let held: usize = idle.iter().map(Vec::capacity).sum();
+        if held + buf.capacity() <= self.max_idle_bytes {
+            idle.push(buf);
+        }
+    }
+}
+
+/// A frame read into a pooled buffer: its bytes go back to the pool when the last
+/// `Bytes` pointing into them is dropped.
+struct PooledFrame {
+    buf: Vec<u8>,
+    pool: Arc<FramePool>,
+}
+
+impl AsRef<[u8]> for PooledFrame {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf
+    }
+}
+
+impl Drop for PooledFrame {
+    fn drop(&mut self) {
+        self.pool.give_back(std::mem::take(&mut self.buf));
+    }
 }
 
 /// What one frame occupies while its request is handled, in frames: the frame itself
@@ -95,6 +164,10 @@ impl RequestMemory {
             permits: Arc::new(Semaphore::new(capacity)),
             released: Arc::new(Notify::new()),
             capacity,
+            frames: Arc::new(FramePool {
+                idle: std::sync::Mutex::new(Vec::new()),
+                max_idle_bytes: (capacity / 4).min(POOLED_IDLE_MAX),
+            }),
         }
     }
 
@@ -616,9 +689,9 @@ async fn read_body(
         .map_err(|_| timed_out())?
         .ok_or(ConnectionError::FrameSize(size as i64))?;
     // The whole frame is reserved: its buffer is allocated once, at its size (grown by
-    // doubling it would hold up to twice that, and copy itself as it grew). Memory is
-    // only touched as the bytes arrive.
-    let mut buf = BytesMut::with_capacity(size);
+    // doubling it would hold up to twice that, and copy itself as it grew), or taken
+    // from the pool. Memory is only touched as the bytes arrive.
+    let mut buf = memory.frames.take(size);
     let body = async {
         while buf.len() < size {
             let want = (size - buf.len()) as u64;
@@ -634,7 +707,15 @@ async fn read_body(
     tokio::time::timeout_at(deadline, body)
         .await
         .map_err(|_| timed_out())??;
-    Ok((buf.freeze(), reserved))
+    let frame = if buf.capacity() >= POOLED_FRAME_MIN {
+        Bytes::from_owner(PooledFrame {
+            buf,
+            pool: Arc::clone(&memory.frames),
+        })
+    } else {
+        Bytes::from(buf)
+    };
+    Ok((frame, reserved))
 }
 
 /// A request frame, decoded.
@@ -926,6 +1007,46 @@ mod tests {
             max_bytes: 1 << 20,
             timeout: Duration::from_millis(timeout_ms),
         }
+    }
+
+    /// A large frame's buffer is reused for the next large frame once every `Bytes`
+    /// pointing into it is gone, and only then; small frames are not pooled.
+    #[tokio::test]
+    async fn large_frames_reuse_the_buffers_of_finished_ones() {
+        let memory = RequestMemory::new(64 << 20);
+        let (mut client, mut server) = tokio::io::duplex(1 << 20);
+        let size = 200_000usize;
+        let mut read = async |fill: u8| {
+            let mut frame = (size as i32).to_be_bytes().to_vec();
+            frame.extend(std::iter::repeat_n(fill, size));
+            client.write_all(&frame).await.expect("frame");
+            let (bytes, _reserved) = read_frame(&mut server, limits(5000), &memory)
+                .await
+                .expect("read")
+                .expect("a frame");
+            assert_eq!(bytes.len(), size);
+            assert!(bytes.iter().all(|&b| b == fill), "the frame's own bytes");
+            bytes
+        };
+        let first = read(1).await;
+        let at = first.as_ptr();
+        let slice = first.slice(10..20);
+        drop(first);
+        let second = read(2).await;
+        assert_ne!(
+            second.as_ptr(),
+            at,
+            "a slice still points into the first buffer"
+        );
+        assert_eq!(slice, vec![1u8; 10]);
+        drop(slice);
+        let second_at = second.as_ptr();
+        drop(second);
+        let third = read(3).await;
+        assert!(
+            third.as_ptr() == at || third.as_ptr() == second_at,
+            "the third frame is read into a buffer given back"
+        );
     }
 
     /// A frame whose size arrives but whose body stalls is dropped once the read
