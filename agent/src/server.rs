@@ -502,7 +502,12 @@ where
 {
     let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
     let in_flight = Arc::new(AtomicUsize::new(0));
-    let writing = tokio::spawn(write_replies(rx, writer, Arc::clone(&in_flight)));
+    let writing = tokio::spawn(write_replies(
+        rx,
+        writer,
+        Arc::clone(&in_flight),
+        Arc::clone(&memory.frames),
+    ));
     let settings = broker.settings();
     let limits = FrameLimits {
         max_bytes: settings.max_request_bytes,
@@ -871,6 +876,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<Pending>,
     mut writer: W,
     unanswered: Arc<AtomicUsize>,
+    buffers: Arc<FramePool>,
 ) -> Result<(), ConnectionError> {
     let mut in_flight = FuturesOrdered::new();
     let mut open = true;
@@ -880,8 +886,10 @@ async fn write_replies<W: AsyncWrite + Unpin>(
             Some((p, reply)) = in_flight.next(), if !in_flight.is_empty() => {
                 let p: (i32, ApiKey, i16) = p;
                 if let Some(response) = reply {
-                    let frame = encode(p.0, p.1, p.2, &response)?;
+                    let size = 64 + known_size(&response, p.2);
+                    let frame = encode_into(buffers.take(size), p.0, p.1, p.2, &response)?;
                     writer.write_all(&frame).await?;
+                    buffers.give_back(Vec::from(frame));
                 }
                 unanswered.fetch_sub(1, Ordering::AcqRel);
             }
@@ -898,15 +906,31 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     Ok(())
 }
 
-fn encode(
+/// The encoded size of a fetch answer (the large ones), computed before encoding so
+/// that its buffer is taken or allocated once at that size, not grown by doubling and
+/// copied as it grows; 0 for other answers.
+fn known_size(response: &ResponseKind, version: i16) -> usize {
+    match response {
+        ResponseKind::Fetch(f) => f.compute_size(version).unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Encodes a response frame into `buf` (emptied; a pooled buffer, for large answers).
+fn encode_into(
+    buf: Vec<u8>,
     correlation_id: i32,
     api: ApiKey,
     version: i16,
     response: &ResponseKind,
-) -> Result<Bytes, ConnectionError> {
+) -> Result<BytesMut, ConnectionError> {
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
-    let mut buf = BytesMut::with_capacity(64);
+    let body = known_size(response, version);
+    // Through `Bytes`: a unique buffer becomes a `BytesMut` without a copy.
+    let mut buf = BytesMut::from(Bytes::from(buf));
+    buf.clear();
+    buf.reserve(64 + body);
     buf.put_i32(0);
     header
         .encode(&mut buf, api.response_header_version(version))
@@ -916,7 +940,7 @@ fn encode(
         .map_err(|e| ConnectionError::Encode(format!("{api:?} v{version}: {e:#}")))?;
     let size = (buf.len() - 4) as i32;
     buf[..4].copy_from_slice(&size.to_be_bytes());
-    Ok(buf.freeze())
+    Ok(buf)
 }
 
 #[cfg(test)]
@@ -1047,6 +1071,32 @@ mod tests {
             third.as_ptr() == at || third.as_ptr() == second_at,
             "the third frame is read into a buffer given back"
         );
+    }
+
+    /// A response is encoded into the buffer it is given (a pooled one), and a fetch
+    /// answer's buffer is sized once.
+    #[test]
+    fn responses_are_encoded_into_the_buffer_given() {
+        let mut fetch = kafka_protocol::messages::FetchResponse::default();
+        let mut partition = kafka_protocol::messages::fetch_response::PartitionData::default();
+        partition.records = Some(Bytes::from(vec![7u8; 300_000]));
+        let mut topic = kafka_protocol::messages::fetch_response::FetchableTopicResponse::default();
+        topic.partitions = vec![partition];
+        fetch.responses = vec![topic];
+        let response = ResponseKind::Fetch(fetch);
+        let given = Vec::with_capacity(1 << 20);
+        let at = given.as_ptr();
+        let frame = encode_into(given, 9, ApiKey::Fetch, 12, &response).expect("encode");
+        assert_eq!(frame.as_ptr(), at, "encoded in place");
+        let fresh = encode_into(Vec::new(), 9, ApiKey::Fetch, 12, &response).expect("encode");
+        assert_eq!(fresh, frame);
+        assert!(
+            fresh.capacity() < frame.len() + 4096,
+            "sized once: {}",
+            fresh.capacity()
+        );
+        let back = Vec::from(frame);
+        assert_eq!(back.as_ptr(), at, "and given back whole");
     }
 
     /// A frame whose size arrives but whose body stalls is dropped once the read
