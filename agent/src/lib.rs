@@ -9,6 +9,7 @@ pub mod audit;
 pub mod authz;
 pub mod broker;
 pub mod broker_config;
+pub mod buffers;
 pub mod cli;
 pub mod clock;
 pub mod compactor_process;

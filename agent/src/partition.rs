@@ -868,7 +868,8 @@ impl Partition {
                 break (Vec::new(), log_start_offset, limit);
             };
             let generation = plan.generation();
-            let read = plan.read();
+            let buf = crate::buffers::reads().take(plan.max_bytes());
+            let read = plan.read_into(buf);
             if self.log().generation() == generation {
                 break (read?, log_start_offset, limit);
             }

@@ -26,6 +26,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+
+use crate::buffers::BufferPool;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use kafka_protocol::error::ResponseError;
@@ -63,75 +65,7 @@ pub struct RequestMemory {
     permits: Arc<Semaphore>,
     released: Arc<Notify>,
     capacity: usize,
-    frames: Arc<FramePool>,
-}
-
-/// Frames of at least this size are read into buffers kept for reuse.
-const POOLED_FRAME_MIN: usize = 64 * 1024;
-/// At most this much memory is kept in idle frame buffers (and at most a quarter of the
-/// request budget).
-const POOLED_IDLE_MAX: usize = 64 * 1024 * 1024;
-
-/// Buffers of large request frames, kept for the next frames once every part of a
-/// request that points into them is dropped: steady produce traffic reads each frame
-/// into memory already faulted in, instead of fresh pages (a frame of 1 MiB or more is
-/// its own mapping, `main.rs`, and each would be faulted in and zeroed again). Idle
-/// buffers hold at most [`POOLED_IDLE_MAX`] (a quarter of the request budget when that
-/// is smaller); a buffer is reused only for a frame at least half its size.
-#[derive(Debug)]
-struct FramePool {
-    idle: std::sync::Mutex<Vec<Vec<u8>>>,
-    max_idle_bytes: usize,
-}
-
-impl FramePool {
-    /// An empty buffer with room for `size` bytes.
-    fn take(&self, size: usize) -> Vec<u8> {
-        if size >= POOLED_FRAME_MIN {
-            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-            let fit = idle
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| b.capacity() >= size && b.capacity() / 2 <= size)
-                .min_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i);
-            if let Some(i) = fit {
-                return idle.swap_remove(i);
-            }
-        }
-        Vec::with_capacity(size)
-    }
-
-    fn give_back(&self, mut buf: Vec<u8>) {
-        if buf.capacity() < POOLED_FRAME_MIN {
-            return;
-        }
-        buf.clear();
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        let held: usize = idle.iter().map(Vec::capacity).sum();
-        if held + buf.capacity() <= self.max_idle_bytes {
-            idle.push(buf);
-        }
-    }
-}
-
-/// A frame read into a pooled buffer: its bytes go back to the pool when the last
-/// `Bytes` pointing into them is dropped.
-struct PooledFrame {
-    buf: Vec<u8>,
-    pool: Arc<FramePool>,
-}
-
-impl AsRef<[u8]> for PooledFrame {
-    fn as_ref(&self) -> &[u8] {
-        &self.buf
-    }
-}
-
-impl Drop for PooledFrame {
-    fn drop(&mut self) {
-        self.pool.give_back(std::mem::take(&mut self.buf));
-    }
+    frames: Arc<BufferPool>,
 }
 
 /// What one frame occupies while its request is handled, in frames: the frame itself
@@ -164,10 +98,8 @@ impl RequestMemory {
             permits: Arc::new(Semaphore::new(capacity)),
             released: Arc::new(Notify::new()),
             capacity,
-            frames: Arc::new(FramePool {
-                idle: std::sync::Mutex::new(Vec::new()),
-                max_idle_bytes: (capacity / 4).min(POOLED_IDLE_MAX),
-            }),
+            // Idle frame buffers hold at most a quarter of the request budget.
+            frames: Arc::new(BufferPool::new((capacity / 4).min(64 << 20))),
         }
     }
 
@@ -712,15 +644,7 @@ async fn read_body(
     tokio::time::timeout_at(deadline, body)
         .await
         .map_err(|_| timed_out())??;
-    let frame = if buf.capacity() >= POOLED_FRAME_MIN {
-        Bytes::from_owner(PooledFrame {
-            buf,
-            pool: Arc::clone(&memory.frames),
-        })
-    } else {
-        Bytes::from(buf)
-    };
-    Ok((frame, reserved))
+    Ok((memory.frames.bytes(buf), reserved))
 }
 
 /// A request frame, decoded.
@@ -876,7 +800,7 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<Pending>,
     mut writer: W,
     unanswered: Arc<AtomicUsize>,
-    buffers: Arc<FramePool>,
+    buffers: Arc<BufferPool>,
 ) -> Result<(), ConnectionError> {
     let mut in_flight = FuturesOrdered::new();
     let mut open = true;

@@ -148,15 +148,25 @@ impl ReadPlan {
 
     /// Reads whole batches starting with the one that holds the planned offset, up to
     /// the planned bytes (always at least one batch).
-    pub fn read(mut self) -> Result<Vec<u8>> {
+    pub fn read(self) -> Result<Vec<u8>> {
+        self.read_into(Vec::new())
+    }
+
+    /// [`ReadPlan::read`] into `buf` (emptied first; a reused buffer).
+    pub fn read_into(mut self, buf: Vec<u8>) -> Result<Vec<u8>> {
         let offset = self.offset;
         match self
             .reader
             .find_batch(self.start, |h| h.last_offset() >= offset)?
         {
-            Some((position, _)) => self.reader.read_from(position, self.max_bytes),
-            None => Ok(Vec::new()),
+            Some((position, _)) => self.reader.read_from(position, self.max_bytes, buf),
+            None => Ok(buf),
         }
+    }
+
+    /// The most [`ReadPlan::read`] reads (the first batch aside, if larger).
+    pub fn max_bytes(&self) -> usize {
+        self.max_bytes
     }
 
     /// The header of the batch holding the planned offset, without reading the batch.

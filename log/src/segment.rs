@@ -520,7 +520,7 @@ impl Segment {
     /// Reads whole batches from `position`: at most `max_bytes`, but always the first
     /// batch in full, however large (KIP-74), so a consumer can always make progress.
     pub fn read_from(&self, position: u64, max_bytes: usize) -> Result<Vec<u8>> {
-        self.reader().read_from(position, max_bytes)
+        self.reader().read_from(position, max_bytes, Vec::new())
     }
 
     /// Reads the single batch at `position`.
@@ -616,9 +616,15 @@ impl SegmentReader {
 
     /// Reads whole batches from `position`: at most `max_bytes`, but always the first
     /// batch in full, however large (KIP-74).
-    pub(crate) fn read_from(&mut self, position: u64, max_bytes: usize) -> Result<Vec<u8>> {
+    pub(crate) fn read_from(
+        &mut self,
+        position: u64,
+        max_bytes: usize,
+        mut buf: Vec<u8>,
+    ) -> Result<Vec<u8>> {
+        buf.clear();
         if position >= self.size {
-            return Ok(Vec::new());
+            return Ok(buf);
         }
         let available = (self.size - position) as usize;
         let mut header_buf = [0u8; HEADER_BYTES];
@@ -632,7 +638,7 @@ impl SegmentReader {
                 reason: format!("short header at {position}"),
             })?;
         let want = available.min(max_bytes.max(first));
-        let mut buf = vec![0u8; want];
+        buf.resize(want, 0);
         file.read_exact_at(&mut buf, position)
             .context("read segment", &self.path)?;
         let mut iter = crate::batch::BatchIter::new(&buf);

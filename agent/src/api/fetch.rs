@@ -11,7 +11,6 @@
 //! what that changes, and the epoch checks, are the fetch service's
 //! ([`crate::service::fetch`]); this module is the wire side and the long poll.
 
-use bytes::Bytes;
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_response::{
@@ -147,7 +146,7 @@ async fn read_once(
                             })
                             .collect(),
                     );
-                    data.records = Some(Bytes::from(r.records));
+                    data.records = Some(crate::buffers::reads().bytes(r.records));
                 }
                 Err(failed) => {
                     data.error_code = ApiError::from(&failed.error).code();
