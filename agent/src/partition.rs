@@ -994,17 +994,21 @@ impl Partition {
             let p = &p;
             // Below the last stable offset every transaction has ended, and the log's
             // aborted index says which records were aborted: those go.
+            // The parts under the log's lock run at the request threads' priority
+            // (`urgent`): appends wait for that lock.
             let cleanable = || {
-                let hw = p.high_watermark();
-                let mut log = p.log();
-                let lso = log.last_stable_offset(hw);
-                let segments: Vec<ClosedSegmentInfo> = log
-                    .closed_segments()
-                    .into_iter()
-                    .filter(|s| s.next_offset <= lso)
-                    .collect();
-                let txns = log.producers().transactions().clone();
-                (log.dir().to_path_buf(), segments, txns)
+                strata_core::background::urgent(|| {
+                    let hw = p.high_watermark();
+                    let mut log = p.log();
+                    let lso = log.last_stable_offset(hw);
+                    let segments: Vec<ClosedSegmentInfo> = log
+                        .closed_segments()
+                        .into_iter()
+                        .filter(|s| s.next_offset <= lso)
+                        .collect();
+                    let txns = log.producers().transactions().clone();
+                    (log.dir().to_path_buf(), segments, txns)
+                })
             };
             let (dir, segments, txns) = cleanable();
             let aborted = |pid: i64, offset: i64| txns.is_aborted(pid, offset);
@@ -1015,7 +1019,9 @@ impl Partition {
                 key_map_bytes,
                 now_ms,
                 strata_compactor::compaction::Txns::Known(&aborted),
-                |rewritten| p.log().swap_compacted(rewritten, now_ms),
+                |rewritten| {
+                    strata_core::background::urgent(|| p.log().swap_compacted(rewritten, now_ms))
+                },
             )
             .map_err(|e| match e {
                 strata_compactor::compaction::CompactionError::Log(e) => PartitionError::Log(e),

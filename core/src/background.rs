@@ -201,14 +201,50 @@ fn work(queue: &Queue) {
     }
 }
 
+/// Runs `f` at the request threads' priority, then lowers the thread's again: for the
+/// short parts of background work that hold a lock request threads wait on (a
+/// compaction swapping its copies into a log). At the idle priority a thread holding
+/// such a lock on a saturated CPU could wait long for its turn, and every request behind
+/// the lock with it. Elsewhere than on a pool thread it just runs `f`.
+///
+/// Only the idle priority is raised: a thread may leave `SCHED_IDLE` for the normal
+/// policy unprivileged, not lower its nice value; at nice 10 it keeps a share anyway.
+pub fn urgent<T>(f: impl FnOnce() -> T) -> T {
+    if POOL_PRIORITY.get() == Some(Priority::Idle) {
+        set_priority(None);
+        let out = f();
+        set_priority(Some(Priority::Idle));
+        out
+    } else {
+        f()
+    }
+}
+
+std::thread_local! {
+    /// The priority a pool thread runs at; `None` elsewhere.
+    static POOL_PRIORITY: std::cell::Cell<Option<Priority>> = const { std::cell::Cell::new(None) };
+}
+
 /// Lowers the calling thread's CPU priority (on Linux the scheduling policy and the
 /// nice value are a thread's).
-#[allow(unsafe_code)]
 fn lower_priority(priority: Priority) {
+    POOL_PRIORITY.set(Some(priority));
+    set_priority(Some(priority));
+}
+
+/// Sets the calling thread's priority: `None` is the request threads' (the normal
+/// policy at nice 0).
+#[allow(unsafe_code)]
+fn set_priority(priority: Option<Priority>) {
     #[cfg(target_os = "linux")]
     {
         let rc = match priority {
-            Priority::Idle => {
+            None => {
+                let param = libc::sched_param { sched_priority: 0 };
+                // SAFETY: as below (a thread at the idle priority keeps nice 0).
+                unsafe { libc::sched_setscheduler(0, libc::SCHED_OTHER, &param) }
+            }
+            Some(Priority::Idle) => {
                 let param = libc::sched_param { sched_priority: 0 };
                 // SAFETY: sched_setscheduler reads one `sched_param` through a pointer to
                 // a live local; pid 0 is the calling thread.
@@ -216,13 +252,13 @@ fn lower_priority(priority: Priority) {
             }
             // SAFETY: gettid and setpriority take no pointers; they only change this
             // thread.
-            Priority::Low => unsafe {
+            Some(Priority::Low) => unsafe {
                 libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, 10)
             },
         };
         if rc != 0 {
             eprintln!(
-                "strata: could not lower a background thread's priority: {}",
+                "strata: could not set a background thread's priority: {}",
                 std::io::Error::last_os_error()
             );
         }
@@ -324,13 +360,25 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_default_pool_runs_at_the_idle_priority() {
+    async fn the_default_pool_runs_at_the_idle_priority_save_urgent_sections() {
         let pool = Background::start(
             Limits::for_this_machine(),
             crate::clock::SystemClock::shared(),
         );
         let policy = pool.run(Kind::Tiering, 0, this_threads_policy).await;
         assert_eq!(policy, Ok(libc::SCHED_IDLE));
+        let policies = pool
+            .run(Kind::Compaction, 0, || {
+                let inside = urgent(this_threads_policy);
+                (inside, this_threads_policy())
+            })
+            .await;
+        assert_eq!(policies, Ok((libc::SCHED_OTHER, libc::SCHED_IDLE)));
+        assert_eq!(
+            urgent(this_threads_policy),
+            libc::SCHED_OTHER,
+            "elsewhere: as it was"
+        );
         assert_ne!(
             this_threads_policy(),
             libc::SCHED_IDLE,

@@ -299,7 +299,9 @@ impl Lifecycle {
                 }
                 match compacted.remove(&key) {
                     Some(c) => {
-                        entry.dirty_ratio = c.dirty_ratio;
+                        if c.dirty_ratio.is_some() {
+                            entry.dirty_ratio = c.dirty_ratio;
+                        }
                         entry.bytes_reclaimed += c.bytes_reclaimed;
                         entry.records_compacted_away += c.records_removed;
                         if c.error.is_some() {
