@@ -326,12 +326,12 @@ impl TieringWorker {
         Ok(Some(entry))
     }
 
-    /// Reads and encodes a closed segment of `size` bytes on the background pool, a
-    /// piece at a time: each piece is one job, charged to the tiering rate, so that a
-    /// 1 GiB segment neither sits in memory whole nor holds a thread for seconds.
-    /// `None`: the file holds no bytes. (Its size is read from the opened file: the
-    /// path may be swapped for a compacted copy meanwhile, and the opened file is one
-    /// or the other, whole.)
+    /// Reads and encodes the closed segment at `path` on the background pool, a piece
+    /// at a time: each piece is one job, charged to the tiering rate, so that a 1 GiB
+    /// segment neither sits in memory whole nor holds a thread for seconds. `None`: the
+    /// file holds no bytes. (Its size is read from the opened file: the path may be
+    /// swapped for a compacted copy meanwhile, and the opened file is one or the other,
+    /// whole.)
     async fn encode(&self, path: &std::path::Path) -> Result<Option<(Vec<u8>, Summary)>> {
         let opened = path.to_path_buf();
         let (file, size) = self
