@@ -5,8 +5,9 @@ results as JSON (and a Markdown table to stdout).
     cargo build --release -p strata-agent -p strata-bench --bin strata --bin strata-bench
     python3 bench/suite.py                   # the full matrix, ~20 min
     python3 bench/suite.py --quick           # a smoke run: tiny counts, a minute
-    python3 bench/suite.py --against kafka   # strata beside Apache Kafka 4.1 (~10 min)
+    python3 bench/suite.py --against kafka   # strata beside Apache Kafka 4.4 (~10 min)
     python3 bench/suite.py --http            # HTTP produce beside Kafka produce (~1 min)
+    python3 bench/suite.py --transactions    # transactions/s beside Kafka 4.4 (~5 min)
 
 What it measures, in one run so the figures can be compared:
   * references: the disk's sequential write speed with fdatasync and its synchronous
@@ -21,7 +22,7 @@ With `--against kafka` the same load generator runs a smaller matrix (1 and 8 pa
 100 B and 1 KiB, acks=all, no compression) in one run against three brokers on the same
 machine and disk, one after the other: strata as it ships (acks=all answered after
 fsync), strata with `--ack-durability page-cache` (answered from the page cache, as
-Kafka's defaults do), and Apache Kafka 4.1.1 in KRaft combined mode (one process, jars
+Kafka's defaults do), and Apache Kafka 4.4.0 in KRaft combined mode (one process, jars
 from Maven Central through bench/kafka/pom.xml, its default flush settings: no fsync
 before an ack, `log.flush.interval.messages` and `log.flush.interval.ms` unset, 1 GiB
 heap). Besides throughput and latency it records each broker's CPU seconds per GB
@@ -31,6 +32,12 @@ With `--http` it measures produce through the HTTP API (`strata-bench produce-ht
 clients, 100 base64 values of 1 KiB per request, acks=all, 1 partition) beside Kafka
 produce of the same records on the same agent, alternately, twice, and prints the
 ratios. `--quick` runs one small round of it too.
+
+With `--transactions` it measures transactional produce on strata as it ships and on
+Apache Kafka in the same run: 1 and 8 librdkafka producers, each with a transactional id
+of its own, committing every record (and every 10 records), 8 partitions, 100-byte values,
+acks=all; it prints transactions per second, the commit latency and the ratios strata /
+Kafka (the median of `--rounds` rounds).
 
 Every run reads back what it sent; a run that lost or corrupted a record fails the suite.
 Needs dd (coreutils) and iperf3 (`apt-get install iperf3`); Linux only (/proc); Java 17
@@ -287,8 +294,14 @@ def main() -> None:
                          "alternately, and print the ratios")
     ap.add_argument("--http", action="store_true",
                     help="HTTP produce beside Kafka produce (1 KiB, acks=all) on one strata")
+    ap.add_argument("--curve-seconds", type=float, default=5.0,
+                    help="with --against kafka: the length of each latency-curve step")
+    ap.add_argument("--tiering", action="store_true",
+                    help="with --against kafka: strata with tiering on (a file:// archive)")
+    ap.add_argument("--transactions", action="store_true",
+                    help="transactions per second, strata beside Apache Kafka, 1 and 8 producers")
     ap.add_argument("--rounds", type=int, default=2,
-                    help="with --before: how many times each binary runs the matrix")
+                    help="with --before, --http or --transactions: how many rounds")
     opts = ap.parse_args()
     for b in (opts.strata, opts.bench):
         if not b.exists():
@@ -312,9 +325,12 @@ def main() -> None:
         count_args = (["--records", "20000"] if opts.quick
                       else ["--duration-s", str(opts.seconds)])
         results["brokers"] = ["strata", "strata-page-cache", "kafka"]
-        for name in results["brokers"]:
+        # Kafka first: its full-speed rates are the absolute rates every broker is
+        # measured at (50% for the latency rows, and the curve's steps).
+        reference: dict = {}
+        for name in ["kafka", "strata", "strata-page-cache"]:
             broker = (Kafka(root) if name == "kafka" else
-                      Strata(opts.strata, root, name=name,
+                      Strata(opts.strata, root, name=name, tiering=opts.tiering,
                              extra=["--ack-durability", "page-cache"] if name != "strata" else []))
             try:
                 # A JVM needs a while to compile its hot paths: every broker gets the same
@@ -323,11 +339,18 @@ def main() -> None:
                                                   "--acks", "all", "--duration-s",
                                                   "2" if opts.quick else "10"], root)
                 delete_topics(broker, [warm["topic"]])
-                run_matrix(opts, broker, matrix, count_args, root, results)
+                run_matrix(opts, broker, matrix, count_args, root, results, reference,
+                           curve=not opts.quick)
             finally:
                 broker.stop()
         finish(opts, results, started, root)
         print_comparison(results)
+        print_curve(results)
+        return
+    if opts.transactions:
+        transactions(opts, root, results)
+        finish(opts, results, started, root)
+        print_transactions(results)
         return
     if opts.http:
         strata = Strata(opts.strata, root)
@@ -359,23 +382,41 @@ def main() -> None:
         print_http(results)
 
 
+CURVE = (0.1, 0.3, 0.5, 0.7, 0.9)
+
+
 def run_matrix(opts, broker: Broker, matrix, count_args: list[str], root: Path,
-               results: dict) -> None:
+               results: dict, reference: dict | None = None, curve: bool = False) -> None:
+    """Each configuration: full speed, consume, produce and end-to-end at 50% of a rate.
+    With `reference` (filled by the first broker, read by the next ones), that rate is
+    the first broker's full speed, so every broker is measured at the same absolute
+    rates; with `curve`, produce also runs at each step of CURVE of it."""
     for partitions, size, acks, compression in matrix:
         common = ["--partitions", str(partitions), "--size", str(size),
                   "--acks", acks, "--compression", compression]
         config = {"partitions": partitions, "size": size, "acks": acks, "compression": compression}
         full = bench(opts.bench, broker, ["produce", *common, *count_args], root)
         consume = bench(opts.bench, broker, ["consume", "--topic", full["topic"]], root)
-        rate = max(1, int(full["records_per_s"] * 0.5))
-        rate_args = ["--rate", str(rate)] + (["--records", "10000"] if opts.quick
-                                             else ["--duration-s", str(opts.seconds)])
+        if reference is not None:
+            reference.setdefault((partitions, size, acks, compression), full["records_per_s"])
+            top = reference[(partitions, size, acks, compression)]
+        else:
+            top = full["records_per_s"]
+        length = (["--records", "10000"] if opts.quick
+                  else ["--duration-s", str(opts.seconds)])
+        rate_args = ["--rate", str(max(1, int(top * 0.5)))] + length
         half = bench(opts.bench, broker, ["produce", *common, *rate_args], root)
         e2e = bench(opts.bench, broker, ["e2e", *common, *rate_args], root)
-        for kind, report in (("produce", full), ("consume", consume),
-                             ("produce@50%", half), ("e2e@50%", e2e)):
+        runs = [("produce", full), ("consume", consume), ("produce@50%", half), ("e2e@50%", e2e)]
+        for fraction in CURVE if curve else ():
+            step = bench(opts.bench, broker, [
+                "produce", *common, "--rate", str(max(1, int(top * fraction))),
+                "--duration-s", str(opts.curve_seconds), "--no-verify"], root)
+            step["fraction"] = fraction
+            runs.append((f"curve@{round(fraction * 100)}%", step))
+        for kind, report in runs:
             results["runs"].append({"broker": broker.name, "config": config, "kind": kind, **report})
-        delete_topics(broker, [full["topic"], half["topic"], e2e["topic"]])
+        delete_topics(broker, sorted({r["topic"] for _, r in runs}))
 
 
 HTTP_CONFIG = {"partitions": 1, "size": 1024, "acks": "all", "compression": "none"}
@@ -393,6 +434,64 @@ def http_produce(opts, strata: Strata, root: Path, results: dict) -> None:
             results["runs"].append({"broker": strata.name, "config": HTTP_CONFIG, "kind": kind,
                                     "suite": "http", **report})
         delete_topics(strata, [kafka["topic"], http["topic"]])
+
+
+TXN_RUNS = [(producers, records) for producers in (1, 8) for records in (1, 10)]
+
+
+def transactions(opts, root: Path, results: dict) -> None:
+    """Transactional produce on strata and on Kafka, each broker fresh, the same runs."""
+    seconds = "3" if opts.quick else str(opts.seconds)
+    rounds = 1 if opts.quick else opts.rounds
+    results["brokers"] = ["strata", "kafka"]
+    for name in results["brokers"]:
+        broker = Kafka(root) if name == "kafka" else Strata(opts.strata, root)
+        try:
+            # The same unrecorded warm-up for both (a JVM compiles its hot paths).
+            warm = bench(opts.bench, broker, ["produce", "--partitions", "8", "--size", "100",
+                                              "--acks", "all", "--transaction-records", "10",
+                                              "--duration-s", "2" if opts.quick else "5"], root)
+            delete_topics(broker, [warm["topic"]])
+            for round_ in range(1, rounds + 1):
+                for producers, records in TXN_RUNS:
+                    report = bench(opts.bench, broker, [
+                        "produce", "--partitions", "8", "--size", "100", "--acks", "all",
+                        "--producers", str(producers), "--transaction-records", str(records),
+                        "--duration-s", seconds], root)
+                    results["runs"].append({
+                        "broker": name, "suite": "transactions", "round": round_,
+                        "config": {"partitions": 8, "size": 100, "acks": "all",
+                                   "compression": "none", "producers": producers,
+                                   "records_per_transaction": records},
+                        "kind": "transactions", **report})
+                    delete_topics(broker, [report["topic"]])
+        finally:
+            broker.stop()
+
+
+def print_transactions(results: dict) -> None:
+    """Per configuration: the medians over rounds, strata beside Kafka."""
+    from statistics import median
+    print("\n| producers | records per transaction | broker | transactions/s | "
+          "commit p50 ms | commit p99 ms | broker CPU s | strata / Kafka (transactions/s) |")
+    print("|---:|---:|---|---:|---:|---:|---:|---:|")
+    for producers, records in TXN_RUNS:
+        rates = {}
+        for broker in ("strata", "kafka"):
+            runs = [r for r in results["runs"] if r.get("suite") == "transactions"
+                    and r["broker"] == broker and r["config"]["producers"] == producers
+                    and r["config"]["records_per_transaction"] == records]
+            if not runs:
+                continue
+            commits = [r["transactions"]["commit_latency"] or {} for r in runs]
+            rates[broker] = median(r["transactions"]["per_s"] for r in runs)
+            p50 = median(c.get("p50_ms", 0) for c in commits)
+            p99 = median(c.get("p99_ms", 0) for c in commits)
+            cpu = median(r["broker_cpu_s"] for r in runs)
+            ratio = (f"{rates['strata'] / rates['kafka']:.2f}"
+                     if broker == "kafka" and rates.get("kafka") and "strata" in rates else "")
+            print(f"| {producers} | {records} | {broker} | {rates[broker]:,.0f} | {p50:.1f} | "
+                  f"{p99:.1f} | {cpu:.2f} | {ratio} |")
 
 
 def print_http(results: dict) -> None:
@@ -526,6 +625,30 @@ def print_comparison(results: dict) -> None:
                 ratio = lambda a, b: "" if a is None or not b else f"{a / b:.2f}"
                 print(f"| {p} | {size} | {kind} | {m} | {fmt(vals[0])} | {fmt(vals[1])} | "
                       f"{fmt(vals[2])} | {ratio(vals[0], vals[2])} | {ratio(vals[1], vals[2])} |")
+
+
+def print_curve(results: dict) -> None:
+    """Produce latency at the same absolute rates (fractions of Kafka's full speed)."""
+    runs = {(r["broker"], r["config"]["partitions"], r["config"]["size"], r["kind"]): r
+            for r in results["runs"] if r["kind"].startswith("curve@")}
+    if not runs:
+        return
+    print("\n| partitions × size | rate (of Kafka's full speed) | records/s | "
+          "strata p50 / p99 / p99.9 ms | strata page-cache | Kafka | strata / Kafka p99 |")
+    print("|---|---:|---:|---|---|---|---:|")
+    for p, size in sorted({(p, s) for (_, p, s, _) in runs}):
+        for fraction in CURVE:
+            kind = f"curve@{round(fraction * 100)}%"
+            cells, p99 = [], {}
+            for b in ("strata", "strata-page-cache", "kafka"):
+                lat = (runs.get((b, p, size, kind)) or {}).get("latency") or {}
+                p99[b] = lat.get("p99_ms")
+                cells.append(" / ".join(f"{lat[m]:.1f}" for m in ("p50_ms", "p99_ms", "p999_ms"))
+                             if lat else "")
+            rate = (runs.get(("kafka", p, size, kind)) or {}).get("records_per_s", 0)
+            ratio = f"{p99['strata'] / p99['kafka']:.2f}" if p99["strata"] and p99["kafka"] else ""
+            print(f"| {p} × {size} B | {round(fraction * 100)}% | {rate:,.0f} | "
+                  f"{' | '.join(cells)} | {ratio} |")
 
 
 def print_table(results: dict) -> None:

@@ -12,6 +12,14 @@
 //! ([`markers`]); a leader on this agent is written directly. A transaction is complete
 //! once every partition's marker is committed (in every in-sync replica), and only then
 //! may its producer start the next one (until then it gets CONCURRENT_TRANSACTIONS).
+//!
+//! EndTxn answers once the markers are written; the record's move to complete is
+//! written after the answer, off the producer's path. Until it lands, the next change
+//! to the record on this agent (the producer's next transaction, typically) applies it
+//! first, in its own metastore transaction ([`Transactions::change`]): a transaction
+//! costs the producer two metastore commits (added, prepared), not three. If the agent
+//! stops first, the record stays prepared and the next coordinator writes the markers
+//! again, as after any failover.
 
 mod markers;
 pub mod state;
@@ -64,6 +72,13 @@ pub struct Transactions {
     completing: Mutex<HashSet<String>>,
     /// Wakes [`Transactions::run`]: a transaction was just prepared.
     prepared: Notify,
+    /// Prepared transactions whose markers this agent wrote, by transactional id, until
+    /// their completion is written: the next change to the record completes it first.
+    written: Mutex<HashMap<String, TxnRecord>>,
+    /// Wakes [`Transactions::run`] to write the completions in `written`'s queue.
+    due: Notify,
+    /// The transactions in `written` whose completion is still to be started.
+    due_ids: Mutex<Vec<(String, TxnRecord)>>,
 }
 
 /// What DescribeTransactions and the HTTP API show of a transaction.
@@ -85,6 +100,9 @@ impl Transactions {
             config,
             completing: Mutex::new(HashSet::new()),
             prepared: Notify::new(),
+            written: Mutex::default(),
+            due: Notify::new(),
+            due_ids: Mutex::default(),
         }
     }
 
@@ -115,13 +133,29 @@ impl Transactions {
             .map_err(|e| TxnError::CoordinatorNotAvailable(e.to_string()))
     }
 
+    /// Changes `transactional_id`'s record by `change`, in one metastore transaction. A
+    /// record still prepared whose markers this agent has written is completed first.
     async fn change<T: Send + 'static>(
         &self,
         transactional_id: &str,
         change: impl Fn(Option<&TxnRecord>) -> strata_metastore::Change<T> + Send + Sync + 'static,
     ) -> Result<T, TxnError> {
+        let written = self.written_map().get(transactional_id).cloned();
+        let now = self.now_ms();
         self.metastore
-            .change_transaction(transactional_id, move |r| Ok(change(r)))
+            .change_transaction(transactional_id, move |r| {
+                let completed = written
+                    .as_ref()
+                    .and_then(|w| state::complete(r, w, now).record);
+                Ok(match completed {
+                    None => change(r),
+                    Some(completed) => {
+                        let mut next = change(Some(&completed));
+                        next.record.get_or_insert(completed);
+                        next
+                    }
+                })
+            })
             .await
             .map_err(|e| {
                 tracing::warn!(transactional_id, error = %e, "cannot change a transaction record");
@@ -290,7 +324,7 @@ impl Transactions {
 
     /// EndTxn: records the decision, then writes the markers before answering (Kafka
     /// answers first; waiting here saves the producer a CONCURRENT_TRANSACTIONS retry on
-    /// its next transaction).
+    /// its next transaction). The completion is written after the answer.
     pub async fn end(
         &self,
         transactional_id: &str,
@@ -302,31 +336,45 @@ impl Transactions {
         self.check_owner(transactional_id)?;
         let fresh = self.fresh_id().await?;
         let now = self.now_ms();
-        let ended = self
+        let (ended, prepared) = self
             .change(transactional_id, move |r| {
-                state::end(r, producer_id, producer_epoch, commit, v2, fresh, now)
+                let change = state::end(r, producer_id, producer_epoch, commit, v2, fresh, now);
+                let prepared = change.record.clone();
+                strata_metastore::Change {
+                    answer: change.answer.map(|ended| (ended, prepared)),
+                    record: change.record,
+                    settle: change.settle,
+                }
             })
             .await??;
-        if ended.markers && self.claim(transactional_id) {
+        if let Some(record) = prepared.filter(|_| ended.markers)
+            && self.claim(transactional_id)
+        {
             // The decision is durable; write the markers now, so the producer's next
             // transaction does not find this one still completing (it would be told
             // CONCURRENT_TRANSACTIONS and back off). If that fails, the coordinator's
             // loop finishes it; the answer is the same.
             // The prepare bumped the coordinator epoch already: no takeover needed.
-            if let Ok(Some(record)) = self.read(transactional_id).await
-                && record.state.is_prepared()
-            {
-                // Bounded well within clients' request timeouts: a partition without a
-                // leader for longer is left to the loop, which takes the record over.
-                let finished =
-                    tokio::time::timeout(INLINE_MARKERS, self.finish(transactional_id, record));
-                if finished.await.is_err() {
-                    tracing::debug!(
-                        transactional_id,
-                        "markers still pending; the coordinator's loop goes on"
-                    );
-                    self.prepared.notify_one();
-                }
+            // Bounded well within clients' request timeouts: a partition without a
+            // leader for longer is left to the loop, which takes the record over.
+            let written = tokio::time::timeout(
+                INLINE_MARKERS,
+                markers::write_all(&self.replicas, &self.membership, &self.metastore, &record),
+            )
+            .await;
+            if written == Ok(true) {
+                // The loop writes the completion; until then `written` keeps the loop's
+                // pass from taking the record over.
+                self.written_map()
+                    .insert(transactional_id.to_string(), record.clone());
+                self.due_list().push((transactional_id.to_string(), record));
+                self.due.notify_one();
+            } else {
+                tracing::debug!(
+                    transactional_id,
+                    "markers still pending; the coordinator's loop goes on"
+                );
+                self.prepared.notify_one();
             }
             self.completing_set().remove(transactional_id);
         }
@@ -392,12 +440,34 @@ impl Transactions {
             }
             while completions.try_join_next().is_some() {}
             let period = RESUME_INTERVAL_MS.min(self.config.abort_check_interval_ms.max(1));
-            tokio::select! {
-                _ = shutdown.cancelled() => return Stopped::Shutdown,
-                _ = self.prepared.notified() => {}
-                _ = self.membership.clock().sleep(Duration::from_millis(period)) => {}
+            let next_pass = self.membership.clock().sleep(Duration::from_millis(period));
+            tokio::pin!(next_pass);
+            loop {
+                self.start_completions(&mut completions);
+                tokio::select! {
+                    _ = shutdown.cancelled() => return Stopped::Shutdown,
+                    _ = self.prepared.notified() => break,
+                    _ = &mut next_pass => break,
+                    _ = self.due.notified() => {}
+                }
             }
         }
+    }
+
+    /// Starts writing the completions EndTxn left to the loop (their markers are in).
+    fn start_completions(self: &Arc<Self>, completions: &mut JoinSet<()>) {
+        for (id, record) in std::mem::take(&mut *self.due_list()) {
+            let this = Arc::clone(self);
+            completions.spawn(async move {
+                this.write_complete(&id, record.clone()).await;
+                // Unless the producer's next transaction is already prepared here.
+                let mut written = this.written_map();
+                if written.get(&id) == Some(&record) {
+                    written.remove(&id);
+                }
+            });
+        }
+        while completions.try_join_next().is_some() {}
     }
 
     /// One look at every transaction this agent coordinates.
@@ -420,7 +490,9 @@ impl Transactions {
                     tracing::info!(transactional_id = %id, producer_id = record.producer_id, "aborting a transaction past its timeout");
                 }
             }
-            if (due || record.state.is_prepared()) && self.claim(&id) {
+            // A transaction in `written` has its markers; its completion is under way.
+            let completing = self.written_map().contains_key(&id);
+            if (due || record.state.is_prepared()) && !completing && self.claim(&id) {
                 let this = Arc::clone(self);
                 completions.spawn(async move {
                     this.complete(&id).await;
@@ -433,6 +505,14 @@ impl Transactions {
 
     fn completing_set(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
         self.completing.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn written_map(&self) -> std::sync::MutexGuard<'_, HashMap<String, TxnRecord>> {
+        self.written.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn due_list(&self) -> std::sync::MutexGuard<'_, Vec<(String, TxnRecord)>> {
+        self.due_ids.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether this agent may start completing `id` (no completion of it is running).
@@ -458,9 +538,13 @@ impl Transactions {
     async fn finish(&self, id: &str, record: TxnRecord) {
         let written =
             markers::write_all(&self.replicas, &self.membership, &self.metastore, &record).await;
-        if !written {
-            return;
+        if written {
+            self.write_complete(id, record).await;
         }
+    }
+
+    /// Every marker of `record` is written: the transaction is complete.
+    async fn write_complete(&self, id: &str, record: TxnRecord) {
         let now = self.now_ms();
         let done = record.clone();
         match self
