@@ -537,15 +537,27 @@ impl AgentArgs {
 /// glibc's allocator raises its mmap threshold as large blocks are freed, and from then
 /// on keeps large blocks (request frames) in its heaps after they are freed: a flood of
 /// 8 MiB produce requests once left 450 MiB resident after it ended
-/// (`bench/flood_bench.py`). A fixed threshold keeps blocks of 1 MiB and more in their
-/// own mappings, given back to the system as soon as they are freed.
+/// (`bench/flood_bench.py`). A fixed threshold keeps blocks of 4 MiB and more in their
+/// own mappings, given back to the system as soon as they are freed; request frames and
+/// fetch answers come from pools bounded by the request budget (`buffers.rs`) anyway.
+/// Below it, and with a heap given back only past 8 MiB free at its top (glibc's own
+/// ratio, twice the threshold), the blocks produce allocates for every batch (the
+/// decoded records of a 1 MB batch of small records are 1–2 MB) are reused from the
+/// heap instead of mapped, faulted in and zeroed each time (issue 33: with 1 MiB and
+/// glibc's default 128 KiB trim, a full-speed produce of 100-byte records took half a
+/// million page faults in 8 s).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 #[allow(unsafe_code)]
 fn return_large_blocks() {
-    // SAFETY: mallopt only sets a parameter of the allocator; it is called first thing
+    /// Heaps glibc may keep (its default is 8 per core): each may keep up to the trim
+    /// threshold free, so their number bounds what the process holds after a burst.
+    const ARENAS: i32 = 4;
+    // SAFETY: mallopt only sets parameters of the allocator; it is called first thing
     // in main, before any other thread exists.
     unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 1 << 20);
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 4 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 8 << 20);
+        libc::mallopt(libc::M_ARENA_MAX, ARENAS);
     }
 }
 
