@@ -296,6 +296,9 @@ def main() -> None:
                     help="HTTP produce beside Kafka produce (1 KiB, acks=all) on one strata")
     ap.add_argument("--curve-seconds", type=float, default=5.0,
                     help="with --against kafka: the length of each latency-curve step")
+    ap.add_argument("--only", action="append", default=[], metavar="PxS",
+                    help="with --against kafka: only these rows (partitions x size, e.g. 8x100); "
+                         "repeatable")
     ap.add_argument("--tiering", action="store_true",
                     help="with --against kafka: strata with tiering on (a file:// archive)")
     ap.add_argument("--transactions", action="store_true",
@@ -320,6 +323,8 @@ def main() -> None:
         return
     if opts.against == "kafka":
         matrix = [(p, size, "all", "none") for p in (1, 8) for size in (100, 1024)]
+        if opts.only:
+            matrix = [m for m in matrix if f"{m[0]}x{m[1]}" in opts.only]
         if opts.quick:
             matrix = matrix[:1]
         count_args = (["--records", "20000"] if opts.quick

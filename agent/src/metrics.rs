@@ -174,6 +174,10 @@ fn describe() {
         "Metastore transaction latency, retries included"
     );
     describe_counter!(
+        "strata_metastore_commits_total",
+        "Commits of the embedded metastore's file, each one fsync: grouped transactions share one"
+    );
+    describe_counter!(
         "strata_metastore_transaction_retries_total",
         "Metastore transaction attempts retried after a conflict or a retryable error"
     );

@@ -342,9 +342,7 @@ fn commit_group(c: &Conn) {
     let committed = c.execute_batch("COMMIT").inspect_err(|_| {
         let _ = c.execute_batch("ROLLBACK");
     });
-    if durable.len() > 1 {
-        metrics::histogram!("strata_metastore_group_commit_size").record(durable.len() as f64);
-    }
+    metrics::counter!("strata_metastore_commits_total").increment(1);
     for member in durable {
         let _ = member.send(
             committed
