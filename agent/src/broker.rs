@@ -11,6 +11,7 @@ use strata_metastore::Metastore;
 use strata_tiering::{ArchiveReader, TieringWorker};
 use tokio_util::sync::CancellationToken;
 
+use crate::api::fetch_sessions::FetchSessions;
 use crate::authz::Authorizer;
 use crate::broker_config::BrokerConfig;
 use crate::config::{AckDurability, Settings};
@@ -50,6 +51,8 @@ pub struct Broker {
     replicas: Arc<ReplicaManager>,
     producing: Producing,
     fetching: Fetching,
+    /// Incremental fetch sessions (KIP-227).
+    fetch_sessions: FetchSessions,
     admin: Admin,
     lifecycle: Arc<Lifecycle>,
     /// The tiering worker, when it runs inside this agent.
@@ -181,6 +184,7 @@ impl Broker {
                 id_expiration_ms: settings.transactional_id_expiration_ms,
             },
         ));
+        let fetch_sessions = FetchSessions::new(settings.max_incremental_fetch_session_cache_slots);
         Ok(Arc::new(Broker {
             producer_ids,
             transactions,
@@ -196,6 +200,7 @@ impl Broker {
             groups,
             producing: Producing::new(Arc::clone(&replicas)),
             fetching: Fetching::new(Arc::clone(&replicas)),
+            fetch_sessions,
             admin,
             lifecycle,
             replicas,
@@ -252,6 +257,11 @@ impl Broker {
     /// Reading as leader, for consumers and followers ([`crate::service::fetch`]).
     pub fn fetching(&self) -> &Fetching {
         &self.fetching
+    }
+
+    /// Incremental fetch sessions ([`crate::api::fetch_sessions`]).
+    pub fn fetch_sessions(&self) -> &FetchSessions {
+        &self.fetch_sessions
     }
 
     /// Creating, deleting and growing topics ([`crate::service::admin`]).

@@ -209,6 +209,11 @@ impl BrokerConfig {
             },
         );
         push("super.users", Kind::String, &|s| s.super_users.clone());
+        push(
+            "max.incremental.fetch.session.cache.slots",
+            Kind::Int,
+            &|s| s.max_incremental_fetch_session_cache_slots.to_string(),
+        );
         push("quota.window.num", Kind::Int, &|s| {
             s.quota_window_num.to_string()
         });

@@ -135,6 +135,10 @@ pub struct Settings {
     pub fdb_prefix: String,
     /// Largest request frame accepted (Kafka's `socket.request.max.bytes`).
     pub max_request_bytes: usize,
+    /// How many incremental fetch sessions (KIP-227) the agent keeps at once (Kafka's
+    /// `max.incremental.fetch.session.cache.slots`); 0 turns them off, and every fetch
+    /// is then answered as a full one.
+    pub max_incremental_fetch_session_cache_slots: u64,
     /// Bytes of requests being read or handled that the agent holds in memory at once,
     /// over all connections (Kafka's `queued.max.request.bytes`); a connection whose
     /// next frame does not fit waits, without reading it, until others finish.
@@ -355,6 +359,7 @@ impl Default for Settings {
             inter_agent_sasl_username: String::new(),
             inter_agent_sasl_password: Secret::default(),
             quota_window_num: 11,
+            max_incremental_fetch_session_cache_slots: 1000,
             quota_window_size_seconds: 1,
             http_authentication: String::new(),
             authorizer: String::new(),

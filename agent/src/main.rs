@@ -131,6 +131,10 @@ struct AgentArgs {
     /// Its password (better given as STRATA_INTER_AGENT_SASL_PASSWORD than as a flag).
     #[arg(long, env = "STRATA_INTER_AGENT_SASL_PASSWORD", hide_env_values = true)]
     inter_agent_sasl_password: Option<String>,
+    /// Incremental fetch sessions kept at once, 0 for none (Kafka's
+    /// max.incremental.fetch.session.cache.slots). [default: 1000]
+    #[arg(long, env = "STRATA_MAX_INCREMENTAL_FETCH_SESSION_CACHE_SLOTS")]
+    max_incremental_fetch_session_cache_slots: Option<u64>,
     /// Samples a client quota's rate is measured over (Kafka's quota.window.num). [default: 11]
     #[arg(long, env = "STRATA_QUOTA_WINDOW_NUM")]
     quota_window_num: Option<usize>,
@@ -388,6 +392,9 @@ impl AgentArgs {
         }
         if let Some(v) = self.inter_agent_sasl_password {
             s.inter_agent_sasl_password = strata_agent::config::Secret(v);
+        }
+        if let Some(v) = self.max_incremental_fetch_session_cache_slots {
+            s.max_incremental_fetch_session_cache_slots = v;
         }
         if let Some(v) = self.quota_window_num {
             s.quota_window_num = v;

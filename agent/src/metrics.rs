@@ -98,6 +98,10 @@ fn describe() {
         "Record-batch bytes returned by Fetch, by topic and by who fetched (consumer or follower)"
     );
     describe_counter!(
+        "strata_fetch_requests_total",
+        "Fetch requests answered, by how they used incremental fetch sessions (KIP-227): none, opened a session, or incremental"
+    );
+    describe_counter!(
         "strata_isr_shrinks_total",
         "ISR shrinks committed by partitions led here"
     );
@@ -407,6 +411,11 @@ pub fn fetched(topic: &str, bytes: usize, follower: bool) {
     let by = if follower { "follower" } else { "consumer" };
     counter!("strata_fetched_bytes_total", "topic" => topic.to_string(), "by" => by)
         .increment(bytes as u64);
+}
+
+/// A fetch was answered: `session` is `none`, `opened` or `incremental`.
+pub fn fetch_answered(session: &'static str) {
+    counter!("strata_fetch_requests_total", "session" => session).increment(1);
 }
 
 /// The controller started moving a partition's replicas (`why`: replace, drain,

@@ -238,7 +238,12 @@ impl ReplicaManager {
             .cloned()
     }
     pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<Arc<TopicState>> {
-        self.topics().into_iter().find(|t| &t.record.id == id)
+        self.topics
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .values()
+            .find(|t| &t.record.id == id)
+            .cloned()
     }
     pub fn topics(&self) -> Vec<Arc<TopicState>> {
         self.topics

@@ -289,6 +289,16 @@ pub async fn create(
     r.topics[0].error_code
 }
 
+/// The id of `topic`, from Metadata (nil if there is no such topic).
+pub async fn topic_id(client: &mut Client, topic: &str) -> uuid::Uuid {
+    let mut t = kafka_protocol::messages::metadata_request::MetadataRequestTopic::default();
+    t.name = Some(name(topic));
+    let mut req = kafka_protocol::messages::MetadataRequest::default();
+    req.topics = Some(vec![t]);
+    let r = client.send(12, &req).await.expect("metadata");
+    r.topics[0].topic_id
+}
+
 /// Produce of one record set to one partition.
 pub fn produce(topic: &str, partition: i32, records: Bytes, acks: i16) -> ProduceRequest {
     let mut p = produce_request::PartitionProduceData::default();

@@ -11,7 +11,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use strata_agent::api::versions::SUPPORTED;
 use strata_metastore::AclRecord;
-use strata_tests::{Client, TestAgent, create, name, produce, simple_batch};
+use strata_tests::{Client, TestAgent, create, name, produce, simple_batch, topic_id};
 
 const TOPIC_DENIED: i16 = 29;
 const GROUP_DENIED: i16 = 30;
@@ -58,15 +58,23 @@ fn topic_request(topic: &str) -> Option<Vec<metadata_request::MetadataRequestTop
     Some(vec![t])
 }
 
-fn fetch(topic: &str, replica: i32) -> FetchRequest {
+/// A fetch (version `v`) of partition 0 of `topic`, named by `id` too for v13+, as
+/// `replica` (-1: a consumer).
+fn fetch(v: i16, topic: &str, id: uuid::Uuid, replica: i32) -> FetchRequest {
     let mut p = fetch_request::FetchPartition::default();
     p.partition = 0;
     p.partition_max_bytes = 1 << 20;
     let mut t = fetch_request::FetchTopic::default();
     t.topic = name(topic);
+    t.topic_id = id;
     t.partitions = vec![p];
     let mut r = FetchRequest::default();
-    r.replica_id = BrokerId(replica);
+    if v >= 15 {
+        r.replica_id = BrokerId(-1);
+        r.replica_state.replica_id = BrokerId(replica);
+    } else {
+        r.replica_id = BrokerId(replica);
+    }
     r.max_bytes = 1 << 20;
     r.session_epoch = -1;
     r.topics = vec![t];
@@ -209,6 +217,7 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
         .expect("commit");
     assert_eq!(r.topics[0].partitions[0].error_code, 0);
     let before = state(&mut c, &agent).await;
+    let t_id = topic_id(&mut c, "t").await;
     assert_eq!(before.end_offset, 6);
     assert_eq!(before.committed, 4);
 
@@ -226,6 +235,12 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
                 // Part of authenticating, never authorized; the SASL suites cover them.
             }
             ApiKey::Produce => {
+                // v13 names topics by id.
+                let produce = |topic, partition, records, acks| {
+                    let mut r = produce(topic, partition, records, acks);
+                    r.topic_data[0].topic_id = t_id;
+                    r
+                };
                 let r = c
                     .send(v, &produce("t", 0, simple_batch(1, 1_000), -1))
                     .await
@@ -243,7 +258,7 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
                 );
             }
             ApiKey::Fetch => {
-                let r = c.send(v, &fetch("t", -1)).await.expect(&ctx);
+                let r = c.send(v, &fetch(v, "t", t_id, -1)).await.expect(&ctx);
                 let p = &r.responses[0].partitions[0];
                 assert_eq!(p.error_code, TOPIC_DENIED, "{ctx}");
                 assert!(
@@ -251,7 +266,7 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
                     "{ctx}: records leaked"
                 );
                 // A follower's fetch needs CLUSTER_ACTION.
-                let r = c.send(v, &fetch("t", 1)).await.expect(&ctx);
+                let r = c.send(v, &fetch(v, "t", t_id, 1)).await.expect(&ctx);
                 assert_eq!(
                     r.responses[0].partitions[0].error_code, TOPIC_DENIED,
                     "{ctx} as replica"

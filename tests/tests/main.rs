@@ -5,6 +5,7 @@ mod archive;
 mod authorization;
 mod cluster;
 mod connections;
+mod fetch_sessions;
 mod hardening;
 mod protocol;
 mod quotas;

@@ -33,7 +33,9 @@ mod security_cases;
 #[path = "cases/transactions.rs"]
 mod txn_cases;
 
-use strata_tests::{Client, TestAgent, batch, create, create_topic, name, produce, simple_batch};
+use strata_tests::{
+    Client, TestAgent, batch, create, create_topic, name, produce, simple_batch, topic_id,
+};
 
 /// Produces and returns (error code, base offset).
 async fn produce_one(
@@ -125,6 +127,8 @@ async fn every_api_answers_at_every_advertised_version() {
     let mut c = agent.client().await.expect("connect");
     assert_eq!(create(&mut c, "t", 2, &[]).await, 0);
     assert_eq!(create(&mut c, "cp", 1, &[]).await, 0);
+    let t_id = topic_id(&mut c, "t").await;
+    assert!(!t_id.is_nil());
     let mut partitions_of_cp = 1;
     for &(api, min, max) in SUPPORTED {
         for v in min..=max {
@@ -146,11 +150,24 @@ async fn every_api_answers_at_every_advertised_version() {
                     assert_eq!(r.brokers.len(), 1, "{ctx}");
                 }
                 ApiKey::Produce => {
-                    let (code, _) = produce_one(&mut c, v, "t", 0, simple_batch(2, 1_000)).await;
-                    assert_eq!(code, 0, "{ctx}");
+                    // v13 names topics by id only.
+                    let mut req = produce("t", 0, simple_batch(2, 1_000), -1);
+                    req.topic_data[0].topic_id = t_id;
+                    let r = c.answer(v, &req, &ctx).await;
+                    let p = &r.responses[0].partition_responses[0];
+                    assert_eq!(p.error_code, 0, "{ctx}");
+                    if v >= 13 {
+                        assert_eq!(r.responses[0].topic_id, t_id, "{ctx}");
+                    }
                 }
                 ApiKey::Fetch => {
-                    let r = c.answer(v, &fetch("t", 0, 0, 0, 0), &ctx).await;
+                    // v13+ name topics by id only.
+                    let mut req = fetch("t", 0, 0, 0, 0);
+                    req.topics[0].topic_id = t_id;
+                    let r = c.answer(v, &req, &ctx).await;
+                    if v >= 13 {
+                        assert_eq!(r.responses[0].topic_id, t_id, "{ctx}");
+                    }
                     let p = &r.responses[0].partitions[0];
                     assert_eq!(p.error_code, 0, "{ctx}");
                     assert!(

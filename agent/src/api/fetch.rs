@@ -4,8 +4,11 @@
 //! `max_bytes` overall, except that the first batch returned is never withheld for its
 //! size, so a consumer can always make progress.
 //!
-//! strata does not create incremental fetch sessions (KIP-227): every response has
-//! session id 0, which tells clients to keep sending full fetch requests.
+//! Incremental fetch sessions (KIP-227) are [`super::fetch_sessions`]'s: a session's
+//! fetch reads every partition of the session, and the answer keeps what changed.
+//! Topics named by id (v13+) arrive with their names ([`super::topic_ids`]); a session
+//! partition whose topic was since deleted, or deleted and created again, is answered
+//! UNKNOWN_TOPIC_ID.
 //!
 //! A fetch with a `replica_id` of 0 or more (v9+) comes from a follower (`fetcher.rs`);
 //! what that changes, and the epoch checks, are the fetch service's
@@ -13,6 +16,7 @@
 
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::FetchTopic;
 use kafka_protocol::messages::fetch_response::{
     AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
@@ -25,22 +29,41 @@ use crate::broker::Broker;
 use crate::partition::Offsets;
 use crate::service::fetch::Reader;
 
-/// `deadline`: when the request's `max_wait_ms` runs out.
+/// `owner`: the principal asking, as `type:name`; `deadline`: when the request's
+/// `max_wait_ms` runs out.
 pub async fn fetch(
     broker: &Broker,
     req: FetchRequest,
     version: i16,
+    owner: &str,
     deadline: Instant,
 ) -> FetchResponse {
-    if req.session_id != 0 {
-        let mut response = FetchResponse::default();
-        response.error_code = ResponseError::FetchSessionIdNotFound.code();
-        return response;
-    }
+    let sessions = broker.fetch_sessions();
+    let begun = match sessions.begin(&req, version, owner) {
+        Ok(begun) => begun,
+        Err(code) => {
+            let mut response = FetchResponse::default();
+            response.error_code = code;
+            return response;
+        }
+    };
+    let mut response = long_poll(broker, &req, begun.topics(&req), version, deadline).await;
+    sessions.finish(begun, &req, version, owner, &mut response);
+    response
+}
+
+/// Reads `topics` until `min_bytes` are there, an error occurs or the deadline passes.
+async fn long_poll(
+    broker: &Broker,
+    req: &FetchRequest,
+    topics: &[FetchTopic],
+    version: i16,
+    deadline: Instant,
+) -> FetchResponse {
     let min_bytes = req.min_bytes.max(0) as usize;
     loop {
         let mut watches = Vec::new();
-        let (response, bytes, errors) = read_once(broker, &req, version, &mut watches).await;
+        let (response, bytes, errors) = read_once(broker, req, topics, version, &mut watches).await;
         if bytes >= min_bytes || errors || crate::clock::instant() >= deadline || watches.is_empty()
         {
             if bytes > 0 {
@@ -67,6 +90,7 @@ pub async fn fetch(
 async fn read_once(
     broker: &Broker,
     req: &FetchRequest,
+    topics: &[FetchTopic],
     version: i16,
     watches: &mut Vec<watch::Receiver<Offsets>>,
 ) -> (FetchResponse, usize, bool) {
@@ -85,10 +109,16 @@ async fn read_once(
     };
     let fetching = broker.fetching();
     let mut response = FetchResponse::default();
-    for t in &req.topics {
+    for t in topics {
         let mut out = FetchableTopicResponse::default();
         out.topic = t.topic.clone();
         out.topic_id = t.topic_id;
+        // At v13+ the topic must still be the one the id named.
+        let replaced = version >= 13
+            && broker
+                .replicas()
+                .topic(t.topic.0.as_str())
+                .is_none_or(|s| s.record.id != *t.topic_id.as_bytes());
         for p in &t.partitions {
             let mut data = PartitionData::default();
             data.partition_index = p.partition;
@@ -96,6 +126,12 @@ async fn read_once(
             data.high_watermark = -1;
             data.last_stable_offset = -1;
             data.log_start_offset = -1;
+            if replaced {
+                data.error_code = ResponseError::UnknownTopicId.code();
+                errors = true;
+                out.partitions.push(data);
+                continue;
+            }
             let (partition, rx) = match fetching.subscribe(t.topic.0.as_str(), p.partition) {
                 Ok(served) => served,
                 Err(e) => {

@@ -404,7 +404,7 @@ fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
         .transactional_id
         .as_ref()
         .is_some_and(|id| !id.is_empty() && !c.may(Op::Write, R::TransactionalId, id));
-    let mut denied: Vec<(TopicName, Vec<i32>, i16)> = Vec::new();
+    let mut denied: Vec<(TopicName, uuid::Uuid, Vec<i32>, i16)> = Vec::new();
     r.topic_data.retain(|t| {
         let code = if txn_denied {
             TXN_DENIED
@@ -414,7 +414,7 @@ fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
             return true;
         };
         let partitions = t.partition_data.iter().map(|p| p.index).collect();
-        denied.push((t.name.clone(), partitions, code));
+        denied.push((t.name.clone(), t.topic_id, partitions, code));
         false
     });
     if denied.is_empty() {
@@ -422,9 +422,10 @@ fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
     }
     proceed(r, move |resp| {
         if let ResponseKind::Produce(resp) = resp {
-            for (name, partitions, code) in denied {
+            for (name, topic_id, partitions, code) in denied {
                 let mut t = TopicProduceResponse::default();
                 t.name = name;
+                t.topic_id = topic_id;
                 t.partition_responses = partitions.into_iter().map(|p| failed(p, code)).collect();
                 resp.responses.push(t);
             }
@@ -454,13 +455,14 @@ fn fetch(c: &Check, mut r: FetchRequest) -> Gate {
             c.may(Op::Read, R::Topic, name)
         }
     };
-    let mut denied: Vec<(TopicName, Vec<i32>)> = Vec::new();
+    let mut denied: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
     r.topics.retain(|t| {
         if readable(c, &t.topic) {
             return true;
         }
         denied.push((
             t.topic.clone(),
+            t.topic_id,
             t.partitions.iter().map(|p| p.partition).collect(),
         ));
         false
@@ -481,9 +483,10 @@ fn fetch(c: &Check, mut r: FetchRequest) -> Gate {
                     }
                 }
             }
-            for (name, partitions) in denied {
+            for (name, topic_id, partitions) in denied {
                 let mut t = FetchableTopicResponse::default();
                 t.topic = name;
+                t.topic_id = topic_id;
                 t.partitions = partitions.into_iter().map(failed).collect();
                 resp.responses.push(t);
             }

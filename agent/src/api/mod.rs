@@ -13,6 +13,7 @@ mod cluster;
 pub(crate) mod configs;
 pub mod errors;
 mod fetch;
+pub(crate) mod fetch_sessions;
 mod gate;
 pub(crate) mod groups;
 mod leader_epochs;
@@ -23,6 +24,7 @@ mod producer;
 mod quotas;
 mod reassign;
 mod records;
+mod topic_ids;
 mod topics;
 mod transactions;
 mod users;
@@ -53,8 +55,9 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 pub async fn dispatch(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
-    request: RequestKind,
+    mut request: RequestKind,
 ) -> Option<Reply> {
+    let unknown = topic_ids::resolve(broker, &mut request, ctx.api_version);
     let asked = audited::asked(&request);
     let reply = match gate::check(broker, ctx, request) {
         gate::Gate::Refused(response) => ready(response),
@@ -68,6 +71,20 @@ pub async fn dispatch(
                 })
             })
             .boxed(),
+    };
+    let reply = match unknown {
+        None => reply,
+        Some(unknown) => {
+            let version = ctx.api_version;
+            reply
+                .map(move |response| {
+                    response.map(|mut r| {
+                        unknown.answer(&mut r, version);
+                        r
+                    })
+                })
+                .boxed()
+        }
     };
     Some(match asked {
         None => reply,
@@ -96,7 +113,15 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
         RequestKind::Produce(req) => produce::produce(broker, req, version, deadline).await,
         RequestKind::Fetch(req) => {
-            async move { Some(fetch::fetch(&b, req, version, deadline).await.into()) }.boxed()
+            let owner = ctx.connection.principal.to_string();
+            async move {
+                Some(
+                    fetch::fetch(&b, req, version, &owner, deadline)
+                        .await
+                        .into(),
+                )
+            }
+            .boxed()
         }
         RequestKind::ListOffsets(req) => {
             async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()

@@ -13,6 +13,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use uuid::Uuid;
 
 use super::Reply;
 use super::errors::ApiError;
@@ -153,7 +154,7 @@ pub async fn produce(
     let acks = Acks::from_kafka(req.acks);
     let mut verified = verify(broker, &req, version).await;
     let now = now_ms();
-    let mut topics: Vec<(TopicName, Vec<Appended>)> = Vec::new();
+    let mut topics: Vec<(TopicName, Uuid, Vec<Appended>)> = Vec::new();
     for (ti, t) in req.topic_data.iter().enumerate() {
         let mut results = Vec::with_capacity(t.partition_data.len());
         for (pi, p) in t.partition_data.iter().enumerate() {
@@ -209,16 +210,17 @@ pub async fn produce(
         // holds a copy, or it would keep the whole frame (megabytes of records) in memory,
         // outside the request-memory bound, until the write is acknowledged.
         let name = TopicName(StrBytes::from_string(t.name.0.to_string()));
-        topics.push((name, results));
+        topics.push((name, t.topic_id, results));
     }
     if matches!(acks, Ok(Acks::None)) {
         return async { None }.boxed();
     }
     async move {
         let mut response = ProduceResponse::default();
-        for (name, results) in topics {
+        for (name, topic_id, results) in topics {
             let mut t = TopicProduceResponse::default();
             t.name = name;
+            t.topic_id = topic_id;
             for mut appended in results {
                 if let Some(commit) = appended.commit.take()
                     && let Err(e) = commit.wait(deadline).await

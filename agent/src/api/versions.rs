@@ -10,8 +10,8 @@ use kafka_protocol::protocol::StrBytes;
 /// Every API answered, with the version range. Each range lies within what the
 /// `kafka-protocol` crate can decode; `docs/COMPATIBILITY.md` lists the tests.
 pub const SUPPORTED: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 12),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Produce, 3, 13),
+    (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 7),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::OffsetForLeaderEpoch, 2, 4),
