@@ -13,15 +13,17 @@ are on what clients read (until it equals the model), never on sleeps.
 from __future__ import annotations
 
 import json
+import uuid
 import time
 import urllib.request
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from kafka import KafkaConsumer
 from kafka import TopicPartition as KpTopicPartition
 
-from strata_testlib import Out, consumer_conf, create_topic, produce_confluent, unique_topic, wait_until
+from strata_testlib import (Out, consumer_conf, create_topic, produce_confluent, producer_conf, unique_topic,
+                            wait_until)
 
 LIFECYCLE_ARGS = ["--log-retention-check-interval-ms", "200"]
 COMPACTED = {"cleanup.policy": "compact", "segment.bytes": "1200", "min.cleanable.dirty.ratio": "0.01"}
@@ -145,19 +147,23 @@ def test_a_compacted_topic_reads_as_the_model(broker_factory):
     assert read_all(b.bootstrap, topic)[-1] == (600, b"key-00", b"after")
 
 
-def test_the_cleaner_is_continuous_with_the_defaults(broker_factory):
+@pytest.mark.parametrize("tier", ["local", "archive"])
+def test_the_cleaner_is_continuous_with_the_defaults(broker_factory, tier):
     """With the agent's defaults (a retention check every 5 minutes, Kafka's
     log.cleaner.backoff.ms of 15 s) and the topic's default min.cleanable.dirty.ratio
-    (0.5), a compacted local topic whose sealed segments are all dirty is cleaned within
-    30 s (issue 33; librdkafka's test 0077 waits for this)."""
+    (0.5), a compacted topic whose sealed segments are all dirty is cleaned within 30 s
+    (issue 33; librdkafka's test 0077 waits for this): on local disk (a topic not
+    tiered), and in the archive (a tiered topic keeping nothing locally, so that a
+    reader from offset 0 reads the archive's copy)."""
     b = broker_factory()
     b.start()
     topic = unique_topic("continuous")
-    # Not tiered: the archive's copy of a compacted topic is compacted on the lifecycle
-    # pass (docs/lifecycle.md), and a reader from offset 0 would read what the archive
-    # holds of offsets the local log no longer has.
-    create_topic(b.bootstrap, topic, 1, {"cleanup.policy": "compact", "segment.bytes": "1200",
-                                         "remote.storage.enable": "false"})
+    config = {"cleanup.policy": "compact", "segment.bytes": "1200"}
+    if tier == "local":
+        config["remote.storage.enable"] = "false"
+    else:
+        config["local.retention.ms"] = "0"
+    create_topic(b.bootstrap, topic, 1, config)
     ops = history()
     produce_ops(b.bootstrap, topic, ops)
     crossed = time.monotonic()
@@ -288,3 +294,109 @@ def test_a_crash_at_any_step_of_compaction_loses_nothing(broker_factory, point):
     wait_until(lambda: (lambda r: r if r[0] == r[1] == 40 else None)(
         duckdb.sql(f"SELECT count(*), count(DISTINCT key) FROM read_parquet('{glob}')").fetchone()),
         30, "the store to hold one row per key (orphans and garbage collected)")
+
+
+def produce_fill(bootstrap: str, topic: str, count: int, size: int) -> None:
+    """0077's produce_compactable_msgs: `count` records of `size` bytes under one random
+    key, the last a tombstone, one record per batch (so no batch outgrows a segment)."""
+    p = Producer(producer_conf(bootstrap, "none", **{"batch.num.messages": 1}))
+    key = uuid.uuid4().hex[:15].encode()
+    errors = []
+
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(err)
+    for i in range(count):
+        p.produce(topic, key=key, value=None if i == count - 1 else b"\0" * size, partition=0,
+                  on_delivery=cb)
+    assert p.flush(30) == 0 and not errors, errors
+
+
+@pytest.mark.parametrize("msgs_per_key,codec", [(10, "none"), (1000, "none"), (10, "snappy"),
+                                                (10000, "gzip")])
+def test_librdkafka_0077_compaction(broker_factory, msgs_per_key, codec):
+    """librdkafka's test 0077 (tests/0077-compaction.c), step for step with librdkafka
+    itself and strata's defaults: three keys (k1 with tombstones) interleaved with
+    unique keys, filler before and after, then at most a 20 s wait (0077 polls the low
+    watermark every 5 s for 20 s) before reading from offset 0. What must be left: every
+    unique-key record and the last record of k1, k2 and k3, at their offsets."""
+    b = broker_factory()
+    b.start()
+    topic = unique_topic("rdkafkatest_0077")
+    create_topic(b.bootstrap, topic, 1, {
+        "cleanup.policy": "compact", "segment.ms": "10000", "segment.bytes": "10000",
+        "min.cleanable.dirty.ratio": "0.01", "delete.retention.ms": "86400",
+        "file.delete.delay.ms": "10000"})
+    fillcnt = 20
+    produce_fill(b.bootstrap, topic, fillcnt, 1000)
+
+    testid = uuid.uuid4().hex
+    keys = [b"k1", b"k2", b"k3", None]
+    msgcnt = msgs_per_key * len(keys)
+    p = Producer(producer_conf(b.bootstrap, codec, **{"message.max.bytes": 6000, "linger.ms": 10}))
+    errors = []
+
+    def cb(err, _msg):
+        if err is not None:
+            errors.append(err)
+    correct = set()
+    cnt = 0
+    while cnt < msgcnt:
+        for k, key in enumerate(keys):
+            is_last = cnt + len(keys) >= msgcnt
+            tombstone = k == 0 and (is_last or cnt % 7 == 0)
+            msgid = f"testid={testid}, partition=0, msg={cnt}".encode()
+            if key is None or is_last:
+                correct.add((fillcnt + cnt, msgid))
+            p.produce(topic, partition=0, key=key if key is not None else str(cnt).encode(),
+                      value=None if tombstone else msgid, headers=[("rdk_msgid", msgid)],
+                      on_delivery=cb)
+            p.poll(0)
+            cnt += 1
+    assert p.flush(60) == 0 and not errors, errors[:3]
+    produce_fill(b.bootstrap, topic, 20, 1024)
+    finished = time.monotonic()
+
+    # 0077's wait: the low watermark, every 5 s, for at most 20 s (compaction does not
+    # move it, so in practice this is the whole 20 s).
+    c = Consumer(consumer_conf(b.bootstrap))
+    try:
+        while time.monotonic() - finished < 20:
+            low, _ = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+            if low > 0:
+                break
+            time.sleep(5)
+    finally:
+        c.close()
+
+    got = set()
+    for offset, _key, _value, headers in read_with_headers(b.bootstrap, topic):
+        msgid = dict(headers or []).get("rdk_msgid")
+        if msgid is not None and msgid.startswith(f"testid={testid},".encode()):
+            got.add((offset, msgid))
+    assert got == correct, (f"{len(got - correct)} records compaction should have removed, "
+                            f"{len(correct - got)} missing; first extra: {sorted(got - correct)[:3]}")
+
+
+def read_with_headers(bootstrap: str, topic: str) -> list:
+    """(offset, key, value, headers) of everything from offset 0 to the end."""
+    c = Consumer(consumer_conf(bootstrap))
+    out = []
+    try:
+        _, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
+        c.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 60
+        while hi > 0 and time.monotonic() < deadline:
+            m = c.poll(0.2)
+            if m is None:
+                continue
+            if m.error():
+                if m.error().code() == KafkaError._PARTITION_EOF:
+                    break
+                raise AssertionError(str(m.error()))
+            out.append((m.offset(), m.key(), m.value(), m.headers()))
+            if m.offset() >= hi - 1:
+                break
+    finally:
+        c.close()
+    return out

@@ -80,26 +80,8 @@ impl ArchiveWork {
         now_ms: i64,
     ) -> ArchiveOutcome {
         let mut out = ArchiveOutcome::default();
-        match self
-            .metastore
-            .claim_compactor(
-                topic,
-                partition,
-                &self.config.owner,
-                self.config.lease_ms,
-                now_ms,
-            )
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                out.leased_elsewhere = true;
-                return out;
-            }
-            Err(e) => {
-                out.error = Some(format!("cannot claim the compactor lease: {e}"));
-                return out;
-            }
+        if !self.claim(topic, partition, now_ms, &mut out).await {
+            return out;
         }
         let name = format!("{topic}-{partition}");
         if let Some(policy) = config.compaction() {
@@ -126,6 +108,60 @@ impl ArchiveWork {
             tracing::warn!(partition = %name, error = %e, "cannot collect orphaned archive objects");
         }
         out
+    }
+
+    /// The cleaner's share of the archive, between passes: compacts the archive if its
+    /// dirty ratio or `max.compaction.lag.ms` asks for it (as the local log is
+    /// compacted), under the partition's lease, so a compacted tiered topic does not wait
+    /// for the next pass. Merging and collection wait for the pass.
+    pub async fn clean(
+        &self,
+        topic: &str,
+        partition: i32,
+        policy: strata_compactor::CompactionPolicy,
+        now_ms: i64,
+    ) -> ArchiveOutcome {
+        let mut out = ArchiveOutcome::default();
+        match self.compact_archive(topic, partition, policy, now_ms).await {
+            Ok(removed) => out.records_compacted_away = removed.unwrap_or(0),
+            Err(e) => {
+                tracing::warn!(partition = %format!("{topic}-{partition}"), error = %e, "cannot compact the archive; will retry");
+                out.error = Some(e.to_string());
+            }
+        }
+        out
+    }
+
+    /// Claims (or renews) the partition's compactor lease; false, with `out` saying
+    /// why, when this worker may not work on it now.
+    async fn claim(
+        &self,
+        topic: &str,
+        partition: i32,
+        now_ms: i64,
+        out: &mut ArchiveOutcome,
+    ) -> bool {
+        match self
+            .metastore
+            .claim_compactor(
+                topic,
+                partition,
+                &self.config.owner,
+                self.config.lease_ms,
+                now_ms,
+            )
+            .await
+        {
+            Ok(true) => true,
+            Ok(false) => {
+                out.leased_elsewhere = true;
+                false
+            }
+            Err(e) => {
+                out.error = Some(format!("cannot claim the compactor lease: {e}"));
+                false
+            }
+        }
     }
 
     /// Deletes the garbage past its grace period (every partition's; idempotent, so
@@ -239,6 +275,15 @@ impl ArchiveWork {
         let plan =
             strata_compactor::compaction::cleanable_units(&units, &checkpoint, now_ms, policy);
         if !plan.due {
+            return Ok(None);
+        }
+        // Due: work only under the partition's lease (claimed or renewed here, so the
+        // cleaner, which calls this between passes, writes nothing while nothing is due).
+        let owner = &self.config.owner;
+        if !metastore
+            .claim_compactor(topic, partition, owner, self.config.lease_ms, now_ms)
+            .await?
+        {
             return Ok(None);
         }
         let archive = reader.archive();

@@ -220,7 +220,8 @@ impl Lifecycle {
 
     /// Compacts every local replica (leader or follower: each cleans its own log, as in
     /// Kafka) whose topic compacts and which is due (its dirty ratio reached
-    /// `min.cleanable.dirty.ratio`, or a record waited `max.compaction.lag.ms`).
+    /// `min.cleanable.dirty.ratio`, or a record waited `max.compaction.lag.ms`), and the
+    /// archive of each such partition led here, when it is due by the same rules.
     pub async fn clean(&self) {
         let now = self.replicas.membership().clock().wall_ms();
         for topic in self.replicas.topics() {
@@ -253,6 +254,21 @@ impl Lifecycle {
                         }
                     }
                     Err(e) => entry.error = Some(e.to_string()),
+                }
+            }
+            if !(topic.config.tiered() && self.config.archive_work) {
+                continue;
+            }
+            for p in topic.led_partitions() {
+                let done = self.archive.clean(&p.topic, p.index, policy, now).await;
+                if done.records_compacted_away > 0 {
+                    tracing::info!(partition = %p.name(), records_removed = done.records_compacted_away, "compacted the archive");
+                }
+                let mut compaction = self.compaction.lock().unwrap_or_else(|e| e.into_inner());
+                let entry = compaction.entry((p.topic.clone(), p.index)).or_default();
+                entry.records_removed += done.records_compacted_away;
+                if done.error.is_some() {
+                    entry.error = done.error;
                 }
             }
         }
