@@ -294,6 +294,8 @@ def main() -> None:
                          "alternately, and print the ratios")
     ap.add_argument("--http", action="store_true",
                     help="HTTP produce beside Kafka produce (1 KiB, acks=all) on one strata")
+    ap.add_argument("--http-producers", type=int, default=4,
+                    help="with --http: concurrent HTTP producers (each one request in flight)")
     ap.add_argument("--curve-seconds", type=float, default=5.0,
                     help="with --against kafka: the length of each latency-curve step")
     ap.add_argument("--only", action="append", default=[], metavar="PxS",
@@ -434,9 +436,11 @@ def http_produce(opts, strata: Strata, root: Path, results: dict) -> None:
     for _ in range(1 if opts.quick else opts.rounds):
         kafka = bench(opts.bench, strata, ["produce", *common, *count], root)
         http = bench(opts.bench, strata, ["produce-http", "--http", f"127.0.0.1:{strata.http}",
-                                          "--producers", "4", "--batch", "100", *common, *count], root)
+                                          "--producers", str(opts.http_producers), "--batch", "100",
+                                          *common, *count], root)
         for kind, report in (("produce", kafka), ("produce-http", http)):
-            results["runs"].append({"broker": strata.name, "config": HTTP_CONFIG, "kind": kind,
+            config = {**HTTP_CONFIG, "http_producers": opts.http_producers}
+            results["runs"].append({"broker": strata.name, "config": config, "kind": kind,
                                     "suite": "http", **report})
         delete_topics(strata, [kafka["topic"], http["topic"]])
 

@@ -92,6 +92,8 @@ bash tests/go/run.sh
 step "benchmark suite smoke run (debug builds, one small configuration)"
 python3 bench/suite.py --quick --strata target/debug/strata --bench target/debug/strata-bench \
     --out "$(mktemp -d)/suite.json"
+python3 bench/suite.py --quick --http --strata target/debug/strata --bench target/debug/strata-bench \
+    --out "$(mktemp -d)/suite.json"
 
 step "infra checks (Terraform, checkov, compose; offline)"
 bash scripts/check-infra.sh

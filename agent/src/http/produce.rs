@@ -245,11 +245,6 @@ pub async fn produce(
         Ok(parts) => parts,
         Err(problem) => return problem.into_response(),
     };
-    let fingerprint = {
-        let mut h = std::collections::hash_map::DefaultHasher::new();
-        body.hash(&mut h);
-        h.finish()
-    };
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k.to_string()),
@@ -265,10 +260,16 @@ pub async fn produce(
         Err(problem) => return problem.into_response(),
     };
     let Some(key) = key else {
-        return match write(&http, &topic, parsed, fingerprint).await {
+        // Only an idempotency key's first answer is compared with a retry's body.
+        return match write(&http, &topic, parsed, 0).await {
             Ok(answer) => answer.to_response(),
             Err(problem) => problem.into_response(),
         };
+    };
+    let fingerprint = {
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        body.hash(&mut h);
+        h.finish()
     };
     let first = http
         .remembered
