@@ -38,8 +38,8 @@ def local_bases(broker, topic: str) -> list[int]:
     return sorted(int(f.stem) for f in d.glob("*.log") if f.stem.isdigit())
 
 
-def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
-    """(offset, key, value) of everything from offset 0 to the end, with librdkafka."""
+def read_messages(bootstrap: str, topic: str, timeout: float = 20) -> list:
+    """Every message of partition 0 from offset 0 to the end, with librdkafka."""
     c = Consumer(consumer_conf(bootstrap, **{"auto.offset.reset": "earliest"}))
     out = []
     try:
@@ -47,7 +47,7 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes 
         if hi == 0:
             return out
         c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             m = c.poll(0.2)
             if m is None:
@@ -56,12 +56,17 @@ def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes 
                 if m.error().code() == KafkaError._PARTITION_EOF:
                     break
                 raise AssertionError(str(m.error()))
-            out.append((m.offset(), m.key(), m.value()))
+            out.append(m)
             if m.offset() >= hi - 1:
                 break
     finally:
         c.close()
     return out
+
+
+def read_all(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
+    """(offset, key, value) of everything from offset 0 to the end, with librdkafka."""
+    return [(m.offset(), m.key(), m.value()) for m in read_messages(bootstrap, topic)]
 
 
 def read_all_kafka_python(bootstrap: str, topic: str) -> list[tuple[int, bytes | None, bytes | None]]:
@@ -370,33 +375,9 @@ def test_librdkafka_0077_compaction(broker_factory, msgs_per_key, codec):
         c.close()
 
     got = set()
-    for offset, _key, _value, headers in read_with_headers(b.bootstrap, topic):
-        msgid = dict(headers or []).get("rdk_msgid")
+    for m in read_messages(b.bootstrap, topic, timeout=60):
+        msgid = dict(m.headers() or []).get("rdk_msgid")
         if msgid is not None and msgid.startswith(f"testid={testid},".encode()):
-            got.add((offset, msgid))
+            got.add((m.offset(), msgid))
     assert got == correct, (f"{len(got - correct)} records compaction should have removed, "
                             f"{len(correct - got)} missing; first extra: {sorted(got - correct)[:3]}")
-
-
-def read_with_headers(bootstrap: str, topic: str) -> list:
-    """(offset, key, value, headers) of everything from offset 0 to the end."""
-    c = Consumer(consumer_conf(bootstrap))
-    out = []
-    try:
-        _, hi = c.get_watermark_offsets(TopicPartition(topic, 0), timeout=10, cached=False)
-        c.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 60
-        while hi > 0 and time.monotonic() < deadline:
-            m = c.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == KafkaError._PARTITION_EOF:
-                    break
-                raise AssertionError(str(m.error()))
-            out.append((m.offset(), m.key(), m.value(), m.headers()))
-            if m.offset() >= hi - 1:
-                break
-    finally:
-        c.close()
-    return out
