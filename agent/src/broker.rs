@@ -11,10 +11,10 @@ use strata_metastore::Metastore;
 use strata_tiering::{ArchiveReader, TieringWorker};
 use tokio_util::sync::CancellationToken;
 
-use crate::api::fetch_sessions::FetchSessions;
 use crate::authz::Authorizer;
 use crate::broker_config::BrokerConfig;
 use crate::config::{AckDurability, Settings};
+use crate::fetch_sessions::FetchSessions;
 use crate::group::Coordinator;
 use crate::group::state::GroupConfig;
 use crate::membership::Membership;
@@ -259,7 +259,7 @@ impl Broker {
         &self.fetching
     }
 
-    /// Incremental fetch sessions ([`crate::api::fetch_sessions`]).
+    /// Incremental fetch sessions ([`crate::fetch_sessions`]).
     pub fn fetch_sessions(&self) -> &FetchSessions {
         &self.fetch_sessions
     }

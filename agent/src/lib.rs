@@ -18,6 +18,7 @@ pub mod context;
 pub mod controller;
 pub mod datadir;
 pub mod error;
+pub mod fetch_sessions;
 pub mod fetcher;
 pub mod group;
 pub mod http;

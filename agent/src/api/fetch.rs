@@ -4,7 +4,7 @@
 //! `max_bytes` overall, except that the first batch returned is never withheld for its
 //! size, so a consumer can always make progress.
 //!
-//! Incremental fetch sessions (KIP-227) are [`super::fetch_sessions`]'s: a session's
+//! Incremental fetch sessions (KIP-227) are [`crate::fetch_sessions`]'s: a session's
 //! fetch reads every partition of the session, and the answer keeps what changed.
 //! Topics named by id (v13+) arrive with their names ([`super::topic_ids`]); a session
 //! partition whose topic was since deleted, or deleted and created again, is answered

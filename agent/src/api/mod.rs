@@ -13,7 +13,6 @@ mod cluster;
 pub(crate) mod configs;
 pub mod errors;
 mod fetch;
-pub(crate) mod fetch_sessions;
 mod gate;
 pub(crate) mod groups;
 mod leader_epochs;
