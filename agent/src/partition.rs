@@ -469,7 +469,9 @@ impl Partition {
 
     /// Waits until the watermark covers every offset below `end_offset`, appended in
     /// `epoch`; then the write is committed, and acknowledged if the ISR still has
-    /// `min_insync` members. Fails if leadership moved on first.
+    /// `min_insync` members. Fails if this agent stopped leading first; elected again in
+    /// a newer epoch without following anyone between, it goes on waiting
+    /// ([`strata_replication::Replica::ack`]).
     pub async fn wait_committed(
         &self,
         end_offset: i64,

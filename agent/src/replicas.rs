@@ -40,6 +40,9 @@ pub struct TopicState {
     pub config: TopicConfig,
     /// By index; `None` for a partition with no replica on this agent.
     pub partitions: Vec<Option<Arc<Partition>>>,
+    /// A topic new to this agent whose replicas are still opening (see
+    /// [`ReplicaManager::refresh`]): described from its record, served by none yet.
+    pub arriving: bool,
 }
 
 impl TopicState {
@@ -364,6 +367,7 @@ impl ReplicaManager {
         let existing = self.topic(&record.name);
         let config = self.topic_config(&record);
         if let Some(old) = &existing
+            && !old.arriving
             && old.record == record
             && old.config == config
         {
@@ -402,6 +406,26 @@ impl ReplicaManager {
                 why,
             });
         }
+        // Opening a new topic's replicas can take seconds (each new replica is recorded
+        // in the metastore), while other agents already name this one as a leader in
+        // their metadata. Until then the topic is listed from its record and its
+        // partitions answer NOT_LEADER_OR_FOLLOWER, which every client retries; unknown,
+        // it would be UNKNOWN_TOPIC_OR_PARTITION, which librdkafka's consumer reports to
+        // the application ("Subscribed topic not available") and its offset lookup
+        // treats as permanent.
+        let arriving = !matches!(&existing, Some(old) if old.record.id == record.id);
+        if arriving {
+            let placeholder = Arc::new(TopicState {
+                record: record.clone(),
+                config: config.clone(),
+                partitions: vec![None; record.partitions.len()],
+                arriving: true,
+            });
+            self.topics
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(record.name.clone(), placeholder);
+        }
         let mut opened = Opened::default();
         let min_insync = config.min_insync_replicas();
         match self
@@ -413,6 +437,7 @@ impl ReplicaManager {
                     record: record.clone(),
                     config,
                     partitions,
+                    arriving: false,
                 });
                 self.topics
                     .write()
@@ -424,6 +449,12 @@ impl ReplicaManager {
                 // Leave nothing behind: close what this call opened, and remove the
                 // directories it created (never a log that was here before).
                 opened.undo().await;
+                if arriving {
+                    self.topics
+                        .write()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&record.name);
+                }
                 Err(e)
             }
         }

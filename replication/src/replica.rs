@@ -129,6 +129,10 @@ pub struct Replica {
     cuts: u64,
     /// `min.insync.replicas`, for the strict min ISR of a leader's watermark.
     min_insync: usize,
+    /// While leading: the epoch this unbroken leadership began in. A leader elected
+    /// again in a newer epoch (a reassignment or an ISR change bumped it) keeps its log
+    /// as it was, so what it appended in the earlier epochs is still its to commit.
+    leading_since: i32,
 }
 
 impl Replica {
@@ -144,6 +148,7 @@ impl Replica {
             flushed: log_end,
             cuts: 0,
             min_insync: 1,
+            leading_since: -1,
         }
     }
 
@@ -214,6 +219,9 @@ impl Replica {
             let mut leader = LeaderState::new(self.node_id, record, log_end, known, now_ms);
             leader.min_insync = self.min_insync;
             leader.on_durable(self.flushed);
+            if led.is_none() {
+                self.leading_since = record.leader_epoch;
+            }
             self.role = Role::Leader(leader);
             self.epoch = record.leader_epoch;
             return Transition::Leads {
@@ -364,7 +372,7 @@ impl Replica {
     /// Where an acks=all write appended in `epoch`, ending at `end_offset`, stands.
     pub fn ack(&self, epoch: i32, end_offset: i64, min_insync: usize) -> Ack {
         match &self.role {
-            Role::Leader(l) if l.epoch == epoch => {
+            Role::Leader(l) if (self.leading_since..=l.epoch).contains(&epoch) => {
                 // Checked first: below min.insync.replicas the watermark does not move,
                 // so the write would otherwise wait for ever.
                 if !l.enough_replicas(min_insync) {
@@ -490,6 +498,45 @@ mod tests {
         assert_eq!(r.ack(0, 5, 3), Ack::NotEnoughReplicas { isr: 2 });
         r.apply(&record(2, 1, &[1, 2], &[1, 2]), 5, 2);
         assert_eq!(r.ack(0, 5, 2), Ack::Deposed);
+    }
+
+    /// A reassignment or an ISR change may elect the same leader again in a newer
+    /// epoch: its log is unchanged, so a write it appended before is committed (and
+    /// acknowledged) by the watermark of the new epoch, as in Kafka, and not refused as
+    /// if leadership had moved. Once it followed another leader, it is.
+    #[test]
+    fn a_leader_elected_again_still_commits_what_it_appended() {
+        let mut r = Replica::new(1, 0, 0);
+        r.apply(&record(1, 0, &[1, 2], &[1, 2]), 0, 0);
+        r.on_durable(5);
+        assert_eq!(r.ack(0, 5, 2), Ack::Pending);
+        let again = r.apply(&record(1, 1, &[1, 2, 3], &[1, 2]), 5, 1);
+        assert_eq!(
+            again,
+            Transition::Leads {
+                epoch: 1,
+                deposed: Some(0)
+            }
+        );
+        assert_eq!(
+            r.ack(0, 5, 2),
+            Ack::Pending,
+            "still this leader's to commit"
+        );
+        r.on_durable(5);
+        assert_eq!(r.on_replica_fetch(2, 1, 5, 5, 2), Ok(true));
+        assert_eq!(r.ack(0, 5, 2), Ack::Committed);
+        assert_eq!(r.ack(1, 5, 2), Ack::Committed);
+        assert_eq!(r.ack(2, 5, 2), Ack::Deposed, "an epoch not begun yet");
+
+        r.apply(&record(2, 2, &[1, 2], &[1, 2]), 5, 3);
+        r.apply(&record(1, 3, &[1, 2], &[1, 2]), 5, 4);
+        assert_eq!(
+            r.ack(1, 5, 2),
+            Ack::Deposed,
+            "it followed another leader since"
+        );
+        assert_eq!(r.ack(3, 6, 2), Ack::Pending);
     }
 
     #[test]

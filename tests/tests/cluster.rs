@@ -387,3 +387,90 @@ async fn the_log_start_holds_across_replicas_and_a_leader_change() {
     assert_eq!(read_from(&cluster, after.leader, 45).await, written[45..]);
     cluster.shutdown().await;
 }
+
+/// While an agent opens the replicas of a topic new to it (seconds, for hundreds of
+/// partitions: each new replica is recorded in the metastore), the other agents already
+/// name it as a leader. It lists the topic from then on and answers its partitions
+/// NOT_LEADER_OR_FOLLOWER, which every client retries, never UNKNOWN_TOPIC_OR_PARTITION:
+/// librdkafka's consumer reports that one to the application ("Subscribed topic not
+/// available") and takes it as permanent when it looks up offsets. Agent 2 is watched
+/// from before the topic is created, so the window is seen whatever its length.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_opening_a_new_topic_answers_not_leader_and_not_unknown() {
+    const NEW: &str = "arriving";
+    const PARTITIONS: i32 = 400;
+    let cluster = Cluster::start(2, |s| s.topic_defaults.replication_factor = 2)
+        .await
+        .expect("cluster starts");
+    let mut watcher = cluster.client(2).await.expect("connect");
+    let mut creator = cluster.client(1).await.expect("connect");
+    let created = tokio::spawn(async move { create(&mut creator, NEW, PARTITIONS, &[]).await });
+    let (mut listed, mut not_leader) = (false, 0);
+    let deadline = tokio::time::Instant::now() + WITHIN;
+    loop {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "agent 2 did not serve its partitions within {WITHIN:?}"
+        );
+        let mut t = metadata_request::MetadataRequestTopic::default();
+        t.name = Some(name(NEW));
+        let mut request = MetadataRequest::default();
+        request.topics = Some(vec![t]);
+        // As a consumer asks (with auto-creation the agent would wait for the topic).
+        request.allow_auto_topic_creation = false;
+        let described = watcher
+            .send(12, &request)
+            .await
+            .expect("metadata")
+            .topics
+            .remove(0);
+        if described.error_code == 3 {
+            assert!(!listed, "agent 2 listed the topic, then said it is unknown");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            continue;
+        }
+        assert_eq!(described.error_code, 0, "metadata of the new topic");
+        listed = true;
+        let mut topic = ListOffsetsTopic::default();
+        topic.name = name(NEW);
+        topic.partitions = described
+            .partitions
+            .iter()
+            .filter(|p| p.leader_id.0 == 2)
+            .map(|p| {
+                let mut asked = ListOffsetsPartition::default();
+                asked.partition_index = p.partition_index;
+                asked.timestamp = -1;
+                asked
+            })
+            .collect();
+        assert!(
+            !topic.partitions.is_empty(),
+            "agent 2 leads some partitions"
+        );
+        let mut request = ListOffsetsRequest::default();
+        request.replica_id = kafka_protocol::messages::BrokerId(-1);
+        request.topics = vec![topic];
+        let answered = watcher.send(7, &request).await.expect("list offsets");
+        let codes: Vec<i16> = answered.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.error_code)
+            .collect();
+        assert!(
+            codes.iter().all(|&c| c == 0 || c == 6),
+            "a listed topic's partitions answer offsets or NOT_LEADER_OR_FOLLOWER: {codes:?}"
+        );
+        not_leader += codes.iter().filter(|&&c| c == 6).count();
+        if codes.iter().all(|&c| c == 0) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(created.await.expect("create"), 0);
+    assert!(
+        not_leader > 0,
+        "agent 2 was seen listing the topic while it opened its replicas"
+    );
+    cluster.shutdown().await;
+}

@@ -15,6 +15,8 @@ pub(crate) struct Entry {
 pub(crate) struct PendingAck {
     pub(crate) value: u64,
     pub(crate) offset: i64,
+    /// The epoch it was appended in.
+    pub(crate) epoch: i32,
 }
 
 /// What a leader keeps beside its [`Replica`] in one epoch.
@@ -381,12 +383,17 @@ impl Sim {
                     self.trace(|| format!("node {id} leads replicas {:?} now", record.replicas));
                 }
             }
-            Transition::Leads { .. } => {
-                self.fail_acks(id, "leader again in a newer epoch");
+            Transition::Leads { deposed, .. } => {
+                // Elected again while leading, the agent keeps waiting on what it
+                // appended in the earlier epochs (`Replica::ack` decides on them).
                 let n = self.node_mut(id);
+                let acks = match std::mem::replace(&mut n.duty, Duty::Idle) {
+                    Duty::Leader(l) if deposed.is_some() => l.acks,
+                    _ => Vec::new(),
+                };
                 let last_hw = n.replica.high_watermark();
                 n.duty = Duty::Leader(Box::new(Leadership {
-                    acks: Vec::new(),
+                    acks,
                     isr_request: None,
                     last_hw,
                 }));
@@ -455,7 +462,11 @@ impl Sim {
             (Duty::Leader(_), _) if !lease => Err("leader's lease ran out"),
             (Duty::Leader(_), Err(Refusal::NotEnoughReplicas { .. })) => Err("not enough replicas"),
             (Duty::Leader(l), Ok(epoch)) => {
-                l.acks.push(PendingAck { value, offset });
+                l.acks.push(PendingAck {
+                    value,
+                    offset,
+                    epoch,
+                });
                 Ok(epoch)
             }
             _ => Err("not leader"),
@@ -697,7 +708,7 @@ impl Sim {
         let mut done = Vec::new();
         let mut pending = Vec::new();
         for a in std::mem::take(&mut l.acks) {
-            match n.replica.ack(epoch, a.offset + 1, min_insync) {
+            match n.replica.ack(a.epoch, a.offset + 1, min_insync) {
                 Ack::Pending => pending.push(a),
                 decision => done.push((a, decision)),
             }
