@@ -52,6 +52,20 @@ LEASE_MS = 3000
 REPLACEMENT_DELAY_MS = 8000
 
 
+def _debug_logger(name):
+    d = os.environ.get("SOAK_DEBUG")
+    if not d:
+        return None
+    import logging
+    lg = logging.getLogger("soakdbg." + name)
+    lg.setLevel(logging.DEBUG)
+    lg.propagate = False
+    h = logging.FileHandler(f"{d}/{name}.log")
+    h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    lg.addHandler(h)
+    return lg
+
+
 class Fleet:
     """Agents that come and go, by node id, on one metastore and one archive."""
 
@@ -155,7 +169,8 @@ class GroupConsumer:
             "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000,
             "topic.metadata.refresh.interval.ms": 2000,
-            "logger": RDKAFKA_LOG,
+            "logger": _debug_logger("consumer") or RDKAFKA_LOG,
+            **({"debug": "metadata,cgrp,topic"} if os.environ.get("SOAK_DEBUG") else {}),
         })
         self.consumer.subscribe([topic])
         self.seen: set[bytes] = set()
@@ -237,7 +252,8 @@ def test_an_autoscaling_group_heals_the_cluster_with_no_operator(broker_factory,
     topic = unique_topic("soak")
     partitions = 300
     create(fleet, topic, partitions, {"segment.bytes": str(128 * 1024)})
-    prod = Padded(fleet.servers(), topic, partitions, tag="soak", rate=800, pad=400).start()
+    prod = Padded(fleet.servers(), topic, partitions, tag="soak", rate=800, pad=400,
+                  **({"debug": "eos,broker", "logger": _debug_logger("producer")} if os.environ.get("SOAK_DEBUG") else {})).start()
     group = GroupConsumer(fleet.servers(), topic, unique_topic("soak-group")).start()
     rng = random.Random(int(os.environ.get("STRATA_SOAK_SEED", "32")))
     replacements, old_ids = soak_rounds()
