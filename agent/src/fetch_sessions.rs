@@ -26,6 +26,7 @@
 //! The gate checks each fetch's topics before the handler, and every topic of the answer
 //! again after it, so a session cannot answer a partition whose ACL was removed since.
 
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -82,13 +83,26 @@ impl Cached {
         }
     }
 
-    fn is(&self, uses_ids: bool, topic: &TopicName, topic_id: Uuid, partition: i32) -> bool {
-        self.want.partition == partition
-            && if uses_ids {
-                self.topic_id == topic_id
-            } else {
-                self.topic == *topic
-            }
+    fn key(&self, uses_ids: bool) -> Key {
+        Key::of(uses_ids, &self.topic, self.topic_id, self.want.partition)
+    }
+}
+
+/// A partition as the requests of its session name it: by topic id from Fetch v13 on, by
+/// name before.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Key {
+    Id(Uuid, i32),
+    Name(TopicName, i32),
+}
+
+impl Key {
+    fn of(uses_ids: bool, topic: &TopicName, topic_id: Uuid, partition: i32) -> Key {
+        if uses_ids {
+            Key::Id(topic_id, partition)
+        } else {
+            Key::Name(topic.clone(), partition)
+        }
     }
 }
 
@@ -184,22 +198,36 @@ impl FetchSessions {
             return Err(ResponseError::FetchSessionTopicIdError.code());
         }
         s.next_epoch = next(req.session_epoch);
-        for t in &req.forgotten_topics_data {
-            s.partitions.retain(|c| {
-                !t.partitions
+        // By key, so that a request naming many of a large session's partitions costs
+        // one pass over the session, not one per partition named.
+        let forgotten: HashSet<Key> = req
+            .forgotten_topics_data
+            .iter()
+            .flat_map(|t| {
+                t.partitions
                     .iter()
-                    .any(|&p| c.is(uses_ids, &t.topic, t.topic_id, p))
-            });
+                    .map(|&p| Key::of(uses_ids, &t.topic, t.topic_id, p))
+            })
+            .collect();
+        if !forgotten.is_empty() {
+            s.partitions
+                .retain(|c| !forgotten.contains(&c.key(uses_ids)));
+        }
+        let mut at: HashMap<Key, usize> = HashMap::new();
+        if !req.topics.is_empty() {
+            at = (s.partitions.iter().enumerate())
+                .map(|(i, c)| (c.key(uses_ids), i))
+                .collect();
         }
         for t in &req.topics {
             for p in &t.partitions {
-                match s
-                    .partitions
-                    .iter_mut()
-                    .find(|c| c.is(uses_ids, &t.topic, t.topic_id, p.partition))
-                {
-                    Some(c) => c.want = owned(p),
-                    None => s.partitions.push(Cached::new(t, p)),
+                let key = Key::of(uses_ids, &t.topic, t.topic_id, p.partition);
+                match at.get(&key) {
+                    Some(&i) => s.partitions[i].want = owned(p),
+                    None => {
+                        at.insert(key, s.partitions.len());
+                        s.partitions.push(Cached::new(t, p));
+                    }
                 }
             }
         }
