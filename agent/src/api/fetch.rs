@@ -85,6 +85,18 @@ async fn long_poll(
     }
 }
 
+/// A partition's answer with nothing read: `code`, and no offsets.
+pub(crate) fn unread(index: i32, code: i16) -> PartitionData {
+    let mut data = PartitionData::default();
+    data.partition_index = index;
+    data.error_code = code;
+    data.preferred_read_replica = BrokerId(-1);
+    data.high_watermark = -1;
+    data.last_stable_offset = -1;
+    data.log_start_offset = -1;
+    data
+}
+
 /// One pass over the requested partitions. Subscribes to each partition's offsets
 /// before reading it, so no append between the read and the wait is missed.
 async fn read_once(
@@ -120,12 +132,7 @@ async fn read_once(
                 .topic(t.topic.0.as_str())
                 .is_none_or(|s| s.record.id != *t.topic_id.as_bytes());
         for p in &t.partitions {
-            let mut data = PartitionData::default();
-            data.partition_index = p.partition;
-            data.preferred_read_replica = BrokerId(-1);
-            data.high_watermark = -1;
-            data.last_stable_offset = -1;
-            data.log_start_offset = -1;
+            let mut data = unread(p.partition, 0);
             if replaced {
                 data.error_code = ResponseError::UnknownTopicId.code();
                 errors = true;

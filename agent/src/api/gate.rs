@@ -21,6 +21,7 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use super::errors::ApiError;
 use crate::authz::{Authorizer, CLUSTER_NAME, Caller, Operation, ResourceType};
 use crate::broker::Broker;
 use crate::context::{Principal, RequestContext};
@@ -387,18 +388,10 @@ fn group_or(
 }
 
 fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
-    use produce_response::{PartitionProduceResponse, TopicProduceResponse};
+    use produce_response::TopicProduceResponse;
     let failed = move |index: i32, code: i16| {
-        let mut p = PartitionProduceResponse::default();
-        p.index = index;
-        p.error_code = code;
-        p.base_offset = -1;
-        p.log_append_time_ms = -1;
-        p.log_start_offset = -1;
-        if version >= 8 {
-            p.error_message = msg(code);
-        }
-        p
+        let code = ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError);
+        super::produce::failed(index, ApiError::new(code, code.to_string()), version)
     };
     let txn_denied = r
         .transactional_id
@@ -434,16 +427,8 @@ fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
 }
 
 fn fetch(c: &Check, mut r: FetchRequest) -> Gate {
-    use fetch_response::{FetchableTopicResponse, PartitionData};
-    let failed = |index: i32| {
-        let mut p = PartitionData::default();
-        p.partition_index = index;
-        p.error_code = TOPIC_DENIED;
-        p.high_watermark = -1;
-        p.last_stable_offset = -1;
-        p.log_start_offset = -1;
-        p
-    };
+    use fetch_response::FetchableTopicResponse;
+    let failed = |index: i32| super::fetch::unread(index, TOPIC_DENIED);
     // A follower's fetch needs CLUSTER_ACTION; without it every partition is denied
     // (as Kafka), whatever the topics' ACLs.
     let follower = r.replica_id.0 >= 0;

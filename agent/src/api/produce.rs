@@ -28,7 +28,8 @@ struct Appended {
     commit: Option<Commit>,
 }
 
-fn failed(index: i32, e: ApiError, version: i16) -> PartitionProduceResponse {
+/// The answer of a partition nothing was written to, because of `e`.
+pub(crate) fn failed(index: i32, e: ApiError, version: i16) -> PartitionProduceResponse {
     let mut r = PartitionProduceResponse::default();
     r.index = index;
     r.base_offset = -1;

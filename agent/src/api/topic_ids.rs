@@ -9,12 +9,13 @@
 //! `replica_id` here, so the rest of the agent reads one field.
 
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::fetch_response::FetchableTopicResponse;
+use kafka_protocol::messages::produce_response::TopicProduceResponse;
 use kafka_protocol::messages::{RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
+use super::errors::ApiError;
 use crate::broker::Broker;
 
 /// The topics a request named by ids that no topic has, with the partitions it asked
@@ -88,15 +89,7 @@ impl Unknown {
                     t.topic_id = id;
                     t.partitions = partitions
                         .into_iter()
-                        .map(|index| {
-                            let mut p = PartitionData::default();
-                            p.partition_index = index;
-                            p.error_code = code;
-                            p.high_watermark = -1;
-                            p.last_stable_offset = -1;
-                            p.log_start_offset = -1;
-                            p
-                        })
+                        .map(|index| super::fetch::unread(index, code))
                         .collect();
                     r.responses.push(t);
                 }
@@ -108,17 +101,11 @@ impl Unknown {
                     t.partition_responses = partitions
                         .into_iter()
                         .map(|index| {
-                            let mut p = PartitionProduceResponse::default();
-                            p.index = index;
-                            p.error_code = code;
-                            p.base_offset = -1;
-                            p.log_append_time_ms = -1;
-                            p.log_start_offset = -1;
-                            if version >= 8 {
-                                p.error_message =
-                                    Some(StrBytes::from_static_str("no topic has this topic id"));
-                            }
-                            p
+                            let why = ApiError::new(
+                                ResponseError::UnknownTopicId,
+                                "no topic has this topic id",
+                            );
+                            super::produce::failed(index, why, version)
                         })
                         .collect();
                     r.responses.push(t);
