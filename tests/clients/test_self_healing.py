@@ -12,7 +12,8 @@ idempotent acks=all producers (librdkafka) and a consumer group run throughout.
   in-sync replicas on live agents, and the bytes rebuilt from the archive and from
   leaders. At the end every acknowledged record is in the log once, at its offset, and
   the consumer group consumed every one of them. `STRATA_SOAK_ROUNDS=a,b` (replacements,
-  old-id rounds) runs more.
+  old-id rounds) runs more; `STRATA_SOAK_CLIENT_LOGS=<dir>` keeps the clients' librdkafka
+  debug logs there.
 - Scale out and drain: 3 agents under load, then 2 more join: replicas and leaderships
   end within 10% of even; then one agent is drained under load (`strata agents drain`
   over HTTP) until it is safe to stop, and stopped: the producer sees no error it did
@@ -22,6 +23,7 @@ idempotent acks=all producers (librdkafka) and a consumer group run throughout.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import shutil
@@ -52,18 +54,20 @@ LEASE_MS = 3000
 REPLACEMENT_DELAY_MS = 8000
 
 
-def _debug_logger(name):
-    d = os.environ.get("SOAK_DEBUG")
-    if not d:
-        return None
-    import logging
-    lg = logging.getLogger("soakdbg." + name)
-    lg.setLevel(logging.DEBUG)
-    lg.propagate = False
-    h = logging.FileHandler(f"{d}/{name}.log")
-    h.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
-    lg.addHandler(h)
-    return lg
+def client_logs(name: str, contexts: str) -> dict:
+    """With STRATA_SOAK_CLIENT_LOGS=<dir>: librdkafka configuration that writes the debug
+    `contexts` of client `name` to <dir>/<name>.log, the timeline a failed soak needs
+    (retries, idempotent epoch bumps, metadata answers). Without it: nothing."""
+    where = os.environ.get("STRATA_SOAK_CLIENT_LOGS")
+    if not where:
+        return {}
+    log = logging.getLogger(f"soak-client.{name}")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    handler = logging.FileHandler(Path(where) / f"{name}.log")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))
+    log.addHandler(handler)
+    return {"debug": contexts, "logger": log}
 
 
 class Fleet:
@@ -169,8 +173,8 @@ class GroupConsumer:
             "session.timeout.ms": 10000,
             "heartbeat.interval.ms": 1000,
             "topic.metadata.refresh.interval.ms": 2000,
-            "logger": _debug_logger("consumer") or RDKAFKA_LOG,
-            **({"debug": "metadata,cgrp,topic"} if os.environ.get("SOAK_DEBUG") else {}),
+            "logger": RDKAFKA_LOG,
+            **client_logs("consumer", "metadata,cgrp,topic"),
         })
         self.consumer.subscribe([topic])
         self.seen: set[bytes] = set()
@@ -253,7 +257,7 @@ def test_an_autoscaling_group_heals_the_cluster_with_no_operator(broker_factory,
     partitions = 300
     create(fleet, topic, partitions, {"segment.bytes": str(128 * 1024)})
     prod = Padded(fleet.servers(), topic, partitions, tag="soak", rate=800, pad=400,
-                  **({"debug": "eos,broker", "logger": _debug_logger("producer")} if os.environ.get("SOAK_DEBUG") else {})).start()
+                  **client_logs("producer", "eos,broker")).start()
     group = GroupConsumer(fleet.servers(), topic, unique_topic("soak-group")).start()
     rng = random.Random(int(os.environ.get("STRATA_SOAK_SEED", "32")))
     replacements, old_ids = soak_rounds()
