@@ -213,12 +213,13 @@ impl FetchSessions {
             s.partitions
                 .retain(|c| !forgotten.contains(&c.key(uses_ids)));
         }
-        let mut at: HashMap<Key, usize> = HashMap::new();
-        if !req.topics.is_empty() {
-            at = (s.partitions.iter().enumerate())
+        let mut at: HashMap<Key, usize> = if req.topics.is_empty() {
+            HashMap::new()
+        } else {
+            (s.partitions.iter().enumerate())
                 .map(|(i, c)| (c.key(uses_ids), i))
-                .collect();
-        }
+                .collect()
+        };
         for t in &req.topics {
             for p in &t.partitions {
                 let key = Key::of(uses_ids, &t.topic, t.topic_id, p.partition);

@@ -40,8 +40,9 @@ pub struct TopicState {
     pub config: TopicConfig,
     /// By index; `None` for a partition with no replica on this agent.
     pub partitions: Vec<Option<Arc<Partition>>>,
-    /// A topic new to this agent whose replicas are still opening (see
-    /// [`ReplicaManager::refresh`]): described from its record, served by none yet.
+    /// A topic new to this agent whose replicas are still opening: listed (described from
+    /// its record) so that clients retry NOT_LEADER_OR_FOLLOWER instead of taking it as
+    /// unknown; none of its partitions is served here yet.
     pub arriving: bool,
 }
 
