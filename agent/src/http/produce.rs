@@ -77,14 +77,14 @@ struct Request<'a> {
     timeout_ms: Option<u64>,
 }
 
-/// Keys and values are borrowed from the body where JSON allows (no escapes), so
-/// UTF-8 ones become records without a copy.
+/// Keys and values are borrowed from the body where JSON allows (no escapes): UTF-8
+/// ones become records without a copy, base64 ones are decoded from the body itself.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Message<'a> {
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     key: Option<Cow<'a, str>>,
-    #[serde(default, borrow)]
+    #[serde(default, borrow, deserialize_with = "borrowed")]
     value: Option<Cow<'a, str>>,
     #[serde(default)]
     headers: Option<Headers>,
@@ -92,6 +92,17 @@ struct Message<'a> {
     partition: Option<i32>,
     #[serde(default, deserialize_with = "json::opt")]
     timestamp: Option<i64>,
+}
+
+/// An optional string, borrowed when it has no escapes. (serde borrows a `Cow` only as
+/// a field of its own: `Option<Cow<str>>` would always be a copy.)
+fn borrowed<'de: 'a, 'a, D>(d: D) -> Result<Option<Cow<'a, str>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    #[derive(Deserialize)]
+    struct Text<'a>(#[serde(borrow)] Cow<'a, str>);
+    Ok(Option::<Text<'a>>::deserialize(d)?.map(|t| t.0))
 }
 
 /// Headers as an object (`{"trace": "t1"}`) or, to repeat a key or keep an order, a
@@ -649,7 +660,26 @@ async fn forward(
 mod tests {
     use base64::Engine;
 
-    use super::{Encoding, LENIENT, base64_fast};
+    use std::borrow::Cow;
+
+    use super::{Encoding, LENIENT, Request, base64_fast};
+
+    #[test]
+    fn keys_and_values_without_escapes_are_borrowed_from_the_body() {
+        let body =
+            br#"{"messages": [{"key": "k1", "value": "plain"}, {"value": "a\"b"}, {"key": null}]}"#;
+        let request: Request = crate::http::json::parse(body, "produce").expect("parse");
+        let m = &request.messages;
+        assert!(
+            matches!(&m[0].key, Some(Cow::Borrowed("k1"))),
+            "{:?}",
+            m[0].key
+        );
+        assert!(matches!(&m[0].value, Some(Cow::Borrowed("plain"))));
+        // An escape needs a copy, unescaped.
+        assert!(matches!(&m[1].value, Some(Cow::Owned(v)) if v == "a\"b"));
+        assert!(m[2].key.is_none() && m[2].value.is_none());
+    }
 
     #[test]
     fn the_fast_base64_decoder_agrees_with_the_lenient_one() {
