@@ -35,10 +35,14 @@ impl Archive {
                 context: format!("create archive directory {dir}"),
                 source,
             })?;
-            let store = LocalFileSystem::new_with_prefix(dir).map_err(|source| Error::Store {
-                context: format!("open {url}"),
-                source,
-            })?;
+            // Durable when the put returns, as S3's objects are: the manifest entry
+            // published next must not name an object a machine crash can take back.
+            let store = LocalFileSystem::new_with_prefix(dir)
+                .map_err(|source| Error::Store {
+                    context: format!("open {url}"),
+                    source,
+                })?
+                .with_fsync(true);
             return Ok(Archive {
                 store: Arc::new(store),
                 prefix: Path::default(),
