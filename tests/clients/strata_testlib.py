@@ -285,10 +285,16 @@ def consume_confluent(bootstrap: str, topic: str, start: dict[int, int], end: di
     return got
 
 
+RETRIED_BY_CLIENTS = (KafkaError.OFFSET_NOT_AVAILABLE, KafkaError.NOT_LEADER_FOR_PARTITION,
+                      KafkaError.LEADER_NOT_AVAILABLE)
+
+
 def watermarks(bootstrap: str, topic: str, partition: int, timeout: float = 10) -> tuple[int, int]:
-    """The partition's (low, high) watermarks. OFFSET_NOT_AVAILABLE (a new leader whose
-    high watermark has not caught up yet, KIP-207) is retried, as Kafka clients do,
-    until `timeout`."""
+    """The partition's (low, high) watermarks. Retriable answers are retried, as Kafka
+    clients retry them, until `timeout`: OFFSET_NOT_AVAILABLE (a new leader whose high
+    watermark has not caught up yet, KIP-207), and NOT_LEADER_FOR_PARTITION or
+    LEADER_NOT_AVAILABLE (the leadership moved since the client's metadata, which the
+    error makes it refresh; a self-healing cluster moves leaders back after a repair)."""
     c = Consumer(consumer_conf(bootstrap))
     deadline = time.monotonic() + timeout
     try:
@@ -297,7 +303,7 @@ def watermarks(bootstrap: str, topic: str, partition: int, timeout: float = 10) 
                 return tuple(c.get_watermark_offsets(TopicPartition(topic, partition),
                                                      timeout=timeout, cached=False))
             except KafkaException as e:
-                if (e.args[0].code() != KafkaError.OFFSET_NOT_AVAILABLE
+                if (e.args[0].code() not in RETRIED_BY_CLIENTS
                         or time.monotonic() > deadline):
                     raise
                 time.sleep(0.1)
