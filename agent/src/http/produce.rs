@@ -658,9 +658,9 @@ async fn forward(
 
 #[cfg(test)]
 mod tests {
-    use base64::Engine;
-
     use std::borrow::Cow;
+
+    use base64::Engine;
 
     use super::{Encoding, LENIENT, Request, base64_fast};
 
