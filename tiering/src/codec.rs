@@ -212,10 +212,10 @@ pub struct Summary {
 /// the writer has encoded a row group, its arrays come back ([`Binary::reclaim`]) and
 /// their memory is filled again. With a fresh buffer per row group (16 MiB of 1 KiB
 /// values, grown by doubling) every row group was fresh mappings, faulted in page by
-/// page and unmapped after; each unmap stops the process's other threads for a TLB
-/// shootdown, and the request threads' latency tripled while the archive caught up.
+/// page and unmapped after, and each unmap stops the process's other threads for a TLB
+/// shootdown (docs/BENCHMARKS.md, the archive catching up).
 struct Binary {
-    /// `[0]` and one end per row; empty only before the first row.
+    /// `0`, then the end of each row.
     offsets: Vec<i32>,
     values: Vec<u8>,
     nulls: NullBufferBuilder,
@@ -224,16 +224,13 @@ struct Binary {
 impl Binary {
     fn new() -> Binary {
         Binary {
-            offsets: Vec::new(),
+            offsets: vec![0],
             values: Vec::new(),
             nulls: NullBufferBuilder::new(0),
         }
     }
 
     fn append_option(&mut self, value: Option<&[u8]>) {
-        if self.offsets.is_empty() {
-            self.offsets.push(0);
-        }
         match value {
             Some(v) => {
                 self.values.extend_from_slice(v);
@@ -247,10 +244,7 @@ impl Binary {
     }
 
     fn finish(&mut self) -> Result<BinaryArray> {
-        let mut offsets = std::mem::take(&mut self.offsets);
-        if offsets.is_empty() {
-            offsets.push(0);
-        }
+        let offsets = std::mem::replace(&mut self.offsets, vec![0]);
         BinaryArray::try_new(
             OffsetBuffer::new(ScalarBuffer::from(offsets)),
             Buffer::from_vec(std::mem::take(&mut self.values)),
@@ -266,6 +260,7 @@ impl Binary {
         let (offsets, values, _) = BinaryArray::from(data).into_parts();
         if let Ok(mut offsets) = offsets.into_inner().into_inner().into_vec::<i32>() {
             offsets.clear();
+            offsets.push(0);
             self.offsets = offsets;
         }
         if let Ok(mut values) = values.into_vec::<u8>() {

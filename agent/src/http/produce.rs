@@ -143,10 +143,12 @@ impl Encoding {
 
     /// `s` as bytes: a slice of `body` when `s` is UTF-8 text borrowed from it.
     fn decode_in(self, body: &Bytes, what: &str, s: &str) -> Result<Bytes, String> {
-        let within = body.as_ptr_range().contains(&s.as_ptr())
-            && s.as_bytes().as_ptr_range().end <= body.as_ptr_range().end;
+        let within = || {
+            let (text, body) = (s.as_bytes().as_ptr_range(), body.as_ptr_range());
+            body.start <= text.start && text.end <= body.end
+        };
         match self {
-            Encoding::Utf8 if within && !s.is_empty() => Ok(body.slice_ref(s.as_bytes())),
+            Encoding::Utf8 if !s.is_empty() && within() => Ok(body.slice_ref(s.as_bytes())),
             _ => self.decode(what, s),
         }
     }
