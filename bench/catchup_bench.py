@@ -10,7 +10,8 @@ another topic) for `--seconds`:
 
   * off: tiering off, as the reference of this run;
   * on:  tiering on: the worker reads and encodes the backlog as Parquet into the
-         `file://` archive on the same disk while the producer runs.
+         `file://` archive while the producer runs: on the same disk, or with
+         `--archive-dir` in a directory on another device, as object storage would be.
 
 Run `--rounds` times, alternately (these machines are noisy). Printed for each run:
 produce latency p50/p99/p99.9 (librdkafka delivery reports, `strata-bench produce
@@ -38,10 +39,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from suite import REPO, Strata, bench, delete_topics, machine  # noqa: E402
 
 
-def archive_size(root: Path, name: str) -> int:
+def archive_size(archive: Path) -> int:
     """Bytes in the agent's archive: the backlog's objects, and those of the topics the
     earlier runs wrote (their closed segments are archive work too)."""
-    return sum(f.stat().st_size for f in (root / name / "archive").rglob("*") if f.is_file())
+    return sum(f.stat().st_size for f in archive.rglob("*") if f.is_file())
 
 
 def encoded_bytes(agent: Strata) -> int:
@@ -56,17 +57,19 @@ def encoded_bytes(agent: Strata) -> int:
 
 
 def run(args, root: Path, tiering: bool) -> dict:
+    archive = args.archive_dir or root / "agent" / "archive"
+    extra = ["--archive-url", f"file://{archive}"] if args.archive_dir else []
     agent = Strata(args.strata, root, name="agent", tiering=tiering,
-                   extra=args.agent_flag if tiering else [])
+                   extra=[*extra, *args.agent_flag] if tiering else [])
     try:
-        before = archive_size(root, "agent")
+        before = archive_size(archive)
         topic = f"steady-{'on' if tiering else 'off'}-{time.time_ns()}"
         report = bench(args.bench, agent, [
             "produce", "--topic", topic,
             "--size", "1024", "--rate", str(args.rate), "--duration-s", str(args.seconds),
             "--no-verify"], root)
         report["archived_during_run_mb"] = round(
-            (archive_size(root, "agent") - before) / 1e6, 1)
+            (archive_size(archive) - before) / 1e6, 1)
         report["encoded_during_run_gb"] = round(encoded_bytes(agent) / 1e9, 2)
         if not tiering:
             # Not archive work (so no run's backlog depends on it), and a minute at
@@ -92,6 +95,11 @@ def main() -> None:
     ap.add_argument("--agent-flag", action="append", default=[],
                     help="a flag for the agent of the tiering-on run (repeat; e.g. "
                          "--agent-flag=--tiering-max-bytes-per-second --agent-flag=50000000)")
+    ap.add_argument("--archive-dir", type=Path, default=None,
+                    help="the file:// archive's directory (default: in the agent's data "
+                         "directory, on the log's disk). In production the archive is object "
+                         "storage, not the log's disk: a directory on another device (or "
+                         "tmpfs, /dev/shm) models that")
     ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
@@ -107,7 +115,8 @@ def main() -> None:
         agent.stop()
 
     results = {"machine": machine(), "rate": args.rate, "seconds": args.seconds,
-               "backlog_gib": args.backlog_gib, "off": [], "on": []}
+               "backlog_gib": args.backlog_gib, "off": [], "on": [],
+               "archive": str(args.archive_dir or "the agent's data directory")}
     for _ in range(args.rounds):
         results["off"].append(run(args, root, tiering=False))
         results["on"].append(run(args, root, tiering=True))

@@ -8,6 +8,7 @@ results as JSON (and a Markdown table to stdout).
     python3 bench/suite.py --against kafka   # strata beside Apache Kafka 4.4 (~10 min)
     python3 bench/suite.py --http            # HTTP produce beside Kafka produce (~1 min)
     python3 bench/suite.py --transactions    # transactions/s beside Kafka 4.4 (~5 min)
+    python3 bench/suite.py --against kafka --replicas 3   # three agents, three brokers, RF=3
 
 What it measures, in one run so the figures can be compared:
   * references: the disk's sequential write speed with fdatasync and its synchronous
@@ -27,6 +28,11 @@ from Maven Central through bench/kafka/pom.xml, its default flush settings: no f
 before an ack, `log.flush.interval.messages` and `log.flush.interval.ms` unset, 1 GiB
 heap). Besides throughput and latency it records each broker's CPU seconds per GB
 produced and its peak RSS, and prints the ratios strata / Kafka.
+
+With `--replicas 3` (and `--against kafka`) each broker is a cluster on this machine:
+three strata agents sharing an embedded metastore (and a `file://` archive), three Kafka
+KRaft processes each broker and controller; every topic has replication factor 3, CPU
+and peak memory are summed over the three processes, and the latency curve is skipped.
 
 With `--http` it measures produce through the HTTP API (`strata-bench produce-http`: 4
 clients, 100 base64 values of 1 KiB per request, acks=all, 1 partition) beside Kafka
@@ -165,31 +171,106 @@ class Broker:
 
 
 class Strata(Broker):
-    """A release strata on free ports."""
+    """A release strata on free ports. With `cluster` (its directory), one agent of a
+    cluster: its node id, the cluster's shared embedded metastore and `file://` archive."""
 
     def __init__(self, binary: Path, root: Path, extra: list[str] | None = None,
-                 name: str = "strata", tiering: bool = False):
+                 name: str = "strata", tiering: bool = False,
+                 cluster: tuple[Path, int] | None = None, wait: bool = True):
         self.root, self.name = root, name
         self.kafka = free_port()
         self.http = free_port()
         self.log = open(root / f"{name}.log", "w")
+        members = []
+        if cluster is not None:
+            home, node = cluster
+            members = ["--node-id", str(node),
+                       "--metastore-path", str(home / "metastore.sqlite"),
+                       "--archive-url", f"file://{home / 'archive'}"]
         self.proc = subprocess.Popen(
             [str(binary), "agent", "--data-dir", str(root / name),
              "--kafka-listen", f"127.0.0.1:{self.kafka}",
              "--http-listen", f"127.0.0.1:{self.http}",
              # Tiering would compete for the two cores and is measured on its own
              # (docs/BENCHMARKS.md, replay; bench/catchup_bench.py).
-             "--tiering-enabled", "true" if tiering else "false", *(extra or [])],
+             "--tiering-enabled", "true" if tiering else "false", *members, *(extra or [])],
             stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> Strata:
         deadline = time.time() + 60
         while True:
             try:
                 urllib.request.urlopen(f"http://127.0.0.1:{self.http}/readyz", timeout=1)
-                break
+                return self
             except OSError:
                 if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"strata did not start; see {root / f'{name}.log'}")
+                    raise SystemExit(f"strata did not start; see {self.root / f'{self.name}.log'}")
                 time.sleep(0.1)
+
+
+class Cluster(Broker):
+    """Brokers measured as one: clients bootstrap from all of them, and CPU and peak
+    memory are the sums over the members (the peaks may fall at different moments, so
+    the memory is an upper bound)."""
+
+    def __init__(self, name: str, members: list[Broker]):
+        self.name, self.members = name, members
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(m.bootstrap for m in self.members)
+
+    def cpu_seconds(self) -> float:
+        return sum(m.cpu_seconds() for m in self.members)
+
+    def reset_peak_memory(self) -> None:
+        for m in self.members:
+            m.reset_peak_memory()
+
+    def peak_memory_mib(self) -> float:
+        return round(sum(m.peak_memory_mib() for m in self.members), 1)
+
+    def stop(self) -> None:
+        for m in self.members:
+            m.stop()
+
+    @staticmethod
+    def started(name: str, members: list) -> Cluster:
+        """Once every member is ready; if one is not, none is left running."""
+        try:
+            return Cluster(name, [m.wait_ready() for m in members])
+        except BaseException:
+            for m in members:
+                m.stop()
+            raise
+
+
+def strata_broker(opts, root: Path, name: str, extra: list[str]) -> Broker:
+    """strata as `--against kafka` measures it: one agent, or `--replicas` agents
+    sharing a metastore and an archive."""
+    if opts.replicas == 1:
+        return Strata(opts.strata, root, name=name, tiering=opts.tiering, extra=extra)
+    home = root / name
+    home.mkdir()
+    members = [Strata(opts.strata, home, name=f"agent-{node}", tiering=opts.tiering,
+                      extra=extra, cluster=(home, node), wait=False)
+               for node in range(1, opts.replicas + 1)]
+    return Cluster.started(name, members)
+
+
+def kafka_broker(opts, root: Path) -> Broker:
+    """Apache Kafka: one KRaft process, or `--replicas` of them, each broker and
+    controller (a quorum of all)."""
+    if opts.replicas == 1:
+        return Kafka(root)
+    nodes = range(1, opts.replicas + 1)
+    controllers = {node: free_port() for node in nodes}
+    voters = ",".join(f"{node}@127.0.0.1:{port}" for node, port in controllers.items())
+    members = [Kafka(root, node=node, controller=controllers[node], voters=voters,
+                     replicas=opts.replicas, wait=False) for node in nodes]
+    return Cluster.started("kafka", members)
 
 
 KAFKA_POM = REPO / "bench" / "kafka" / "pom.xml"
@@ -198,21 +279,29 @@ KAFKA_JARS = REPO / "bench" / "kafka" / "target" / "dependency"
 
 class Kafka(Broker):
     """Apache Kafka (bench/kafka/pom.xml's version) as one KRaft process, broker and
-    controller, with its default flush settings, data on the same disk as strata's."""
+    controller, with its default flush settings, data on the same disk as strata's; with
+    `replicas`, node `node` of that many such processes, `voters` the quorum."""
 
-    def __init__(self, root: Path):
-        self.name = "kafka"
+    def __init__(self, root: Path, node: int = 1, controller: int | None = None,
+                 voters: str | None = None, replicas: int = 1, wait: bool = True):
+        self.name = "kafka" if replicas == 1 else f"kafka-{node}"
         if not any(KAFKA_JARS.glob("kafka_2.13-*.jar")):
             subprocess.run(["mvn", "-B", "-ntp", "-q", "-f", str(KAFKA_POM),
                             "dependency:copy-dependencies"], check=True)
-        self.kafka, controller = free_port(), free_port()
-        home = root / "kafka"
+        self.root = root
+        self.kafka, controller = free_port(), controller or free_port()
+        home = root / self.name
         home.mkdir()
         props = home / "server.properties"
+        # One broker holds its internal topics on itself; more use Kafka's defaults
+        # (replication factor 3, transactions' min ISR 2).
+        internal = (["offsets.topic.replication.factor=1",
+                     "transaction.state.log.replication.factor=1",
+                     "transaction.state.log.min.isr=1"] if replicas == 1 else [])
         props.write_text("\n".join([
             "process.roles=broker,controller",
-            "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{controller}",
+            f"node.id={node}",
+            f"controller.quorum.voters={voters or f'{node}@127.0.0.1:{controller}'}",
             f"listeners=PLAINTEXT://127.0.0.1:{self.kafka},CONTROLLER://127.0.0.1:{controller}",
             f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.kafka}",
             "controller.listener.names=CONTROLLER",
@@ -220,9 +309,7 @@ class Kafka(Broker):
             "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             f"log.dirs={home / 'data'}",
             "num.partitions=1",
-            "offsets.topic.replication.factor=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
+            *internal,
             "group.initial.rebalance.delay.ms=0",
             # Kafka's defaults, stated: no fsync before an ack (the OS writes back).
             "# log.flush.interval.messages and log.flush.interval.ms: unset",
@@ -239,18 +326,22 @@ class Kafka(Broker):
         subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t",
                         "q1Sh-9_ISia_zwGINzRvyQ", "-c", str(props)],
                        check=True, capture_output=True)
-        self.log = open(root / "kafka.log", "w")
+        self.log = open(root / f"{self.name}.log", "w")
         self.proc = subprocess.Popen([*java, "kafka.Kafka", str(props)],
                                      stdout=self.log, stderr=subprocess.STDOUT)
+        if wait:
+            self.wait_ready()
+
+    def wait_ready(self) -> Kafka:
         deadline = time.time() + 90
         from confluent_kafka.admin import AdminClient
         while True:
             try:
                 AdminClient({"bootstrap.servers": self.bootstrap}).list_topics(timeout=2)
-                break
+                return self
             except Exception:  # noqa: BLE001 - not up yet
                 if self.proc.poll() is not None or time.time() > deadline:
-                    raise SystemExit(f"Kafka did not start; see {root / 'kafka.log'}")
+                    raise SystemExit(f"Kafka did not start; see {self.root / f'{self.name}.log'}")
                 time.sleep(0.5)
 
 
@@ -302,6 +393,9 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], metavar="PxS",
                     help="with --against kafka: only these rows (partitions x size, e.g. 8x100); "
                          "repeatable")
+    ap.add_argument("--replicas", type=int, default=1, metavar="N",
+                    help="with --against kafka: N agents and N Kafka brokers (each broker and "
+                         "controller), topics with replication factor N")
     ap.add_argument("--tiering", action="store_true",
                     help="with --against kafka: strata with tiering on (a file:// archive)")
     ap.add_argument("--transactions", action="store_true",
@@ -336,19 +430,22 @@ def main() -> None:
         # Kafka first: its full-speed rates are the absolute rates every broker is
         # measured at (50% for the latency rows, and the curve's steps).
         reference: dict = {}
+        results["replicas"] = opts.replicas
+        topic_args = ["--replication-factor", str(opts.replicas)]
         for name in ["kafka", "strata", "strata-page-cache"]:
-            broker = (Kafka(root) if name == "kafka" else
-                      Strata(opts.strata, root, name=name, tiering=opts.tiering,
-                             extra=["--ack-durability", "page-cache"] if name != "strata" else []))
+            broker = (kafka_broker(opts, root) if name == "kafka" else
+                      strata_broker(opts, root, name,
+                                    ["--ack-durability", "page-cache"] if name != "strata" else []))
             try:
                 # A JVM needs a while to compile its hot paths: every broker gets the same
                 # unrecorded warm-up before it is measured.
                 warm = bench(opts.bench, broker, ["produce", "--partitions", "8", "--size", "1024",
-                                                  "--acks", "all", "--duration-s",
+                                                  "--acks", "all", *topic_args, "--duration-s",
                                                   "2" if opts.quick else "10"], root)
                 delete_topics(broker, [warm["topic"]])
+                # The curve is for one broker; a cluster gets the 50% rows.
                 run_matrix(opts, broker, matrix, count_args, root, results, reference,
-                           curve=not opts.quick)
+                           curve=not opts.quick and opts.replicas == 1, topic_args=topic_args)
             finally:
                 broker.stop()
         finish(opts, results, started, root)
@@ -394,14 +491,15 @@ CURVE = (0.1, 0.3, 0.5, 0.7, 0.9)
 
 
 def run_matrix(opts, broker: Broker, matrix, count_args: list[str], root: Path,
-               results: dict, reference: dict | None = None, curve: bool = False) -> None:
+               results: dict, reference: dict | None = None, curve: bool = False,
+               topic_args: list[str] | None = None) -> None:
     """Each configuration: full speed, consume, produce and end-to-end at 50% of a rate.
     With `reference` (filled by the first broker, read by the next ones), that rate is
     the first broker's full speed, so every broker is measured at the same absolute
     rates; with `curve`, produce also runs at each step of CURVE of it."""
     for partitions, size, acks, compression in matrix:
         common = ["--partitions", str(partitions), "--size", str(size),
-                  "--acks", acks, "--compression", compression]
+                  "--acks", acks, "--compression", compression, *(topic_args or [])]
         config = {"partitions": partitions, "size": size, "acks": acks, "compression": compression}
         full = bench(opts.bench, broker, ["produce", *common, *count_args], root)
         consume = bench(opts.bench, broker, ["consume", "--topic", full["topic"]], root)
@@ -613,6 +711,10 @@ def print_comparison(results: dict) -> None:
         gb = r.get("bytes", 0) / 1e9
         return r["broker_cpu_s"] / gb if gb else None
 
+    replicas = results.get("replicas", 1)
+    if replicas > 1:
+        print(f"\n{replicas} agents against {replicas} Kafka brokers, replication factor "
+              f"{replicas}; CPU and memory summed over each broker's processes")
     print("\n| partitions | size | run | measure | strata | strata page-cache | Kafka | "
           "strata / Kafka | page-cache / Kafka |")
     print("|---:|---:|---|---|---:|---:|---:|---:|---:|")

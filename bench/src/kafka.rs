@@ -70,19 +70,48 @@ pub fn ensure_topic(
 }
 
 /// `(low, high)` watermark of every partition, by index.
+///
+/// In a cluster a broker learns of a new topic, or of a partition's new leader, a moment
+/// after the one that made the change: until then it answers that the partition is
+/// unknown or has no leader there, as a Kafka broker whose metadata lags does. Those
+/// answers are asked again, as clients do, until [`CALL_TIMEOUT`].
 pub fn watermarks(
     bootstrap: &str,
     topic: &str,
     partitions: i32,
 ) -> anyhow::Result<Vec<(i64, i64)>> {
     let consumer: BaseConsumer = client_config(bootstrap).create()?;
+    let deadline = std::time::Instant::now() + CALL_TIMEOUT;
     (0..partitions)
         .map(|p| {
-            consumer
-                .fetch_watermarks(topic, p, CALL_TIMEOUT)
-                .with_context(|| format!("cannot read the watermarks of {topic}-{p}"))
+            loop {
+                match consumer.fetch_watermarks(topic, p, CALL_TIMEOUT) {
+                    Err(e) if retried(&e) && std::time::Instant::now() < deadline => {
+                        // Metadata has no way to wait for a change: ask again shortly.
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                    marks => {
+                        break marks
+                            .with_context(|| format!("cannot read the watermarks of {topic}-{p}"));
+                    }
+                }
+            }
         })
         .collect()
+}
+
+/// Answers a client asks again: the broker has not caught up with a change yet.
+fn retried(e: &rdkafka::error::KafkaError) -> bool {
+    matches!(
+        e.rdkafka_error_code(),
+        Some(
+            RDKafkaErrorCode::UnknownPartition
+                | RDKafkaErrorCode::UnknownTopicOrPartition
+                | RDKafkaErrorCode::UnknownTopic
+                | RDKafkaErrorCode::LeaderNotAvailable
+                | RDKafkaErrorCode::NotLeaderForPartition
+        )
+    )
 }
 
 /// The partition count of an existing topic.
