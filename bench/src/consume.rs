@@ -105,7 +105,8 @@ pub fn run(
         // waits `fetch.error.backoff.ms` (500 ms): the first records would measure that
         // backoff, not the broker. So producers start once this consumer knows every
         // leader, and the first poll has sent the first fetch.
-        if let Err(e) = wait_for_leaders(&consumer, settings) {
+        let assigned = |p: i32| settings.assigned.iter().any(|&(a, _)| a == p);
+        if let Err(e) = crate::kafka::await_leaders(&consumer, &settings.topic, assigned) {
             out.first_error.get_or_insert_with(|| format!("{e:#}"));
         }
         if let Some(Err(e)) = consumer.poll(Duration::from_millis(100)) {
@@ -173,39 +174,6 @@ pub fn run(
         }
     }
     Ok(out)
-}
-
-/// Asks for the topic's metadata on `consumer`'s own connections (which fills its cache)
-/// until every assigned partition has a leader, for at most [`crate::kafka::CALL_TIMEOUT`].
-fn wait_for_leaders(consumer: &BaseConsumer, settings: &ConsumeSettings) -> anyhow::Result<()> {
-    let deadline = Instant::now() + crate::kafka::CALL_TIMEOUT;
-    loop {
-        let metadata = consumer
-            .fetch_metadata(Some(&settings.topic), crate::kafka::CALL_TIMEOUT)
-            .context("Metadata failed")?;
-        let led = metadata
-            .topics()
-            .iter()
-            .find(|t| t.name() == settings.topic && t.error().is_none())
-            .is_some_and(|t| {
-                settings.assigned.iter().all(|&(p, _)| {
-                    t.partitions()
-                        .iter()
-                        .any(|m| m.id() == p && m.leader() >= 0 && m.error().is_none())
-                })
-            });
-        if led {
-            return Ok(());
-        }
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "{}: no leader for every assigned partition after {:?}",
-            settings.topic,
-            crate::kafka::CALL_TIMEOUT
-        );
-        // Metadata has no way to wait for a leader: ask again shortly.
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn consumer(settings: &ConsumeSettings) -> anyhow::Result<BaseConsumer> {

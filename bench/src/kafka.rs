@@ -49,15 +49,29 @@ pub fn ensure_topic(
         }
     }
     let consumer: BaseConsumer = client_config(bootstrap).create()?;
+    await_leaders(&consumer, topic, |_| true)
+}
+
+/// Asks for `topic`'s metadata on `client`'s own connections (which fills its cache)
+/// until the topic has partitions and every one `wanted` picks has a leader, for at most
+/// [`CALL_TIMEOUT`]; returns the partition count.
+pub fn await_leaders(
+    client: &BaseConsumer,
+    topic: &str,
+    wanted: impl Fn(i32) -> bool,
+) -> anyhow::Result<i32> {
     let deadline = std::time::Instant::now() + CALL_TIMEOUT;
     loop {
-        let metadata = consumer
+        let metadata = client
             .fetch_metadata(Some(topic), CALL_TIMEOUT)
             .context("Metadata failed")?;
         if let Some(t) = metadata.topics().iter().find(|t| t.name() == topic)
             && t.error().is_none()
             && !t.partitions().is_empty()
-            && t.partitions().iter().all(|p| p.leader() >= 0)
+            && t.partitions()
+                .iter()
+                .filter(|p| wanted(p.id()))
+                .all(|p| p.leader() >= 0 && p.error().is_none())
         {
             return Ok(t.partitions().len() as i32);
         }
@@ -87,8 +101,11 @@ pub fn watermarks(
             loop {
                 match consumer.fetch_watermarks(topic, p, CALL_TIMEOUT) {
                     Err(e) if retried(&e) && std::time::Instant::now() < deadline => {
-                        // Metadata has no way to wait for a change: ask again shortly.
+                        // Metadata has no way to wait for a change: ask again shortly,
+                        // refreshing this client's cache (librdkafka keeps what it was
+                        // told, a topic without that partition included, for a while).
                         std::thread::sleep(Duration::from_millis(100));
+                        let _ = consumer.fetch_metadata(Some(topic), CALL_TIMEOUT);
                     }
                     marks => {
                         break marks
