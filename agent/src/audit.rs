@@ -8,6 +8,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::net::SocketAddr;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -81,9 +82,11 @@ impl Audit {
         tracing::info!(target: "strata::audit", principal = %caller.principal, action, resource, ok, "{entry}");
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if file.is_none() {
+            // Only the agent's user may read it (0600): it names who did what.
             match OpenOptions::new()
                 .create(true)
                 .append(true)
+                .mode(0o600)
                 .open(&self.path)
             {
                 Ok(f) => *file = Some(f),

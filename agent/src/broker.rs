@@ -63,6 +63,8 @@ pub struct Broker {
     authorizer: Arc<Authorizer>,
     /// Client quotas, and the usage measured against them.
     quotas: Arc<crate::quota::Quotas>,
+    /// Failed logins by address, over SASL and HTTP alike.
+    login_failures: Arc<crate::sasl::LoginFailures>,
     shutdown: CancellationToken,
 }
 
@@ -185,6 +187,9 @@ impl Broker {
             },
         ));
         let fetch_sessions = FetchSessions::new(settings.max_incremental_fetch_session_cache_slots);
+        let login_failures = Arc::new(crate::sasl::LoginFailures::new(
+            std::time::Duration::from_millis(settings.connection_failed_authentication_delay_ms),
+        ));
         Ok(Arc::new(Broker {
             producer_ids,
             transactions,
@@ -208,6 +213,7 @@ impl Broker {
             audit: crate::audit::Audit::at(&settings_data_dir.join("audit.log")),
             authorizer,
             quotas,
+            login_failures,
             shutdown,
         }))
     }
@@ -222,6 +228,11 @@ impl Broker {
 
     pub fn node_id(&self) -> i32 {
         self.identity.node_id
+    }
+
+    /// Failed logins by client address, for the delay before a failure's answer.
+    pub fn login_failures(&self) -> &Arc<crate::sasl::LoginFailures> {
+        &self.login_failures
     }
 
     pub fn metastore(&self) -> &Metastore {

@@ -137,22 +137,22 @@ pub struct BrokerConfig {
 impl BrokerConfig {
     pub fn new(settings: &Settings, advertised: (&str, i32)) -> BrokerConfig {
         let built_in = Settings::default();
-        // Every listener, the default PLAINTEXT one first (a named listener that is not
-        // advertised is reached at its listen address).
+        // Every listener, the default PLAINTEXT one first if there is one (this agent's
+        // own address; a named listener that is not advertised is reached at its listen
+        // address).
         let specs = settings.listener_specs().unwrap_or_default();
         let listed = |f: &dyn Fn(&crate::config::ListenerSpec) -> String| {
-            specs.iter().skip(1).map(f).collect::<Vec<_>>()
+            specs.iter().map(f).collect::<Vec<_>>()
         };
-        let mut advertised_listeners =
-            vec![format!("PLAINTEXT://{}:{}", advertised.0, advertised.1)];
-        advertised_listeners.extend(listed(&|l| match &l.advertised {
+        let advertised_listeners = listed(&|l| match &l.advertised {
+            _ if l.name == crate::config::DEFAULT_LISTENER && settings.kafka_listen.is_some() => {
+                format!("{}://{}:{}", l.name, advertised.0, advertised.1)
+            }
             Some((host, port)) => format!("{}://{host}:{port}", l.name),
             None => format!("{}://{}", l.name, l.listen),
-        }));
-        let mut listeners = vec![format!("PLAINTEXT://{}", settings.kafka_listen)];
-        listeners.extend(listed(&|l| format!("{}://{}", l.name, l.listen)));
-        let mut protocols = vec!["PLAINTEXT:PLAINTEXT".to_string()];
-        protocols.extend(listed(&|l| format!("{}:{}", l.name, l.protocol.name())));
+        });
+        let listeners = listed(&|l| format!("{}://{}", l.name, l.listen));
+        let protocols = listed(&|l| format!("{}:{}", l.name, l.protocol.name()));
         let mut statics: Vec<(&'static str, String, Kind, bool)> = vec![
             (
                 "advertised.listeners",
@@ -197,6 +197,9 @@ impl BrokerConfig {
             Kind::Int,
             &|s| s.connection_failed_authentication_delay_ms.to_string(),
         );
+        push("sasl.server.max.receive.size", Kind::Int, &|s| {
+            s.sasl_server_max_receive_size.to_string()
+        });
         push("sasl.enabled.mechanisms", Kind::List, &|s| {
             s.sasl_enabled_mechanisms.clone()
         });

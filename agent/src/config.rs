@@ -26,6 +26,30 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// `ip:port`, `localhost:port`, or `none` (no listener there).
+pub fn parse_listen(given: &str) -> Result<Option<SocketAddr>, String> {
+    let given = given.trim();
+    if given.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    if let Ok(address) = given.parse::<SocketAddr>() {
+        return Ok(Some(address));
+    }
+    match split_host_port(given) {
+        Some(("localhost", port)) => Ok(Some(SocketAddr::from(([127, 0, 0, 1], port)))),
+        _ => Err(format!(
+            "{given:?} is not ip:port, localhost:port or none (e.g. 0.0.0.0:9092)"
+        )),
+    }
+}
+
+fn listen_or_none<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<SocketAddr>, D::Error> {
+    let given = String::deserialize(deserializer)?;
+    parse_listen(&given).map_err(serde::de::Error::custom)
+}
+
 /// Everything an agent needs to start.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -34,13 +58,16 @@ pub struct Settings {
     pub node_id: i32,
     /// Kafka's `broker.rack`: shown in Metadata (placement by rack comes with replication).
     pub rack: Option<String>,
-    /// Where the Kafka listener binds.
-    pub kafka_listen: SocketAddr,
+    /// Where the default Kafka listener (named PLAINTEXT, unauthenticated) binds;
+    /// `None` (`"none"` in the file or the flag): there is none, only `listeners`.
+    #[serde(deserialize_with = "listen_or_none")]
+    pub kafka_listen: Option<SocketAddr>,
     /// `host:port` clients are told to connect to; defaults to `kafka_listen`.
     pub kafka_advertised: Option<String>,
     /// More Kafka listeners beside the default one at `kafka_listen` (which is named
     /// PLAINTEXT and carries the agents' own traffic), in Kafka's `listeners` form:
-    /// `NAME://host:port` separated by commas (`SASL_PLAINTEXT://0.0.0.0:9093`).
+    /// `NAME://host:port` separated by commas (`SASL_PLAINTEXT://0.0.0.0:9093`). With
+    /// `kafka_listen` none, these are every listener, as Kafka's `listeners` is.
     pub listeners: String,
     /// Where clients reach those listeners, in Kafka's `advertised.listeners` form; a
     /// listener left out is advertised at its listen address.
@@ -72,6 +99,11 @@ pub struct Settings {
     /// `connection.failed.authentication.delay.ms`); doubled for each further failure
     /// from the same address within ten minutes, up to 5 s.
     pub connection_failed_authentication_delay_ms: u64,
+    /// The largest request frame a SASL listener reads before the connection has
+    /// authenticated (Kafka's `sasl.server.max.receive.size`): a larger one closes the
+    /// connection unread, so an unauthenticated client cannot make the agent hold (or
+    /// echo back) a large message.
+    pub sasl_server_max_receive_size: u32,
     /// The agent's certificate chain for SSL and SASL_SSL listeners, PEM (its own
     /// certificate first; Kafka's `ssl.keystore.location` with type PEM).
     pub ssl_certificate_location: Option<PathBuf>,
@@ -341,7 +373,7 @@ impl Default for Settings {
         Settings {
             node_id: 1,
             rack: None,
-            kafka_listen: SocketAddr::from(([127, 0, 0, 1], 9092)),
+            kafka_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9092))),
             kafka_advertised: None,
             listeners: String::new(),
             advertised_listeners: String::new(),
@@ -354,6 +386,7 @@ impl Default for Settings {
             sasl_oauthbearer_clock_skew_seconds: 30,
             connections_max_reauth_ms: 0,
             connection_failed_authentication_delay_ms: 100,
+            sasl_server_max_receive_size: 524_288,
             inter_agent_listener: DEFAULT_LISTENER.to_string(),
             inter_agent_sasl_mechanism: "SCRAM-SHA-512".to_string(),
             inter_agent_sasl_username: String::new(),
@@ -483,8 +516,8 @@ impl Settings {
     /// refuses to start with a message naming the setting instead.
     pub fn validate(&self) -> anyhow::Result<()> {
         let fail = |name: &str, why: String| Err(anyhow::anyhow!("invalid setting {name}: {why}"));
-        self.advertised()?;
         self.listener_specs()?;
+        self.advertised()?;
         self.sasl_mechanisms()?;
         self.oauth_settings()?;
         self.tls_files()?;
@@ -593,6 +626,15 @@ impl Settings {
                 "must be above 0".to_string(),
             );
         }
+        if self.sasl_server_max_receive_size < 1024 {
+            return fail(
+                "sasl_server_max_receive_size",
+                format!(
+                    "{}; must be at least 1024 (ApiVersions and the SASL exchanges must fit)",
+                    self.sasl_server_max_receive_size
+                ),
+            );
+        }
         if self.request_read_timeout_ms == 0 {
             return fail("request_read_timeout_ms", "must be above 0".to_string());
         }
@@ -638,33 +680,57 @@ impl Settings {
             .unwrap_or_else(|| self.data_dir.join("metastore.sqlite"))
     }
 
-    /// The `(host, port)` clients are told to use. Listening on every address (0.0.0.0
-    /// or ::) names no address a client could use, so then `kafka_advertised` must be
-    /// set, as Kafka requires of `advertised.listeners`.
+    /// The `(host, port)` that names this agent: where clients and the other agents
+    /// reach its default listener (or, without one, its inter-agent listener).
+    /// Listening on every address (0.0.0.0 or ::) names no address a client could use,
+    /// so then `kafka_advertised` must be set, as Kafka requires of
+    /// `advertised.listeners`.
     pub fn advertised(&self) -> anyhow::Result<(String, i32)> {
-        match &self.kafka_advertised {
-            None if self.kafka_listen.ip().is_unspecified() => Err(anyhow::anyhow!(
+        if let Some(a) = &self.kafka_advertised {
+            let (host, port) = a
+                .rsplit_once(':')
+                .ok_or_else(|| anyhow::anyhow!("kafka_advertised '{a}' is not host:port"))?;
+            let port: u16 = port
+                .parse()
+                .map_err(|_| anyhow::anyhow!("kafka_advertised '{a}' has a bad port"))?;
+            return Ok((host.to_string(), i32::from(port)));
+        }
+        match self.kafka_listen {
+            Some(listen) if listen.ip().is_unspecified() => Err(anyhow::anyhow!(
                 "invalid setting kafka_advertised (--kafka-advertised): it must be set when \
-                 kafka_listen is {} (every address): clients cannot connect to {}; give the \
+                 kafka_listen is {listen} (every address): clients cannot connect to {}; give the \
                  host:port they should use, e.g. --kafka-advertised broker-1.internal:{}",
-                self.kafka_listen,
-                self.kafka_listen.ip(),
-                self.kafka_listen.port()
+                listen.ip(),
+                listen.port()
             )),
-            None => Ok((
-                self.kafka_listen.ip().to_string(),
-                i32::from(self.kafka_listen.port()),
-            )),
-            Some(a) => {
-                let (host, port) = a
-                    .rsplit_once(':')
-                    .ok_or_else(|| anyhow::anyhow!("kafka_advertised '{a}' is not host:port"))?;
-                let port: u16 = port
-                    .parse()
-                    .map_err(|_| anyhow::anyhow!("kafka_advertised '{a}' has a bad port"))?;
-                Ok((host.to_string(), i32::from(port)))
+            Some(listen) => Ok((listen.ip().to_string(), i32::from(listen.port()))),
+            None => {
+                let specs = self.named_listeners()?;
+                let spec = self.inter_agent_spec(&specs)?;
+                Ok(spec.advertised.clone().unwrap_or_else(|| {
+                    (spec.listen.ip().to_string(), i32::from(spec.listen.port()))
+                }))
             }
         }
+    }
+
+    /// The listener named by `inter_agent_listener`, among `specs`.
+    fn inter_agent_spec<'a>(&self, specs: &'a [ListenerSpec]) -> anyhow::Result<&'a ListenerSpec> {
+        let name = self.inter_agent_listener.trim();
+        specs.iter().find(|s| s.name == name).ok_or_else(|| {
+            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+            let without = if self.kafka_listen.is_none() {
+                " (kafka_listen is none, so there is no default PLAINTEXT listener: name one \
+                 of listeners)"
+            } else {
+                ""
+            };
+            anyhow::anyhow!(
+                "invalid setting inter_agent_listener: {name:?} is not a listener (there are \
+                 {}){without}",
+                names.join(", ")
+            )
+        })
     }
 }
 
@@ -719,6 +785,38 @@ impl Settings {
     /// Every Kafka listener: the default PLAINTEXT one at `kafka_listen` first, then
     /// `listeners`, each with its protocol and advertised address.
     pub fn listener_specs(&self) -> anyhow::Result<Vec<ListenerSpec>> {
+        let mut specs = Vec::new();
+        if let Some(listen) = self.kafka_listen {
+            specs.push(ListenerSpec {
+                name: DEFAULT_LISTENER.to_string(),
+                protocol: SecurityProtocol::Plaintext,
+                listen,
+                advertised: Some(self.advertised()?),
+            });
+        }
+        specs.extend(self.named_listeners()?);
+        let advertised = parse_listener_list("advertised_listeners", &self.advertised_listeners)?;
+        if let Some((name, _, _)) = advertised
+            .iter()
+            .find(|(n, _, _)| !specs.iter().any(|s| s.name == *n))
+        {
+            return Err(anyhow::anyhow!(
+                "invalid setting advertised_listeners: {name} is not one of listeners"
+            ));
+        }
+        if specs.is_empty() {
+            return Err(anyhow::anyhow!(
+                "invalid setting listeners: kafka_listen is none and listeners is empty, so \
+                 clients could not connect; give at least one (e.g. \
+                 SASL_SSL://0.0.0.0:9093 with advertised_listeners)"
+            ));
+        }
+        Ok(specs)
+    }
+
+    /// The listeners of `listeners`, checked against `advertised_listeners` and the
+    /// protocol map.
+    fn named_listeners(&self) -> anyhow::Result<Vec<ListenerSpec>> {
         let mut protocols = BTreeMap::new();
         for pair in self
             .listener_security_protocol_map
@@ -737,18 +835,14 @@ impl Settings {
             protocols.insert(name.to_ascii_uppercase(), protocol);
         }
         let advertised = parse_listener_list("advertised_listeners", &self.advertised_listeners)?;
-        let mut specs = vec![ListenerSpec {
-            name: DEFAULT_LISTENER.to_string(),
-            protocol: SecurityProtocol::Plaintext,
-            listen: self.kafka_listen,
-            advertised: Some(self.advertised()?),
-        }];
+        let mut specs = Vec::new();
         for (name, host, port) in parse_listener_list("listeners", &self.listeners)? {
-            if name == DEFAULT_LISTENER {
+            if name == DEFAULT_LISTENER && self.kafka_listen.is_some() {
                 return Err(anyhow::anyhow!(
                     "invalid setting listeners: {DEFAULT_LISTENER} is the listener at kafka_listen; \
                      name this one otherwise (e.g. CLIENT://{host}:{port} with \
-                     listener_security_protocol_map CLIENT:PLAINTEXT)"
+                     listener_security_protocol_map CLIENT:PLAINTEXT), or set kafka_listen to \
+                     none"
                 ));
             }
             let protocol = match protocols.get(&name) {
@@ -788,14 +882,6 @@ impl Settings {
                 advertised,
             });
         }
-        if let Some((name, _, _)) = advertised
-            .iter()
-            .find(|(n, _, _)| !specs.iter().any(|s| s.name == *n))
-        {
-            return Err(anyhow::anyhow!(
-                "invalid setting advertised_listeners: {name} is not one of listeners"
-            ));
-        }
         Ok(specs)
     }
 
@@ -808,13 +894,7 @@ impl Settings {
     ) -> anyhow::Result<crate::peer::PeerAccess> {
         let name = self.inter_agent_listener.trim();
         let specs = self.listener_specs()?;
-        let Some(spec) = specs.iter().find(|s| s.name == name) else {
-            let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
-            anyhow::bail!(
-                "invalid setting inter_agent_listener: {name:?} is not a listener (there are {})",
-                names.join(", ")
-            );
-        };
+        let spec = self.inter_agent_spec(&specs)?;
         if spec.protocol.is_tls() && self.ssl_truststore_location.is_none() {
             anyhow::bail!(
                 "invalid setting inter_agent_listener: {name} is {}, so the agents need \
@@ -1155,6 +1235,68 @@ mod tests {
         };
         let e = s.validate().expect_err("GSSAPI").to_string();
         assert!(e.contains("GSSAPI is not one of"), "{e}");
+    }
+
+    /// `kafka_listen = "none"`: the listeners of `listeners` are all there is, the
+    /// agent is known by its inter-agent listener's address, and PLAINTEXT is a name
+    /// `listeners` may use.
+    #[test]
+    fn the_default_listener_can_be_turned_off() {
+        let s: Settings = toml::from_str(
+            r#"
+            kafka_listen = "none"
+            listeners = "PLAINTEXT://127.0.0.1:9092,INTERNAL://0.0.0.0:9093"
+            advertised_listeners = "INTERNAL://broker-1.internal:9093"
+            listener_security_protocol_map = "INTERNAL:SASL_PLAINTEXT"
+            inter_agent_listener = "INTERNAL"
+            inter_agent_sasl_username = "broker"
+            inter_agent_sasl_password = "secret"
+            "#,
+        )
+        .expect("parse");
+        assert_eq!(s.kafka_listen, None);
+        s.validate().expect("valid");
+        let names: Vec<String> = s
+            .listener_specs()
+            .expect("specs")
+            .into_iter()
+            .map(|l| l.name)
+            .collect();
+        assert_eq!(names, ["PLAINTEXT", "INTERNAL"]);
+        assert_eq!(
+            s.advertised().expect("advertised"),
+            ("broker-1.internal".to_string(), 9093)
+        );
+        let refused = |s: Settings, why: &str| {
+            let e = s.validate().expect_err(why).to_string();
+            assert!(e.contains(why), "{e}");
+        };
+        refused(
+            Settings {
+                kafka_listen: None,
+                ..Settings::default()
+            },
+            "kafka_listen is none and listeners is empty",
+        );
+        refused(
+            Settings {
+                kafka_listen: None,
+                listeners: "SASL_PLAINTEXT://127.0.0.1:9093".to_string(),
+                ..Settings::default()
+            },
+            "kafka_listen is none, so there is no default PLAINTEXT listener",
+        );
+        // The file takes what the flag takes: host names for this machine, and says
+        // what it expects otherwise.
+        let s: Settings = toml::from_str(r#"kafka_listen = "localhost:9092""#).expect("parse");
+        assert_eq!(
+            s.kafka_listen,
+            Some(SocketAddr::from(([127, 0, 0, 1], 9092)))
+        );
+        let e = toml::from_str::<Settings>(r#"kafka_listen = "9092""#)
+            .expect_err("no host")
+            .to_string();
+        assert!(e.contains("is not ip:port, localhost:port or none"), "{e}");
     }
 
     #[test]

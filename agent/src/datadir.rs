@@ -23,10 +23,21 @@ pub struct DataDir {
     _lock: File,
 }
 
+/// Creates `path` and any missing parents as the agent's own (0700: the data directory
+/// holds the metastore with its SCRAM verifiers, the audit log and every record). A
+/// directory that exists keeps its mode: the operator chose it.
+pub fn create_private_dir(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
 impl DataDir {
     /// Creates or opens `path`, takes its lock, and checks its format.
     pub fn open(path: &Path) -> anyhow::Result<DataDir> {
-        fs::create_dir_all(path)
+        create_private_dir(path)
             .with_context(|| format!("cannot create data dir {}", path.display()))?;
         let lock_path = path.join(LOCK_FILE);
         let mut lock = OpenOptions::new()

@@ -80,7 +80,7 @@ pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), " (", env!("STRATA_
 pub async fn start(settings: Settings) -> anyhow::Result<Agent> {
     settings.validate()?;
     // The embedded metastore lives in the data directory by default.
-    std::fs::create_dir_all(&settings.data_dir).with_context(|| {
+    datadir::create_private_dir(&settings.data_dir).with_context(|| {
         format!(
             "cannot create the data directory {}",
             settings.data_dir.display()
@@ -138,11 +138,26 @@ pub async fn start_on(
     let http_listener = TcpListener::bind(settings.http_listen)
         .await
         .with_context(|| format!("cannot listen for HTTP on {}", settings.http_listen))?;
-    let kafka_addr = sockets[0].2;
+    // The agent's own address: its default listener's, or without one its inter-agent
+    // listener's (bound now, so a port 0 in the settings is the port given).
+    let (own_spec, _, kafka_addr) = if settings.kafka_listen.is_some() {
+        &sockets[0]
+    } else {
+        let name = settings.inter_agent_listener.trim();
+        sockets
+            .iter()
+            .find(|(spec, _, _)| spec.name == name)
+            .context("the inter-agent listener is bound")?
+    };
+    let kafka_addr = *kafka_addr;
+    let own_advertised = match &own_spec.advertised {
+        Some((host, port)) if settings.kafka_listen.is_none() => format!("{host}:{port}"),
+        _ => kafka_addr.to_string(),
+    };
     let http_addr = http_listener.local_addr()?;
     let mut settings = settings;
     if settings.kafka_advertised.is_none() {
-        settings.kafka_advertised = Some(kafka_addr.to_string());
+        settings.kafka_advertised = Some(own_advertised);
     }
     let archive_url = match &settings.archive_url {
         Some(url) => url.clone(),
@@ -278,7 +293,7 @@ pub async fn start_on(
         Some(Arc::new(sasl::Sasl::new(
             broker.metastore().clone(),
             &settings.sasl_mechanisms()?,
-            Duration::from_millis(settings.connection_failed_authentication_delay_ms),
+            Arc::clone(broker.login_failures()),
             match settings.oauth_settings()? {
                 Some(o) => Some(sasl::oauth::Validator::load(o)?),
                 None => None,

@@ -55,9 +55,10 @@ struct AgentArgs {
     /// Rack (e.g. the availability zone) of this agent.
     #[arg(long, env = "STRATA_RACK")]
     rack: Option<String>,
-    /// Address the Kafka listener binds. [default: 127.0.0.1:9092]
-    #[arg(long, env = "STRATA_KAFKA_LISTEN", value_parser = listen_address)]
-    kafka_listen: Option<SocketAddr>,
+    /// Address the default Kafka listener (PLAINTEXT, unauthenticated) binds, or none for
+    /// no such listener (then --listeners gives every one). [default: 127.0.0.1:9092]
+    #[arg(long, env = "STRATA_KAFKA_LISTEN", value_parser = default_listener)]
+    kafka_listen: Option<DefaultListener>,
     /// host:port clients are told to connect to. [default: the listen address; required when listening on 0.0.0.0]
     #[arg(long, env = "STRATA_KAFKA_ADVERTISED")]
     kafka_advertised: Option<String>,
@@ -103,6 +104,11 @@ struct AgentArgs {
     /// one address. [default: 100]
     #[arg(long, env = "STRATA_CONNECTION_FAILED_AUTHENTICATION_DELAY_MS")]
     connection_failed_authentication_delay_ms: Option<u64>,
+    /// The largest request (bytes) a SASL listener reads before the client has
+    /// authenticated (Kafka's sasl.server.max.receive.size); a larger one closes the
+    /// connection. [default: 524288]
+    #[arg(long, env = "STRATA_SASL_SERVER_MAX_RECEIVE_SIZE")]
+    sasl_server_max_receive_size: Option<u32>,
     /// PEM certificate chain (own certificate first) for SSL and SASL_SSL listeners.
     #[arg(long, env = "STRATA_SSL_CERTIFICATE_LOCATION")]
     ssl_certificate_location: Option<PathBuf>,
@@ -306,6 +312,17 @@ struct AgentArgs {
     replica_rebuild_max_bytes_per_second: Option<u64>,
 }
 
+/// `--kafka-listen`: an address as [`listen_address`] takes, or `none`.
+#[derive(Debug, Clone, Copy)]
+struct DefaultListener(Option<SocketAddr>);
+
+fn default_listener(given: &str) -> Result<DefaultListener, String> {
+    if given.trim().eq_ignore_ascii_case("none") {
+        return Ok(DefaultListener(None));
+    }
+    listen_address(given).map(|a| DefaultListener(Some(a)))
+}
+
 /// `host:port` or `ip:port`; a host name is resolved now, to its first address
 /// (`localhost:9092` is 127.0.0.1:9092).
 fn listen_address(given: &str) -> Result<SocketAddr, String> {
@@ -331,7 +348,7 @@ impl AgentArgs {
             s.rack = Some(v);
         }
         if let Some(v) = self.kafka_listen {
-            s.kafka_listen = v;
+            s.kafka_listen = v.0;
         }
         if let Some(v) = self.kafka_advertised {
             s.kafka_advertised = Some(v);
@@ -368,6 +385,9 @@ impl AgentArgs {
         }
         if let Some(v) = self.connection_failed_authentication_delay_ms {
             s.connection_failed_authentication_delay_ms = v;
+        }
+        if let Some(v) = self.sasl_server_max_receive_size {
+            s.sasl_server_max_receive_size = v;
         }
         if let Some(v) = self.ssl_certificate_location {
             s.ssl_certificate_location = Some(v);

@@ -459,6 +459,19 @@ where
                 _ = broker.shutdown().cancelled() => break Ok(()),
             }
         }
+        // Until a SASL connection has authenticated, its frames are capped far lower
+        // (Kafka's `sasl.server.max.receive.size`).
+        let unauthenticated = session.unauthenticated();
+        let limits = if unauthenticated {
+            FrameLimits {
+                max_bytes: limits
+                    .max_bytes
+                    .min(settings.sasl_server_max_receive_size as usize),
+                ..limits
+            }
+        } else {
+            limits
+        };
         let next = async {
             let mut size = BytesMut::with_capacity(4);
             while size.len() < 4 {
@@ -507,6 +520,15 @@ where
         let (frame, reserved) = match frame {
             Ok(Some(f)) => f,
             Ok(None) => break Ok(()),
+            Err(ConnectionError::FrameSize(size))
+                if unauthenticated && size > limits.max_bytes as i64 =>
+            {
+                break Err(ConnectionError::Unauthenticated(format!(
+                    "a request of {size} bytes before authentication, above \
+                     sasl_server_max_receive_size ({})",
+                    limits.max_bytes
+                )));
+            }
             Err(e) => break Err(e),
         };
         let mut close_after = false;

@@ -98,6 +98,23 @@ impl SqliteStore {
     /// Opens a connection and sets the file up: WAL, full sync, the table.
     /// Transactions themselves wait with async backoff, in `begin`.
     fn set_up(path: &Path) -> rusqlite::Result<Connection> {
+        // Created readable by its owner only (0600): it holds the SCRAM verifiers.
+        // SQLite gives its WAL and shared-memory files the database file's mode.
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| {
+                    rusqlite::Error::SqliteFailure(
+                        rusqlite::ffi::Error::new(rusqlite::ffi::SQLITE_CANTOPEN),
+                        Some(format!("cannot create {}: {e}", path.display())),
+                    )
+                })?;
+        }
         let conn = Connection::open(path)?;
         conn.busy_timeout(SETUP_WAIT)?;
         conn.pragma_update(None, "journal_mode", "WAL")?;

@@ -250,7 +250,7 @@ impl Cluster {
     pub fn settings(id: i32, dir: &std::path::Path, proxy: SocketAddr) -> Settings {
         Settings {
             node_id: id,
-            kafka_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            kafka_listen: Some(SocketAddr::from(([127, 0, 0, 1], 0))),
             kafka_advertised: Some(proxy.to_string()),
             http_listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             data_dir: dir.join("data"),

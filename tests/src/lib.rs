@@ -39,7 +39,7 @@ impl TestAgent {
     pub async fn start_with(adjust: impl FnOnce(&mut Settings)) -> anyhow::Result<TestAgent> {
         let dir = tempfile::tempdir()?;
         let mut settings = Settings {
-            kafka_listen: "127.0.0.1:0".parse()?,
+            kafka_listen: Some("127.0.0.1:0".parse()?),
             http_listen: "127.0.0.1:0".parse()?,
             data_dir: dir.path().join("data"),
             ..Settings::default()

@@ -214,10 +214,16 @@ pub async fn guard(
         match auth.principal(&shared.broker, header).await {
             Ok(p) => p,
             Err(why) => {
+                // Delayed and logged as a failed SASL exchange is, and counted with
+                // them: guessing over HTTP is as slow as over Kafka.
                 crate::metrics::http_authentication_failed();
-                let mut response =
-                    Problem::kafka(ResponseError::SaslAuthenticationFailed, why).into_response();
-                *response.status_mut() = StatusCode::UNAUTHORIZED;
+                let peer = peer_ip(&request);
+                tracing::info!(%peer, route = %route, reason = %why, "HTTP authentication failed");
+                let delay = shared.broker.login_failures().failed(peer).await;
+                crate::clock::pause(delay).await;
+                let mut problem = Problem::kafka(ResponseError::SaslAuthenticationFailed, why);
+                problem.status = StatusCode::UNAUTHORIZED;
+                let mut response = problem.into_response();
                 response
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, auth.challenge());

@@ -13,6 +13,7 @@ pub mod scram;
 pub mod session;
 
 use std::net::IpAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -29,6 +30,46 @@ const MAX_FAILURE_DELAY: Duration = Duration::from_secs(5);
 
 /// How long an address's failures are remembered after its last one.
 const FAILURES_REMEMBERED: Duration = Duration::from_secs(600);
+
+/// Failed logins by client address, for the growing delay before a failure's answer:
+/// SASL exchanges and HTTP credentials count together, so guessing over one protocol
+/// does not start afresh on the other.
+///
+/// A success clears nothing. If it did, anyone with one account could log in between
+/// guesses at another's password and guess at full speed; the delay only ever holds
+/// back a failure's answer, so a client that logs in is not slowed by its address's
+/// past failures. An address's count is forgotten ten minutes after its last failure.
+#[derive(Debug)]
+pub struct LoginFailures {
+    base_delay: Duration,
+    counts: moka::future::Cache<IpAddr, u32>,
+}
+
+impl LoginFailures {
+    /// The first failure from an address waits `base_delay` (Kafka's
+    /// `connection.failed.authentication.delay.ms`); each further one twice the last.
+    pub fn new(base_delay: Duration) -> LoginFailures {
+        LoginFailures {
+            base_delay,
+            counts: moka::future::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_idle(FAILURES_REMEMBERED)
+                .build(),
+        }
+    }
+
+    /// Counts a failure from `peer`; how long its answer is to be held back.
+    pub async fn failed(&self, peer: IpAddr) -> Duration {
+        let failures = self
+            .counts
+            .entry(peer)
+            .and_upsert_with(|n| async move { n.map_or(1, |e| e.into_value() + 1) })
+            .await
+            .into_value();
+        let doubling = failures.saturating_sub(1).min(16);
+        (self.base_delay * 2u32.pow(doubling)).min(MAX_FAILURE_DELAY)
+    }
+}
 
 /// A SASL mechanism.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -93,9 +134,8 @@ pub struct Sasl {
     enabled: Vec<Mechanism>,
     /// OAUTHBEARER's token validation, when it is enabled.
     oauth: Option<oauth::Validator>,
-    base_delay: Duration,
-    /// Failures per client address, for the growing delay.
-    failures: moka::future::Cache<IpAddr, u32>,
+    /// Failures per client address, for the growing delay (shared with HTTP).
+    failures: Arc<LoginFailures>,
     /// Keys the made-up salt of users without a credential, so that it is the same on
     /// every attempt and unknown users look like known ones.
     unknown_user_key: aws_lc_rs::hmac::Key,
@@ -117,11 +157,12 @@ fn random_bytes<const N: usize>() -> [u8; N] {
 
 impl Sasl {
     /// `mechanisms` are names from [`MECHANISMS`] (checked with the settings); `oauth`
-    /// validates OAUTHBEARER's tokens, which is offered only with it.
+    /// validates OAUTHBEARER's tokens, which is offered only with it; failures are
+    /// counted in `failures`.
     pub fn new(
         metastore: Metastore,
         mechanisms: &[String],
-        base_delay: Duration,
+        failures: Arc<LoginFailures>,
         oauth: Option<oauth::Validator>,
     ) -> Sasl {
         let oauth_enabled = oauth.is_some();
@@ -133,11 +174,7 @@ impl Sasl {
                 .filter_map(|m| Mechanism::from_name(m))
                 .filter(|m| *m != Mechanism::OAuthBearer || oauth_enabled)
                 .collect(),
-            base_delay,
-            failures: moka::future::Cache::builder()
-                .max_capacity(100_000)
-                .time_to_idle(FAILURES_REMEMBERED)
-                .build(),
+            failures,
             unknown_user_key: aws_lc_rs::hmac::Key::new(
                 aws_lc_rs::hmac::HMAC_SHA256,
                 &random_bytes::<32>(),
@@ -181,23 +218,11 @@ impl Sasl {
             },
         };
         match outcome {
-            Ok(step) => {
-                if matches!(step, Step::Done(..)) {
-                    self.failures.invalidate(&peer).await;
-                }
-                step
-            }
-            Err(message) => {
-                let failures = self
-                    .failures
-                    .entry(peer)
-                    .and_upsert_with(|n| async move { n.map_or(1, |e| e.into_value() + 1) })
-                    .await
-                    .into_value();
-                let doubling = failures.saturating_sub(1).min(16);
-                let delay = (self.base_delay * 2u32.pow(doubling)).min(MAX_FAILURE_DELAY);
-                Step::Failed { message, delay }
-            }
+            Ok(step) => step,
+            Err(message) => Step::Failed {
+                message,
+                delay: self.failures.failed(peer).await,
+            },
         }
     }
 

@@ -124,6 +124,15 @@ impl Session {
         }
     }
 
+    /// Whether the connection has yet to authenticate: on a SASL listener, before its
+    /// first exchange succeeds (a re-authentication is of a connection that has).
+    pub fn unauthenticated(&self) -> bool {
+        matches!(
+            self.state,
+            State::AwaitingHandshake | State::Exchanging { before: None, .. }
+        )
+    }
+
     /// Decides what becomes of `request` (of `version`) from `peer` at `now`; returns
     /// the principal too when this request completed an authentication.
     pub async fn check(
@@ -367,7 +376,7 @@ mod tests {
         Arc::new(Sasl::new(
             metastore,
             &["PLAIN".to_string()],
-            Duration::from_millis(100),
+            Arc::new(crate::sasl::LoginFailures::new(Duration::from_millis(100))),
             None,
         ))
     }
@@ -506,5 +515,29 @@ mod tests {
             error_code(&verdict),
             Some(ResponseError::SaslAuthenticationFailed.code())
         );
+    }
+
+    /// One account's login between guesses at another's password does not reset the
+    /// delay: the guesser would otherwise guess at full speed.
+    #[tokio::test]
+    async fn a_success_does_not_reset_the_delay_of_failures_from_its_address() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let sasl = sasl(&dir).await;
+        let now = crate::clock::instant();
+        let mut delays = Vec::new();
+        for _ in 0..3 {
+            let mut s = Session::new(Some(Arc::clone(&sasl)), None);
+            check(&mut s, handshake(), now).await;
+            let (verdict, _) = check(&mut s, plain("alice", "guess"), now).await;
+            match verdict {
+                Verdict::Answer { delay, .. } => delays.push(delay.as_millis()),
+                other => panic!("{other:?}"),
+            }
+            let mut s = Session::new(Some(Arc::clone(&sasl)), None);
+            check(&mut s, handshake(), now).await;
+            let (verdict, principal) = check(&mut s, plain("bob", "bob-pw"), now).await;
+            assert_eq!(principal, Some(Principal::user("bob")), "{verdict:?}");
+        }
+        assert_eq!(delays, [100, 200, 400]);
     }
 }
