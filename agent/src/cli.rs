@@ -1073,8 +1073,11 @@ async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
                 "timeout_ms": 1000,
                 "auto_offset_reset": if args.from_beginning { "earliest" } else { "latest" },
             });
-            if let Some(id) = &consumer_id {
-                body["consumer_id"] = id.clone().into();
+            // A member of its own (deleted at the end), never the caller's implicit
+            // instance, which another consumer of the same user may be using.
+            match &consumer_id {
+                Some(id) => body["consumer_id"] = id.clone().into(),
+                None => body["new_consumer"] = true.into(),
             }
             let v = api.post(&path, body).await?;
             consumer_id = v["consumer_id"].as_str().map(str::to_string);

@@ -21,6 +21,7 @@ on the other side:
 from __future__ import annotations
 
 import base64
+import json
 import shutil
 import subprocess
 import time
@@ -195,13 +196,66 @@ def test_kafka_produce_http_consume_and_commit_then_a_kafka_consumer_resumes(gro
     assert got == sorted(values), "lost or duplicated across the hand-over"
 
 
+def curl(*args: str) -> dict:
+    out = subprocess.run(["curl", "-s", "-S", "--fail-with-body", *args], capture_output=True,
+                         text=True, timeout=60, check=False)
+    assert out.returncode == 0, (args, out.stdout, out.stderr)
+    return json.loads(out.stdout)
+
+
+def test_the_design_flow_with_curl_as_written(group_broker):
+    """The design's HTTP API (seed 002) as it is written: produce, consume twice and
+    commit naming only the group, then a Kafka consumer of that group resumes at the
+    committed offset. The second consume reads on from the first (one implicit member,
+    not a new one per call) and answers within its timeout_ms."""
+    b, http = group_broker.bootstrap, group_broker.http_url
+    topic = "orders"
+    produced = curl("-X", "POST", f"{http}/v1/topics/{topic}/produce", "-d",
+                    json.dumps({"messages": [{"key": "user_123", "value": f"order-{i}"}
+                                             for i in range(3)]}))
+    assert [o["offset"] for o in produced["offsets"]] == [0, 1, 2]
+    body = '{"group_id": "payment-processor", "max_messages": 100, "timeout_ms": 2000}'
+    first = curl("-X", "POST", f"{http}/v1/topics/{topic}/consume", "-d", body)
+    assert [(m["partition"], m["offset"], m["value"]) for m in first["messages"]] == \
+        [(0, i, f"order-{i}") for i in range(3)], first
+    curl("-X", "POST", f"{http}/v1/topics/{topic}/produce", "-d",
+         '{"messages": [{"key": "user_123", "value": "order-3"}, {"value": "order-4"}]}')
+    started = time.monotonic()
+    second = curl("-X", "POST", f"{http}/v1/topics/{topic}/consume", "-d", body)
+    took = time.monotonic() - started
+    assert [m["offset"] for m in second["messages"]] == [3, 4], second
+    assert second["consumer_id"] == first["consumer_id"], "a new member per call"
+    assert took < 2.0, f"the second consume took {took:.2f} s"
+    # Waiting for more: the timeout answers empty, still as the same member.
+    third = curl("-X", "POST", f"{http}/v1/topics/{topic}/consume", "-d",
+                 '{"group_id": "payment-processor", "timeout_ms": 300}')
+    assert third["messages"] == [] and third["consumer_id"] == first["consumer_id"]
+
+    # Offsets 0-3 processed: commit the next one to read, naming only the group.
+    committed = curl("-X", "POST", f"{http}/v1/topics/{topic}/commit", "-d",
+                     '{"group_id": "payment-processor", "offsets": {"0": 4}}')
+    assert committed["offsets"] == {"0": 4} and committed["generation_id"] >= 1
+    described = requests.get(f"{http}/v1/groups/payment-processor", timeout=10).json()
+    assert len(described["members"]) == 1, described
+
+    # A Kafka consumer of the group, given the partition, starts at the committed offset.
+    c = Consumer({"bootstrap.servers": b, "group.id": "payment-processor",
+                  "enable.auto.commit": False, "logger": RDKAFKA_LOG})
+    try:
+        c.assign([TopicPartition(topic, 0)])
+        m = wait_until(lambda: c.poll(0.5), 30, "a record for the Kafka consumer")
+        assert (m.offset(), m.value()) == (4, b"order-4")
+    finally:
+        c.close()
+
+
 def test_a_kafka_consumer_shares_the_group_and_a_stale_generation_cannot_commit(group_broker):
     b, http = group_broker.bootstrap, group_broker.http_url
     topic = unique_topic("http-mixed")
     group = f"g-{uuid.uuid4().hex[:8]}"
     create_topic(b, topic, 4)
     consume = f"{http}/v1/topics/{topic}/consume"
-    r = post(consume, {"group_id": group, "timeout_ms": 0})
+    r = post(consume, {"group_id": group, "timeout_ms": 0, "new_consumer": True})
     assert r.status_code == 200, r.text
     cid, old_gen = r.json()["consumer_id"], r.json()["generation_id"]
     assert r.json()["assignment"] == [0, 1, 2, 3]
@@ -230,7 +284,8 @@ def test_a_kafka_consumer_shares_the_group_and_a_stale_generation_cannot_commit(
                  {"group_id": group, "consumer_id": cid, "generation_id": old_gen,
                   "offsets": {"0": 1}})
         assert_problem(r, 409, "ILLEGAL_GENERATION")
-        # Outside the group, a commit is refused while it has members.
+        # Outside the group (the caller has no implicit instance: its only one was made
+        # with new_consumer), a commit is refused while the group has members.
         r = post(f"{http}/v1/topics/{topic}/commit", {"group_id": group, "offsets": {"0": 1}})
         assert r.status_code == 409, r.text
         r = post(f"{http}/v1/topics/{topic}/commit",

@@ -1,15 +1,19 @@
 //! HTTP consumers: members of a consumer group that strata runs on a client's behalf.
 //!
-//! The first `POST /v1/topics/{topic}/consume` of a group (without a `consumer_id`)
-//! creates a consumer instance on the group's coordinator: it joins the group as an
-//! ordinary member (protocol type `consumer`, the `range` assignor, so Kafka consumers
-//! can share the group), and the answer names it. Later calls pass the `consumer_id`;
-//! strata heartbeats for the instance and rejoins on a rebalance, and after
-//! [`INSTANCE_TIMEOUT`] without a call the instance leaves the group. Positions start
-//! at the group's committed offsets (else `auto_offset_reset`, `latest` by default as
-//! in Kafka) and advance with every answer; they are committed only by
-//! `POST /v1/topics/{topic}/commit`, and a rebalance goes back to the committed offsets
-//! (at least once, as an eager Kafka consumer).
+//! A `POST /v1/topics/{topic}/consume` runs on a consumer instance on the group's
+//! coordinator: a member of the group as any other (protocol type `consumer`, the
+//! `range` assignor, so Kafka consumers can share the group). A call that names only
+//! the `group_id` uses the caller's *implicit* instance: one per group, topic and
+//! principal, created by the first such call and found again by the next ones, so a
+//! client that knows nothing but its group reads on where its last call stopped, and
+//! commits with `POST /v1/topics/{topic}/commit` naming only the group too. A call with
+//! `"new_consumer": true` creates another instance, and calls naming its `consumer_id`
+//! use it: several members for one caller. strata heartbeats for every instance and
+//! rejoins on a rebalance, and after [`INSTANCE_TIMEOUT`] without a call the instance
+//! leaves the group. Positions start at the group's committed offsets (else
+//! `auto_offset_reset`, `earliest` by default: see `docs/http.md`) and advance with
+//! every answer; they are committed only by a commit, and a rebalance goes back to the
+//! committed offsets (at least once, as an eager Kafka consumer).
 //!
 //! Requests that reach another agent are redirected (307) to the coordinator, or, for
 //! a `consumer_id`, to the agent that runs it (its id starts with that agent's node id).
@@ -101,13 +105,32 @@ impl Instance {
     }
 }
 
+/// Whose implicit instance: the group, the topic and the caller's principal.
+type ImplicitKey = (String, String, String);
+
 /// The consumer instances on this agent.
 #[derive(Default)]
 pub struct Consumers {
     instances: Mutex<HashMap<String, Arc<Instance>>>,
+    /// The implicit instances' ids (some may have expired since).
+    implicit: Mutex<HashMap<ImplicitKey, String>>,
+    /// Held while an implicit instance is found or created, so that two first calls
+    /// at once make one.
+    creating: tokio::sync::Mutex<()>,
 }
 
 impl Consumers {
+    /// The caller's live implicit instance for `key`, if it has one.
+    fn implicit(&self, key: &ImplicitKey) -> Option<Arc<Instance>> {
+        let mut implicit = self.implicit.lock().unwrap_or_else(|p| p.into_inner());
+        let id = implicit.get(key)?;
+        let live = self.get(id);
+        if live.is_none() {
+            implicit.remove(key);
+        }
+        live
+    }
+
     fn get(&self, id: &str) -> Option<Arc<Instance>> {
         self.instances
             .lock()
@@ -130,6 +153,9 @@ struct ConsumeBody {
     group_id: String,
     #[serde(default)]
     consumer_id: Option<String>,
+    /// Another instance rather than the caller's implicit one.
+    #[serde(default)]
+    new_consumer: bool,
     #[serde(default, deserialize_with = "json::opt")]
     max_messages: Option<usize>,
     #[serde(default, deserialize_with = "json::opt")]
@@ -260,8 +286,8 @@ async fn consume_inner(
         )));
     }
     let reset = match body.auto_offset_reset.as_deref() {
-        None | Some("latest") => Reset::Latest,
-        Some("earliest") => Reset::Earliest,
+        None | Some("earliest") => Reset::Earliest,
+        Some("latest") => Reset::Latest,
         Some(other) => {
             return Err(Problem::bad_request(format!(
                 "auto_offset_reset must be \"earliest\" or \"latest\", not {other:?}"
@@ -302,7 +328,26 @@ async fn consume_inner(
             }
             instance
         }
-        None => create(http, &body.group_id, topic, reset, read_committed).await?,
+        None if body.new_consumer => {
+            create(http, &body.group_id, topic, reset, read_committed).await?
+        }
+        None => {
+            let key = implicit_key(extensions, &body.group_id, topic);
+            let _creating = http.consumers.creating.lock().await;
+            match http.consumers.implicit(&key) {
+                Some(instance) => instance,
+                None => {
+                    let instance =
+                        create(http, &body.group_id, topic, reset, read_committed).await?;
+                    http.consumers
+                        .implicit
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .insert(key, instance.id.clone());
+                    instance
+                }
+            }
+        }
     };
     instance.touch();
     let deadline = crate::clock::instant() + Duration::from_millis(timeout_ms);
@@ -317,6 +362,14 @@ async fn consume_inner(
         "has_more": has_more,
     }))
     .into_response())
+}
+
+fn implicit_key(extensions: &Extensions, group: &str, topic: &str) -> ImplicitKey {
+    (
+        group.to_string(),
+        topic.to_string(),
+        super::auth::authenticated(extensions).to_string(),
+    )
 }
 
 async fn create(
@@ -962,7 +1015,19 @@ async fn commit_inner(
             },
         ));
     }
-    let (member_id, generation) = match &body.consumer_id {
+    // Without a consumer_id: as the caller's implicit instance if it has one, else from
+    // outside the group (refused while the group has members, as Kafka refuses it).
+    let implicit = match &body.consumer_id {
+        Some(_) => None,
+        None => http
+            .consumers
+            .implicit(&implicit_key(extensions, &body.group_id, topic)),
+    };
+    let (member_id, generation) = match body
+        .consumer_id
+        .as_ref()
+        .or(implicit.as_ref().map(|i| &i.id))
+    {
         None => (String::new(), -1),
         Some(id) => {
             let instance = http.consumers.get(id).ok_or_else(|| gone(id))?;
