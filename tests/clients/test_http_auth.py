@@ -18,6 +18,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    ResourcePatternType, ResourceType)
 
 from conftest import strata_bin
+from strata_testlib import wait_until
 from test_oauth import SigningKey, start_oauth_broker
 from test_sasl import add_users
 
@@ -136,6 +137,21 @@ def test_each_endpoint_needs_what_its_kafka_counterpart_needs(secured):
     assert {e["principal"] for e in created if e["ok"]} == {"User:admin"}
     assert any(e["principal"] == "User:alice" and not e["ok"] and "may not CREATE" in str(e["outcome"])
                for e in created), created
+
+    # Producing to a topic that does not exist would create it: that needs CREATE, as a
+    # Kafka producer's Metadata request does. alice may write alice-* but not create.
+    refused("POST", "/v1/topics/alice-new/produce", "alice", "TOPIC_AUTHORIZATION_FAILED",
+            json={"messages": [{"value": "x"}]})
+    assert requests.get(url + "/v1/topics/alice-new", headers=admin_h, timeout=10).status_code == 404
+    admin = AdminClient({"bootstrap.servers": b.plaintext})
+    grant = AclBinding(ResourceType.TOPIC, "alice-", ResourcePatternType.PREFIXED, "User:alice",
+                       "*", AclOperation.CREATE, AclPermissionType.ALLOW)
+    for f in admin.create_acls([grant]).values():
+        f.result(15)
+    wait_until(lambda: requests.post(url + "/v1/topics/alice-new/produce",
+                                     json={"messages": [{"value": "x"}]}, headers=basic("alice"),
+                                     timeout=15).status_code == 200,
+               15, "alice's produce creating alice-new once she may create it")
 
 
 def test_the_cli_passes_credentials(secured):

@@ -252,11 +252,15 @@ pub async fn guard(
     next.run(request).await
 }
 
-fn peer_ip(request: &Request) -> std::net::IpAddr {
-    request
-        .extensions()
+/// The client's address, from a request's extensions.
+pub fn peer_of(extensions: &axum::http::Extensions) -> std::net::IpAddr {
+    extensions
         .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
         .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip())
+}
+
+fn peer_ip(request: &Request) -> std::net::IpAddr {
+    peer_of(request.extensions())
 }
 
 /// Whether `principal` may do `operation` on the resource: a 403 problem with Kafka's
@@ -306,9 +310,7 @@ pub fn sees(
     name: &str,
 ) -> bool {
     let principal = authenticated(extensions);
-    let host = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let host = peer_of(extensions);
     broker.authorizer().decide(
         Caller {
             principal: &principal,

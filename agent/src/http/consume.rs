@@ -187,9 +187,7 @@ struct CommitBody {
 /// OffsetCommit do); the topic's READ was checked before the handler.
 fn may_read_group(http: &HttpApi, extensions: &Extensions, group: &str) -> Result<(), Problem> {
     let principal = super::auth::authenticated(extensions);
-    let host = extensions
-        .get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
-        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let host = super::auth::peer_of(extensions);
     super::auth::allowed(
         &http.broker,
         &principal,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
@@ -36,6 +36,7 @@ use super::json::{self, whole};
 use super::partitioner::partition_for_key;
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
+use crate::authz::{Operation, ResourceType};
 use crate::service::produce::Acks;
 
 /// How long an idempotency key's first answer is kept.
@@ -301,6 +302,7 @@ impl<'a> Offset<'a> {
 
 pub async fn produce(
     State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
     topic: Extracted<String>,
     headers: HeaderMap,
     body: Body,
@@ -309,6 +311,9 @@ pub async fn produce(
         Ok(parts) => parts,
         Err(problem) => return problem.into_response(),
     };
+    if let Err(denied) = may_create_if_missing(&http, &extensions, &topic).await {
+        return denied.into_response();
+    }
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k.to_string()),
@@ -423,6 +428,54 @@ fn parse(text: &Bytes) -> Result<Parsed, Problem> {
         records,
         acks,
         timeout: Duration::from_millis(timeout_ms),
+    })
+}
+
+/// A produce to a topic that does not exist creates it (`auto_create_topics`) only for a
+/// caller who may create it, CREATE on the cluster or on the topic, as a Kafka
+/// producer's Metadata request needs (the route checked WRITE).
+async fn may_create_if_missing(
+    http: &HttpApi,
+    extensions: &Extensions,
+    topic: &str,
+) -> Result<(), Problem> {
+    let broker = &http.broker;
+    if !broker.settings().auto_create_topics || broker.replicas().topic(topic).is_some() {
+        return Ok(());
+    }
+    // Another agent may have just created it.
+    broker.replicas().refresh().await.ok();
+    if broker.replicas().topic(topic).is_some() {
+        return Ok(());
+    }
+    let principal = super::auth::authenticated(extensions);
+    let host = super::auth::peer_of(extensions);
+    let caller = crate::authz::Caller {
+        principal: &principal,
+        host,
+    };
+    if broker.authorizer().decide(
+        caller,
+        Operation::Create,
+        ResourceType::Cluster,
+        crate::authz::CLUSTER_NAME,
+    ) {
+        return Ok(());
+    }
+    super::auth::allowed(
+        broker,
+        &principal,
+        host,
+        Operation::Create,
+        ResourceType::Topic,
+        topic,
+    )
+    .map_err(|mut p| {
+        p.detail = format!(
+            "{}: topic {topic:?} does not exist and producing would create it",
+            p.detail
+        );
+        p
     })
 }
 
