@@ -12,6 +12,7 @@ allowance before its first throttle is small and 30 s show the steady rate.
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
@@ -206,3 +207,54 @@ def test_an_address_over_its_connection_creation_rate_is_refused(broker_factory)
         with socket.create_connection(("127.0.0.1", port)) as s:
             return api_versions_answered(s)
     wait_until(admitted, 15, "a connection admitted again")
+
+
+def http_read(http_url: str, topic: str, group: str, n: int) -> float:
+    """Seconds an HTTP consumer of `group` takes to read `n` messages of `topic`."""
+    session = requests.Session()
+    read, began = 0, time.monotonic()
+    while read < n and time.monotonic() - began < 120:
+        r = session.post(f"{http_url}/v1/topics/{topic}/consume",
+                         json={"group_id": group, "max_messages": 500, "timeout_ms": 2000},
+                         timeout=60)
+        assert r.status_code == 200, r.text
+        read += len(r.json()["messages"])
+    assert read >= n, f"{read} of {n} messages read"
+    return time.monotonic() - began
+
+
+def test_http_produce_and_consume_are_held_to_the_same_quotas(broker_factory):
+    """The HTTP API counts against the principal's quotas as Kafka clients do (issue 34):
+    a producer_byte_rate of 1 MiB/s on User:ANONYMOUS holds an HTTP producer calling as
+    fast as it can to 1 MiB/s of request bodies within 30%, and a consumer_byte_rate of
+    1 MiB/s slows an HTTP consumer to it (against the same read without the quota)."""
+    b = broker_factory(extra_args=["--quota-window-num", "3",
+                                   "--group-initial-rebalance-delay-ms", "0"])
+    b.start()
+    topic = unique_topic("http-quota")
+    create_topic(b.bootstrap, topic, 1)
+    set_quota(b.bootstrap, [("user", "ANONYMOUS")], [("producer_byte_rate", MIB)])
+    body = json.dumps({"messages": [{"value": "q" * 1024} for _ in range(64)]}).encode()
+    session = requests.Session()
+    sent: list[float] = []
+    started = time.monotonic()
+    while time.monotonic() - started < 15:
+        r = session.post(f"{b.http_url}/v1/topics/{topic}/produce", data=body, timeout=30)
+        assert r.status_code == 200, r.text
+        sent.append(time.monotonic() - started)
+    measured = [t for t in sent if t >= 5]
+    rate = len(measured) * len(body) / (sent[-1] - 5)
+    print(f"HTTP produce at {rate / MIB:.2f} MiB/s under a 1 MiB/s quota, {len(sent)} requests")
+    assert 0.7 * MIB <= rate <= 1.3 * MIB, rate / MIB
+    assert metric(b.http_url, "strata_quota_throttled_total", quota="producer_byte_rate") > 0
+
+    # 8,000 messages: about 8.4 MiB of JSON answers.
+    n = 8000
+    assert len(sent) * 64 >= n
+    free = http_read(b.http_url, topic, "free", n)
+    set_quota(b.bootstrap, [("user", "ANONYMOUS")], [("consumer_byte_rate", MIB)])
+    limited = http_read(b.http_url, topic, "limited", n)
+    print(f"HTTP consume of {n} messages: {free:.1f} s without a quota, {limited:.1f} s at 1 MiB/s")
+    # The first windows are the allowance (about 3 MiB); the rest comes at 1 MiB/s.
+    assert limited >= 3.5 and limited >= 2 * free, (free, limited)
+    assert metric(b.http_url, "strata_quota_throttled_total", quota="consumer_byte_rate") > 0

@@ -352,14 +352,30 @@ async fn consume_inner(
     let (messages, has_more) = poll(http, &instance, max_messages, encoding, deadline).await?;
     instance.touch();
     let member = instance.member();
-    Ok(axum::Json(serde_json::json!({
+    let answer = serde_json::json!({
         "consumer_id": instance.id,
         "generation_id": member.as_ref().map_or(-1, |m| m.generation),
         "assignment": member.map(|m| m.assignment).unwrap_or_default(),
         "messages": messages,
         "has_more": has_more,
-    }))
-    .into_response())
+    })
+    .to_string();
+    // The answer counts against the caller's consumer_byte_rate, and waits out any
+    // throttle (its messages are delivered: the positions have moved past them).
+    let throttle = crate::quota::edge::http_throttle(
+        http.broker.quotas(),
+        crate::quota::QuotaKind::Fetch,
+        &super::auth::authenticated(extensions).name,
+        answer.len(),
+    );
+    if !throttle.is_zero() {
+        crate::clock::pause(throttle).await;
+    }
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        answer,
+    )
+        .into_response())
 }
 
 fn implicit_key(extensions: &Extensions, group: &str, topic: &str) -> ImplicitKey {

@@ -328,9 +328,31 @@ pub async fn produce(
         Ok(p) => p,
         Err(problem) => return problem.into_response(),
     };
+    // The body counts against the caller's producer_byte_rate; its answer waits out any
+    // throttle once written (as a Kafka produce's answer carries it).
+    let throttle = crate::quota::edge::http_throttle(
+        http.broker.quotas(),
+        crate::quota::QuotaKind::Produce,
+        &super::auth::authenticated(&extensions).name,
+        body.len(),
+    );
+    let answer = answer_produce(&http, topic, body, key, parsed).await;
+    if !throttle.is_zero() {
+        crate::clock::pause(throttle).await;
+    }
+    answer
+}
+
+async fn answer_produce(
+    http: &Arc<HttpApi>,
+    topic: String,
+    body: Bytes,
+    key: Option<String>,
+    parsed: Parsed,
+) -> Response {
     let Some(key) = key else {
         // Only an idempotency key's first answer is compared with a retry's body.
-        return match write(&http, &topic, parsed, 0).await {
+        return match write(http, &topic, parsed, 0).await {
             Ok(answer) => answer.to_response(),
             Err(problem) => problem.into_response(),
         };
@@ -343,7 +365,7 @@ pub async fn produce(
     let first = http
         .remembered
         .try_get_with((topic.clone(), key), async {
-            match write(&http, &topic, parsed, fingerprint).await {
+            match write(http, &topic, parsed, fingerprint).await {
                 Ok(answer) if answer.written_any() => Ok(Arc::new(answer)),
                 Ok(answer) => Err(Ok(answer)),
                 Err(problem) => Err(Err(problem)),

@@ -163,6 +163,21 @@ impl Metered {
     }
 }
 
+/// The client id HTTP API requests count under: quotas on `user` apply to a principal's
+/// HTTP and Kafka traffic alike, and one on this client id to the HTTP API as a whole.
+pub const HTTP_CLIENT_ID: &str = "strata-http";
+
+/// Counts an HTTP produce's body (`Produce`) or a consume's answer (`Fetch`) of `bytes`
+/// for `user`; how long its answer is to be held back. HTTP has no throttle field and no
+/// connection to mute: the answer itself waits, and a client calling one request at a
+/// time (or each of its connections) gets the quota's rate.
+pub fn http_throttle(quotas: &Quotas, kind: QuotaKind, user: &str, bytes: usize) -> Duration {
+    if !quotas.any() {
+        return Duration::ZERO;
+    }
+    quotas.record(kind, user, HTTP_CLIENT_ID, bytes as f64)
+}
+
 /// Sets the throttle time of any answer that has one (encoders leave it out of the
 /// versions without the field).
 fn set_throttle_time(response: &mut ResponseKind, ms: i32) {
