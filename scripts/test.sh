@@ -40,7 +40,7 @@ if cargo tree -p strata-replication -e normal --prefix none --locked | grep -E '
     exit 1
 fi
 
-step "no import cycles between the agent's modules"
+step "no import cycles between the modules of any crate"
 python3 scripts/check-module-cycles.py
 
 step "cargo build with clippy's lints (every target: the strata and strata-bench binaries the client tests run, and the tests)"

@@ -21,7 +21,7 @@ use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEnc
 use crate::TimestampType;
 use crate::batch::{self, BatchHeader, HEADER_BYTES};
 use crate::error::{Error, IoContext, Result};
-use crate::partition_log::ClosedSegmentInfo;
+use crate::segment::ClosedSegmentInfo;
 
 /// The extension of a rewritten segment not swapped in yet (removed when a log opens).
 pub const CLEANED: &str = "cleaned";

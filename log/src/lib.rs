@@ -12,6 +12,7 @@ pub mod error;
 pub mod index;
 pub mod partition_log;
 pub mod producer_state;
+mod reader;
 pub mod segment;
 pub mod txn;
 

@@ -62,15 +62,7 @@ impl Default for LogConfig {
     }
 }
 
-/// A sealed segment, as tiering and retention see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClosedSegmentInfo {
-    pub base_offset: i64,
-    pub next_offset: i64,
-    pub max_timestamp: i64,
-    pub size_bytes: u64,
-    pub path: PathBuf,
-}
+pub use crate::segment::ClosedSegmentInfo;
 
 /// What opening the log found and repaired.
 #[derive(Debug, Clone, PartialEq, Eq)]

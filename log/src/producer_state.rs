@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 
 use crate::batch::BatchHeader;
 use crate::error::{Error, IoContext, Result};
+use crate::reader::Reader;
 use crate::txn::{ControlRecord, Transactions};
 
 /// How many batches per producer are remembered for duplicate detection (Kafka's 5,
@@ -398,33 +399,6 @@ pub fn list_snapshots(dir: &Path) -> Result<Vec<(i64, PathBuf)>> {
     }
     out.sort();
     Ok(out)
-}
-
-pub(crate) struct Reader<'a> {
-    pub(crate) b: &'a [u8],
-}
-
-impl Reader<'_> {
-    fn take<const N: usize>(&mut self) -> Option<[u8; N]> {
-        let (head, rest) = self.b.split_at_checked(N)?;
-        self.b = rest;
-        head.try_into().ok()
-    }
-    pub(crate) fn u8(&mut self) -> Option<u8> {
-        self.take::<1>().map(|b| b[0])
-    }
-    pub(crate) fn i16(&mut self) -> Option<i16> {
-        self.take().map(i16::from_be_bytes)
-    }
-    pub(crate) fn i32(&mut self) -> Option<i32> {
-        self.take().map(i32::from_be_bytes)
-    }
-    pub(crate) fn u32(&mut self) -> Option<u32> {
-        self.take().map(u32::from_be_bytes)
-    }
-    pub(crate) fn i64(&mut self) -> Option<i64> {
-        self.take().map(i64::from_be_bytes)
-    }
 }
 
 #[cfg(test)]

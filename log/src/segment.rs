@@ -17,6 +17,16 @@ use crate::batch::{BatchHeader, HEADER_BYTES};
 use crate::error::{Error, IoContext, Result};
 use crate::index::{self, IndexEntry, SegmentTrailer};
 
+/// A sealed segment, as tiering and retention see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClosedSegmentInfo {
+    pub base_offset: i64,
+    pub next_offset: i64,
+    pub max_timestamp: i64,
+    pub size_bytes: u64,
+    pub path: PathBuf,
+}
+
 /// Batches up to this size, given in parts ([`Segment::append_parts`]), are joined and
 /// written with one call; larger ones with one call per part, rather than copied.
 const ONE_WRITE_BYTES: usize = 64 * 1024;

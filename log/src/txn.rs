@@ -14,7 +14,7 @@ use bytes::Bytes;
 use kafka_protocol::records::{Compression, Record, TimestampType};
 
 use crate::batch::{self, BatchHeader};
-use crate::producer_state::Reader;
+use crate::reader::Reader;
 
 /// How a transaction ended on this partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
