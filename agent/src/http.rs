@@ -32,6 +32,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
 use tokio::net::TcpListener;
 
+use crate::authz::{Operation, ResourceType};
 use crate::broker::Broker;
 
 /// What the produce, consume and commit endpoints share.
@@ -41,6 +42,8 @@ pub struct HttpApi {
     peers: cluster::Peers,
     remembered: produce::Remembered,
     consumers: consume::Consumers,
+    /// What each route needs ([`table`]).
+    routes: Vec<Route>,
 }
 
 #[derive(Clone)]
@@ -65,81 +68,257 @@ impl FromRef<Shared> for Arc<HttpApi> {
 /// schemathesis against it).
 const OPENAPI: &str = include_str!("http/openapi.json");
 
+/// What a route needs of its caller before its handler runs. Every route names one:
+/// the route table below is the only way a route is added, so none is unguarded by
+/// omission ([`auth::guard`] refuses a route it has no entry for).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Needs {
+    /// Nothing, not even credentials: liveness, readiness, metrics and the API's
+    /// description (probes and scrapers carry none).
+    Nothing,
+    /// An authenticated caller, no ACL: what any Kafka client is shown (the cluster's
+    /// agents, as Metadata and DescribeCluster show them).
+    Caller,
+    /// `operation` on the resource named by the path parameter (for the cluster, none):
+    /// what the route's Kafka counterpart needs.
+    On(Operation, ResourceType, &'static str),
+    /// Checked by the handler, for the reason given: the resource is in the body, or
+    /// a listing shows only what the caller may describe.
+    InHandler(&'static str),
+}
+
+/// One route: method, path pattern and what it needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    pub method: &'static str,
+    pub path: &'static str,
+    pub needs: Needs,
+}
+
+type Handler = axum::routing::MethodRouter<Shared>;
+
+/// Every route with its handler.
+fn table() -> Vec<(Route, Handler)> {
+    use Needs::{Caller, InHandler, Nothing, On};
+    use Operation as O;
+    use ResourceType as R;
+    let route = |method, path, needs, handler| {
+        (
+            Route {
+                method,
+                path,
+                needs,
+            },
+            handler,
+        )
+    };
+    let topic = |op| On(op, R::Topic, "topic");
+    let group = |op| On(op, R::Group, "group");
+    let cluster = |op| On(op, R::Cluster, "");
+    vec![
+        route("GET", "/healthz", Nothing, get(|| async { "ok\n" })),
+        route("GET", "/readyz", Nothing, get(readyz)),
+        route("GET", "/metrics", Nothing, get(metrics)),
+        route("GET", "/v1/openapi.json", Nothing, get(openapi)),
+        route(
+            "POST",
+            "/v1/topics/{topic}/produce",
+            topic(O::Write),
+            post(produce::produce),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/consume",
+            topic(O::Read),
+            post(consume::consume),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/commit",
+            topic(O::Read),
+            post(consume::commit),
+        ),
+        route(
+            "DELETE",
+            "/v1/consumers/{consumer_id}",
+            InHandler("READ on the instance's group"),
+            delete(consume::delete),
+        ),
+        route(
+            "GET",
+            "/v1/topics",
+            InHandler("lists the topics the caller may describe"),
+            get(admin::list_topics),
+        ),
+        route(
+            "POST",
+            "/v1/topics",
+            InHandler("CREATE on the topic named in the body, or on the cluster"),
+            post(admin::create_topic),
+        ),
+        route(
+            "GET",
+            "/v1/topics/{topic}",
+            topic(O::Describe),
+            get(admin::describe_topic),
+        ),
+        route(
+            "DELETE",
+            "/v1/topics/{topic}",
+            topic(O::Delete),
+            delete(admin::delete_topic),
+        ),
+        route(
+            "PATCH",
+            "/v1/topics/{topic}/configs",
+            topic(O::AlterConfigs),
+            patch(admin::alter_configs),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/partitions",
+            topic(O::Alter),
+            post(admin::add_partitions),
+        ),
+        route(
+            "GET",
+            "/v1/topics/{topic}/partitions/{partition}",
+            topic(O::Describe),
+            get(operate::inspect),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/partitions/{partition}/disable",
+            cluster(O::Alter),
+            post(operate::disable),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/partitions/{partition}/enable",
+            cluster(O::Alter),
+            post(operate::enable),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/partitions/{partition}/tier",
+            cluster(O::Alter),
+            post(operate::tier),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/partitions/{partition}/verify",
+            cluster(O::Alter),
+            post(operate::verify),
+        ),
+        route(
+            "GET",
+            "/v1/groups",
+            InHandler("lists the groups the caller may describe"),
+            get(admin::list_groups),
+        ),
+        route(
+            "GET",
+            "/v1/groups/{group}",
+            group(O::Describe),
+            get(admin::describe_group),
+        ),
+        route(
+            "DELETE",
+            "/v1/groups/{group}",
+            group(O::Delete),
+            delete(admin::delete_group),
+        ),
+        route(
+            "POST",
+            "/v1/groups/{group}/offsets",
+            group(O::Read),
+            post(admin::reset_offsets),
+        ),
+        route(
+            "GET",
+            "/v1/audit",
+            cluster(O::Describe),
+            get(operate::audit),
+        ),
+        route("GET", "/v1/cluster", Caller, get(admin::cluster)),
+        route("GET", "/v1/agents", cluster(O::Describe), get(agents::list)),
+        route(
+            "GET",
+            "/v1/agents/{node_id}",
+            cluster(O::Describe),
+            get(agents::get),
+        ),
+        route(
+            "POST",
+            "/v1/agents/{node_id}/drain",
+            cluster(O::Alter),
+            post(agents::drain),
+        ),
+        route(
+            "DELETE",
+            "/v1/agents/{node_id}/drain",
+            cluster(O::Alter),
+            delete(agents::undrain),
+        ),
+        route("GET", "/v1/tiering", cluster(O::Describe), get(tiering)),
+        route(
+            "GET",
+            "/v1/partitions",
+            cluster(O::Describe),
+            get(partitions),
+        ),
+        route(
+            "GET",
+            "/v1/compaction",
+            cluster(O::Describe),
+            get(compaction),
+        ),
+        route(
+            "GET",
+            "/v1/transactions",
+            cluster(O::Describe),
+            get(transactions),
+        ),
+        route(
+            "POST",
+            "/v1/transactions/abort",
+            cluster(O::Alter),
+            post(abort_transaction),
+        ),
+        route(
+            "GET",
+            "/v1/transactions/{id}",
+            cluster(O::Describe),
+            get(transaction),
+        ),
+    ]
+}
+
+/// Every route of the API and what it needs (the authorization tests walk them).
+pub fn routes() -> Vec<Route> {
+    table().into_iter().map(|(r, _)| r).collect()
+}
+
 pub fn router(broker: Arc<Broker>) -> Router {
     let max_record_bytes = broker.settings().max_request_bytes;
+    let table = table();
     let api = Arc::new(HttpApi {
         auth: http_auth(broker.settings()),
         peers: cluster::Peers::new(broker.node_id(), max_record_bytes),
         remembered: produce::remembered(),
         consumers: consume::Consumers::default(),
+        routes: table.iter().map(|(r, _)| *r).collect(),
         broker: Arc::clone(&broker),
     });
     let shared = Shared {
         broker: Arc::clone(&broker),
         api,
     };
-    Router::new()
-        .route("/v1/openapi.json", get(openapi))
-        .route("/v1/topics/{topic}/produce", post(produce::produce))
-        .route("/v1/topics/{topic}/consume", post(consume::consume))
-        .route("/v1/topics/{topic}/commit", post(consume::commit))
-        .route("/v1/consumers/{consumer_id}", delete(consume::delete))
-        .route(
-            "/v1/topics",
-            get(admin::list_topics).post(admin::create_topic),
-        )
-        .route(
-            "/v1/topics/{topic}",
-            get(admin::describe_topic).delete(admin::delete_topic),
-        )
-        .route("/v1/topics/{topic}/configs", patch(admin::alter_configs))
-        .route("/v1/topics/{topic}/partitions", post(admin::add_partitions))
-        .route(
-            "/v1/topics/{topic}/partitions/{partition}",
-            get(operate::inspect),
-        )
-        .route(
-            "/v1/topics/{topic}/partitions/{partition}/disable",
-            post(operate::disable),
-        )
-        .route(
-            "/v1/topics/{topic}/partitions/{partition}/enable",
-            post(operate::enable),
-        )
-        .route(
-            "/v1/topics/{topic}/partitions/{partition}/tier",
-            post(operate::tier),
-        )
-        .route(
-            "/v1/topics/{topic}/partitions/{partition}/verify",
-            post(operate::verify),
-        )
-        .route("/v1/groups", get(admin::list_groups))
-        .route(
-            "/v1/groups/{group}",
-            get(admin::describe_group).delete(admin::delete_group),
-        )
-        .route("/v1/groups/{group}/offsets", post(admin::reset_offsets))
-        .route("/v1/audit", get(operate::audit))
-        .route("/v1/cluster", get(admin::cluster))
-        .route("/v1/agents", get(agents::list))
-        .route("/v1/agents/{node_id}", get(agents::get))
-        .route(
-            "/v1/agents/{node_id}/drain",
-            post(agents::drain).delete(agents::undrain),
-        )
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .route("/v1/tiering", get(tiering))
-        .route("/v1/partitions", get(partitions))
-        .route("/v1/compaction", get(compaction))
-        .route("/v1/transactions", get(transactions))
-        .route(
-            "/v1/transactions/abort",
-            axum::routing::post(abort_transaction),
-        )
-        .route("/v1/transactions/{id}", get(transaction))
+    let mut router = Router::new();
+    for (route, handler) in table {
+        router = router.route(route.path, handler);
+    }
+    router
         .route_layer(axum::middleware::from_fn_with_state(
             shared.clone(),
             auth::guard,

@@ -846,3 +846,163 @@ async fn acls_created_over_kafka_decide_the_next_requests() {
     );
     agent.stop().await;
 }
+
+/// One HTTP request through the agent's router, as `User:ANONYMOUS` (no credentials):
+/// the status and the body as JSON (`Null` if it is not).
+async fn http(
+    router: &axum::Router,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> (u16, serde_json::Value) {
+    use tower::ServiceExt as _;
+    let request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", "application/json")
+        .body(axum::body::Body::from(body.to_string()))
+        .expect("request");
+    let response = router.clone().oneshot(request).await.expect("infallible");
+    let status = response.status().as_u16();
+    let bytes = axum::body::to_bytes(response.into_body(), 16 << 20)
+        .await
+        .expect("body");
+    (
+        status,
+        serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// The HTTP API's half of the negative suite: every route of the route table (the code
+/// the router is built from, so a route added later is walked too), called by a
+/// principal without ACLs, is refused with the Kafka error of its resource, or shows an
+/// empty listing, and nothing changes. Only the probes, metrics, the API's description
+/// and the cluster overview (what Kafka's Metadata shows anyone) answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes() {
+    use strata_agent::http::Needs;
+    let agent = TestAgent::start_with(|s| {
+        s.authorizer = "acl".to_string();
+        s.group_initial_rebalance_delay_ms = 0;
+    })
+    .await
+    .expect("start");
+    let mut c = agent.client().await.expect("connect");
+    let router = strata_agent::http::router(std::sync::Arc::clone(agent.broker()));
+
+    set_acls(&agent, true).await;
+    assert_eq!(create(&mut c, "t", 2, &[]).await, 0);
+    let r = c
+        .send(9, &produce("t", 0, simple_batch(2, 1_000), -1))
+        .await
+        .expect("produce");
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    // An HTTP consumer instance of group g, to be deleted by the refused caller.
+    let (status, consumed) = http(
+        &router,
+        "POST",
+        "/v1/topics/t/consume",
+        r#"{"group_id": "g", "new_consumer": true, "timeout_ms": 0}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{consumed}");
+    let consumer = consumed["consumer_id"].as_str().expect("id").to_string();
+    let before = state(&mut c, &agent).await;
+
+    set_acls(&agent, false).await;
+    let routes = strata_agent::http::routes();
+    assert!(routes.len() >= 35, "{} routes", routes.len());
+    // What answers without any ACL is pinned here, not taken from the table.
+    let open: Vec<(&str, &str)> = routes
+        .iter()
+        .filter(|r| matches!(r.needs, Needs::Nothing | Needs::Caller))
+        .map(|r| (r.method, r.path))
+        .collect();
+    assert_eq!(
+        open,
+        [
+            ("GET", "/healthz"),
+            ("GET", "/readyz"),
+            ("GET", "/metrics"),
+            ("GET", "/v1/openapi.json"),
+            ("GET", "/v1/cluster"),
+        ]
+    );
+    for route in routes {
+        let path = route
+            .path
+            .replace("{topic}", "t")
+            .replace("{partition}", "0")
+            .replace("{group}", "g")
+            .replace("{node_id}", &agent.broker().node_id().to_string())
+            .replace("{id}", "txn-1")
+            .replace("{consumer_id}", &consumer);
+        let body = match (route.method, route.path) {
+            ("POST", "/v1/topics") => r#"{"name": "new", "partitions": 1}"#,
+            _ => "{}",
+        };
+        let (status, answer) = http(&router, route.method, &path, body).await;
+        let ctx = format!("{} {path}: {status} {answer}", route.method);
+        let kafka_error = answer["kafka_error"].as_str().unwrap_or("");
+        match route.needs {
+            Needs::Nothing | Needs::Caller => assert_eq!(status, 200, "{ctx}"),
+            Needs::On(_, kind, _) => {
+                assert_eq!(status, 403, "{ctx}");
+                let expected = match kind {
+                    strata_agent::authz::ResourceType::Topic => "TOPIC_AUTHORIZATION_FAILED",
+                    strata_agent::authz::ResourceType::Group => "GROUP_AUTHORIZATION_FAILED",
+                    strata_agent::authz::ResourceType::Cluster => "CLUSTER_AUTHORIZATION_FAILED",
+                    strata_agent::authz::ResourceType::TransactionalId => {
+                        "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+                    }
+                };
+                assert_eq!(kafka_error, expected, "{ctx}");
+            }
+            Needs::InHandler(_) => match (route.method, route.path) {
+                ("GET", "/v1/topics") => {
+                    assert_eq!(
+                        (status, &answer["topics"]),
+                        (200, &serde_json::json!([])),
+                        "{ctx}"
+                    )
+                }
+                ("GET", "/v1/groups") => {
+                    assert_eq!(
+                        (status, &answer["groups"]),
+                        (200, &serde_json::json!([])),
+                        "{ctx}"
+                    )
+                }
+                ("POST", "/v1/topics") => {
+                    assert_eq!(
+                        (status, kafka_error),
+                        (403, "TOPIC_AUTHORIZATION_FAILED"),
+                        "{ctx}"
+                    )
+                }
+                ("DELETE", "/v1/consumers/{consumer_id}") => {
+                    assert_eq!(
+                        (status, kafka_error),
+                        (403, "GROUP_AUTHORIZATION_FAILED"),
+                        "{ctx}"
+                    )
+                }
+                _ => panic!("no authorization case for {ctx}: {:?}", route.needs),
+            },
+        }
+    }
+
+    // Nothing the refused requests asked for happened: the instance is still there.
+    set_acls(&agent, true).await;
+    let after = state(&mut c, &agent).await;
+    assert_eq!(after, State { acls: 4, ..before });
+    let (status, answer) = http(
+        &router,
+        "POST",
+        "/v1/topics/t/consume",
+        &format!(r#"{{"group_id": "g", "consumer_id": "{consumer}", "timeout_ms": 0}}"#),
+    )
+    .await;
+    assert_eq!(status, 200, "{answer}");
+    agent.stop().await;
+}

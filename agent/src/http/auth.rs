@@ -8,20 +8,21 @@
 //! request without valid ones is 401 with `WWW-Authenticate`. The principal then goes
 //! into the request (for the audit log and the handlers) and, with an authorizer, each
 //! route is checked before its handler with the operation its Kafka counterpart needs
-//! ([`required`]); a refusal is 403 with the Kafka error name.
+//! (the [`super::Needs`] its entry in the route table names); a refusal is 403 with the
+//! Kafka error name.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use kafka_protocol::error::ResponseError;
 
-use super::Shared;
 use super::problem::Problem;
+use super::{Needs, Shared};
 use crate::authz::{CLUSTER_NAME, Caller, Operation, ResourceType};
 use crate::broker::Broker;
 use crate::context::Principal;
@@ -146,52 +147,6 @@ impl HttpAuth {
     }
 }
 
-/// Endpoints anyone may call: liveness, readiness, metrics and the API's description.
-fn open(path: &str) -> bool {
-    matches!(
-        path,
-        "/healthz" | "/readyz" | "/metrics" | "/v1/openapi.json"
-    )
-}
-
-/// What a route needs, by its pattern and method: the operation and resource its Kafka
-/// counterpart needs (produce WRITE on the topic, describe DESCRIBE, ...). Routes whose
-/// resource is in the body or that list several check in their handler
-/// ([`allowed`]); operator actions without a Kafka counterpart need ALTER (actions) or
-/// DESCRIBE (views) on the cluster.
-fn required(method: &Method, route: &str) -> Option<(Operation, ResourceType, &'static str)> {
-    use Operation as O;
-    use ResourceType as R;
-    let get = *method == Method::GET;
-    Some(match route {
-        "/v1/topics/{topic}/produce" => (O::Write, R::Topic, "topic"),
-        "/v1/topics/{topic}/consume" | "/v1/topics/{topic}/commit" => (O::Read, R::Topic, "topic"),
-        "/v1/topics/{topic}" if get => (O::Describe, R::Topic, "topic"),
-        "/v1/topics/{topic}" => (O::Delete, R::Topic, "topic"),
-        "/v1/topics/{topic}/configs" => (O::AlterConfigs, R::Topic, "topic"),
-        "/v1/topics/{topic}/partitions" => (O::Alter, R::Topic, "topic"),
-        "/v1/topics/{topic}/partitions/{partition}" => (O::Describe, R::Topic, "topic"),
-        "/v1/groups/{group}" if get => (O::Describe, R::Group, "group"),
-        "/v1/groups/{group}" => (O::Delete, R::Group, "group"),
-        "/v1/groups/{group}/offsets" => (O::Read, R::Group, "group"),
-        r if r.starts_with("/v1/topics/{topic}/partitions/{partition}/")
-            || r == "/v1/transactions/abort"
-            || r == "/v1/agents/{node_id}/drain" =>
-        {
-            (O::Alter, R::Cluster, "")
-        }
-        "/v1/audit"
-        | "/v1/agents"
-        | "/v1/agents/{node_id}"
-        | "/v1/tiering"
-        | "/v1/partitions"
-        | "/v1/compaction"
-        | "/v1/transactions"
-        | "/v1/transactions/{id}" => (O::Describe, R::Cluster, ""),
-        _ => return None,
-    })
-}
-
 /// Authenticates every request (where `http_authentication` asks for it), then checks
 /// the route's operation with the authorizer.
 pub async fn guard(
@@ -205,8 +160,31 @@ pub async fn guard(
         .get::<MatchedPath>()
         .map(|m| m.as_str().to_string())
         .unwrap_or_default();
+    // HEAD is answered by the GET handler.
+    let method = match request.method().as_str() {
+        "HEAD" => "GET",
+        m => m,
+    };
+    let routes = &shared.api.routes;
+    let Some(needs) = routes
+        .iter()
+        .find(|r| r.path == route && r.method == method)
+        .map(|r| r.needs)
+    else {
+        if routes.iter().any(|r| r.path == route) {
+            // A method the path does not serve: no handler runs, the answer is 405.
+            return next.run(request).await;
+        }
+        // Only the route table adds routes, so this is a route without its entry:
+        // refused rather than let through.
+        return Problem::new(
+            StatusCode::FORBIDDEN,
+            format!("{method} {route} names no authorization; it is refused"),
+        )
+        .into_response();
+    };
     let auth = &shared.api.auth;
-    let principal = if auth.required() && !open(&route) {
+    let principal = if auth.required() && needs != Needs::Nothing {
         let header = request
             .headers()
             .get(header::AUTHORIZATION)
@@ -233,7 +211,7 @@ pub async fn guard(
     } else {
         Principal::anonymous()
     };
-    if let Some((operation, kind, param)) = required(request.method(), &route) {
+    if let Needs::On(operation, kind, param) = needs {
         let name = if kind == ResourceType::Cluster {
             CLUSTER_NAME.to_string()
         } else {
