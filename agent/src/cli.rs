@@ -226,8 +226,26 @@ pub struct ProduceArgs {
     /// Lines sent per request.
     #[arg(long, default_value_t = 500)]
     pub batch: usize,
+    /// How stdin's keys and values are written: text (UTF-8 lines) or base64 (each
+    /// key and value base64, for bytes that are not text).
+    #[arg(long, value_enum, default_value_t = LineEncoding::Text)]
+    pub encoding: LineEncoding,
+    /// Produce this file's bytes, exactly, as one record's value (repeatable; stdin is
+    /// not read). Any bytes: binary files are sent as they are.
+    #[arg(long, value_name = "PATH")]
+    pub file: Vec<std::path::PathBuf>,
+    /// The key of the --file records.
+    #[arg(long, requires = "file")]
+    pub key: Option<String>,
     #[command(flatten)]
     pub conn: Conn,
+}
+
+/// How `strata produce` reads keys and values from stdin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LineEncoding {
+    Text,
+    Base64,
 }
 
 #[derive(Debug, Args)]
@@ -962,13 +980,58 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         other => bail!("--acks must be all, 1 or 0, not {other:?}"),
     };
     let tty = std::io::stderr().is_terminal();
+    // Files: each one record, its bytes base64 on the wire so nothing is altered.
+    let files = args
+        .file
+        .iter()
+        .map(|path| {
+            use base64::Engine as _;
+            let bytes =
+                std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+            let mut m = json!({
+                "value": base64::engine::general_purpose::STANDARD.encode(bytes),
+                "headers": headers,
+            });
+            if let Some(k) = &args.key {
+                m["key"] = base64::engine::general_purpose::STANDARD
+                    .encode(k.as_bytes())
+                    .into();
+            }
+            if let Some(p) = args.partition {
+                m["partition"] = p.into();
+            }
+            Ok(m)
+        })
+        .collect::<anyhow::Result<Vec<Value>>>()?;
+    let encoding = if files.is_empty() && args.encoding == LineEncoding::Text {
+        "utf-8"
+    } else {
+        "base64"
+    };
+    if encoding == "base64" && !headers.is_empty() {
+        bail!("--header goes with text records only: header values are sent as text");
+    }
+    let mut files = files.into_iter();
+    // Stdin is read only without files.
     let stdin = std::io::stdin();
-    let mut lines = stdin.lock().lines();
+    let mut lines = args.file.is_empty().then(|| stdin.lock().split(b'\n'));
+    let mut line_number = 0u64;
     let (mut sent, mut failed) = (0u64, 0u64);
     loop {
-        let mut messages = Vec::new();
-        for line in lines.by_ref() {
-            let line = line.context("cannot read stdin")?;
+        let mut messages: Vec<Value> = files.by_ref().take(args.batch.max(1)).collect();
+        for line in lines.iter_mut().flatten() {
+            line_number += 1;
+            let mut line = line.context("cannot read stdin")?;
+            if line.last() == Some(&b'\r') {
+                line.pop();
+            }
+            let line = String::from_utf8(line).map_err(|_| {
+                anyhow::anyhow!(
+                    "stdin line {line_number} is not UTF-8 text: for bytes that are not text, \
+                     give each key and value in base64 (--encoding base64) or produce whole \
+                     files (--file PATH)"
+                )
+            })?;
             let (key, value) = match &args.key_separator {
                 Some(sep) => match line.split_once(sep.as_str()) {
                     Some((k, v)) => (Some(k.to_string()), v.to_string()),
@@ -993,7 +1056,10 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         }
         let n = messages.len() as u64;
         let v = match api
-            .post(&path, json!({ "messages": messages, "acks": acks }))
+            .post(
+                &path,
+                json!({ "messages": messages, "acks": acks, "encoding": encoding }),
+            )
             .await
         {
             Ok(v) => v,

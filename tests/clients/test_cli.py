@@ -467,6 +467,34 @@ def test_consume_prints_a_value_that_is_not_utf8_in_base64_and_json_says_so(grou
 
 
 # =========================================================================== partitions
+def test_produce_sends_bytes_that_are_not_text_unaltered(broker, tmp_path):
+    http, b = broker.http_url, broker.bootstrap
+    topic = unique_topic("cli-binary")
+    create_topic(b, topic, 1)
+    # Whole files, one record each: any bytes.
+    raw, empty = tmp_path / "raw.bin", tmp_path / "empty.bin"
+    raw.write_bytes(bytes(range(256)) * 3)
+    empty.write_bytes(b"")
+    ok(strata("produce", topic, "--file", str(raw), "--file", str(empty), "--key", "k",
+              http=http))
+    # Lines of base64 keys and values.
+    key64, value64 = base64.b64encode(b"\xff\x00").decode(), base64.b64encode(b"\x80\x81").decode()
+    lines = f"{key64}:{value64}\n"
+    ok(strata("produce", topic, "--encoding", "base64", "--key-separator", ":", http=http,
+              stdin=lines))
+    got = read_all(b, topic, 1)
+    assert [(r.key, r.value) for r in got] == [
+        (b"k", bytes(range(256)) * 3), (b"k", b""), (b"\xff\x00", b"\x80\x81")]
+    # A line that is not UTF-8 in text mode: refused, saying what to do, nothing sent.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("STRATA_")}
+    r = subprocess.run([str(strata_bin()), "produce", topic, "--http", http.removeprefix("http://")],
+                       input=b"fine\n\xff\xfe\n", capture_output=True, timeout=60, env=env)
+    assert r.returncode != 0
+    err = r.stderr.decode()
+    assert "stdin line 2 is not UTF-8" in err and "--encoding base64" in err and "--file" in err, err
+    assert len(read_all(b, topic, 1)) == 3
+
+
 def test_partitions_disable_enable_describe_and_a_refused_produce(group_broker):
     http, b = group_broker.http_url, group_broker.bootstrap
     topic = unique_topic("cli-part")
