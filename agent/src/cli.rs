@@ -744,6 +744,38 @@ async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
                 v["members"].as_array().map_or(0, Vec::len),
                 cell(&v["total_lag"])
             )?;
+            // Every member, with or without partitions.
+            let members: Vec<Vec<String>> = v["members"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| {
+                    let assigned = m["assignment"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|a| format!("{}:{}", cell(&a["topic"]), cell(&a["partitions"])))
+                        .collect::<Vec<_>>();
+                    vec![
+                        cell(&m["member_id"]),
+                        cell(&m["client_id"]),
+                        cell(&m["client_host"]),
+                        if assigned.is_empty() {
+                            "-".to_string()
+                        } else {
+                            assigned.join(" ")
+                        },
+                    ]
+                })
+                .collect();
+            if !members.is_empty() {
+                table(
+                    &mut out,
+                    &["MEMBER", "CLIENT_ID", "HOST", "ASSIGNMENT"],
+                    &members,
+                )?;
+                writeln!(out)?;
+            }
             let rows = table_rows(
                 &v["offsets"],
                 &[

@@ -351,6 +351,18 @@ def test_consume_commits_then_groups_and_offsets_commands(group_broker):
         fails(strata("groups", "delete", group, http=http), REFUSED, "(NON_EMPTY_GROUP)")
         listed = one(table(ok(strata("groups", "list", http=http)), "GROUP"), GROUP=group)
         assert listed == {"GROUP": group, "STATE": "Stable", "PROTOCOL": "consumer", "COORDINATOR": "1"}
+        # Its member, and every partition assigned to it, committed or not (a partition
+        # the CLI never read has no committed offset: `-`, as kafka-consumer-groups).
+        out = ok(strata("groups", "describe", group, http=http))
+        [member] = table(out, "MEMBER")
+        assert member["ASSIGNMENT"] == f"{topic}:0,1", out
+        rows = {r["PARTITION"]: r for r in table(out, "TOPIC")}
+        assert sorted(rows) == ["0", "1"], out
+        for p in range(2):
+            r = rows[str(p)]
+            assert r["MEMBER"] == member["MEMBER"], out
+            assert r["COMMITTED"] == (str(nexts[p]) if p in nexts else "-"), out
+            assert r["HIGH_WATERMARK"] == str(watermarks(b, topic, p)[1]), out
     finally:
         c.close()
     assert sorted(printed + rest) == sorted(by_place), "lost or doubled across the hand-over"

@@ -669,11 +669,14 @@ async fn describe_group_here(http: &HttpApi, group: &str) -> Result<Value, Probl
             })
         })
         .collect();
-    // The high watermark of every partition with a committed offset, one ListOffsets
-    // per topic.
+    // The high watermark of every partition with a committed offset or assigned to a
+    // member, one ListOffsets per topic.
     let mut by_topic: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
-    for (t, p) in offsets.keys() {
-        by_topic.entry(t.as_str()).or_default().push(*p);
+    for (t, p) in offsets.keys().chain(owner.keys()) {
+        let ps = by_topic.entry(t.as_str()).or_default();
+        if !ps.contains(p) {
+            ps.push(*p);
+        }
     }
     let mut ends: HashMap<(String, i32), Result<i64, String>> = HashMap::new();
     for (t, ps) in &by_topic {
@@ -681,25 +684,36 @@ async fn describe_group_here(http: &HttpApi, group: &str) -> Result<Value, Probl
             ends.insert((t.to_string(), p), end);
         }
     }
+    // Every partition with a committed offset, and every assigned one without (its
+    // committed offset and lag null, as kafka-consumer-groups shows `-`: where its
+    // member reads is the member's own), in topic and partition order.
+    let mut rows: BTreeMap<(String, i32), Option<&strata_metastore::CommittedOffset>> = offsets
+        .iter()
+        .map(|(k, committed)| (k.clone(), Some(committed)))
+        .collect();
+    for k in owner.keys() {
+        rows.entry(k.clone()).or_insert(None);
+    }
     let mut total_lag = 0i64;
-    let partitions: Vec<Value> = offsets
+    let partitions: Vec<Value> = rows
         .iter()
         .map(|((t, p), committed)| {
             let end = ends.get(&(t.clone(), *p)).cloned();
-            let (end_json, lag) = match end {
-                Some(Ok(end)) => {
+            let (end_json, lag) = match (end, committed) {
+                (Some(Ok(end)), Some(committed)) => {
                     let lag = (end - committed.offset).max(0);
                     total_lag += lag;
                     (json!(end), json!(lag))
                 }
-                Some(Err(e)) => (json!({ "error": e }), Value::Null),
-                None => (Value::Null, Value::Null),
+                (Some(Ok(end)), None) => (json!(end), Value::Null),
+                (Some(Err(e)), _) => (json!({ "error": e }), Value::Null),
+                (None, _) => (Value::Null, Value::Null),
             };
             json!({
                 "topic": t,
                 "partition": p,
-                "committed_offset": committed.offset,
-                "metadata": committed.metadata,
+                "committed_offset": committed.map(|c| c.offset),
+                "metadata": committed.and_then(|c| c.metadata.clone()),
                 "high_watermark": end_json,
                 "lag": lag,
                 "member_id": owner.get(&(t.clone(), *p)),
