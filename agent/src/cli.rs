@@ -55,8 +55,14 @@ pub struct Conn {
 /// The operator commands (`strata <command> --help` for each).
 #[derive(Debug, Subcommand)]
 pub enum Operator {
-    /// The cluster: its id, controller and live agents.
-    Cluster(Conn),
+    /// The cluster: its id, controller and live agents; `cluster health` for what needs
+    /// attention.
+    Cluster {
+        #[command(subcommand)]
+        command: Option<ClusterCommand>,
+        #[command(flatten)]
+        conn: Conn,
+    },
     /// Every agent (live or gone), and draining one before it is stopped.
     Agents {
         #[command(subcommand)]
@@ -246,6 +252,94 @@ pub struct ProduceArgs {
 pub enum LineEncoding {
     Text,
     Base64,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Agents live and gone, partitions offline or under-replicated, repairs under way;
+    /// exits 1 when something needs attention.
+    Health,
+}
+
+/// `strata cluster health`: a summary, the problems, and the partitions they concern.
+async fn health(conn: &Conn) -> anyhow::Result<()> {
+    let v = Api::new(conn)?.get("/v1/cluster/health").await?;
+    let healthy = v["healthy"] == true;
+    if conn.output == Output::Json {
+        print_json(&v)?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        let racks = v["racks"]
+            .as_object()
+            .map(|r| {
+                r.iter()
+                    .map(|(rack, n)| {
+                        let rack = if rack.is_empty() { "-" } else { rack.as_str() };
+                        format!("{rack}:{n}")
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        writeln!(
+            out,
+            "{}  controller {}  agents {} live{} (racks {})  topics {}  partitions {}",
+            if healthy { "healthy" } else { "UNHEALTHY" },
+            cell(&v["controller"]),
+            cell(&v["agents_live"]),
+            match v["agents_gone"].as_array().map_or(0, Vec::len) {
+                0 => String::new(),
+                n => format!(", {n} gone ({})", cell(&v["agents_gone"])),
+            },
+            racks,
+            cell(&v["topics"]),
+            cell(&v["partitions"]),
+        )?;
+        writeln!(
+            out,
+            "offline {}  under-replicated {}  rebuilding {}  replacements pending {}  draining {}  moves {}",
+            v["offline"].as_array().map_or(0, Vec::len),
+            v["under_replicated"].as_array().map_or(0, Vec::len),
+            cell(&v["replicas_rebuilding"]),
+            cell(&v["replacements_pending"]),
+            match v["draining"].as_array() {
+                Some(d) if !d.is_empty() => cell(&v["draining"]),
+                _ => "-".to_string(),
+            },
+            cell(&v["moves_in_flight"]),
+        )?;
+        for problem in v["problems"].as_array().into_iter().flatten() {
+            writeln!(out, "- {}", cell(problem))?;
+        }
+        let mut rows = Vec::new();
+        for (state, key) in [
+            ("offline", "offline"),
+            ("under-replicated", "under_replicated"),
+        ] {
+            for p in v[key].as_array().into_iter().flatten() {
+                rows.push(vec![
+                    state.to_string(),
+                    cell(&p["topic"]),
+                    cell(&p["partition"]),
+                    cell(&p["leader"]),
+                    cell(&p["replicas"]),
+                    cell(&p["isr"]),
+                ]);
+            }
+        }
+        if !rows.is_empty() {
+            writeln!(out)?;
+            table(
+                &mut out,
+                &["STATE", "TOPIC", "PARTITION", "LEADER", "REPLICAS", "ISR"],
+                &rows,
+            )?;
+        }
+    }
+    if !healthy {
+        bail!("the cluster needs attention");
+    }
+    Ok(())
 }
 
 #[derive(Debug, Args)]
@@ -466,7 +560,14 @@ fn print_json(v: &Value) -> anyhow::Result<()> {
 /// Runs an operator command; `Err` is printed by the caller and exits 1.
 pub async fn run(command: Operator) -> anyhow::Result<()> {
     match command {
-        Operator::Cluster(conn) => {
+        Operator::Cluster {
+            command: Some(ClusterCommand::Health),
+            conn,
+        } => health(&conn).await,
+        Operator::Cluster {
+            command: None,
+            conn,
+        } => {
             let v = Api::new(&conn)?.get("/v1/cluster").await?;
             if conn.output == Output::Json {
                 return print_json(&v);

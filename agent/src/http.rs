@@ -241,6 +241,12 @@ fn table() -> Vec<(Route, Handler)> {
             get(operate::audit),
         ),
         route("GET", "/v1/cluster", Caller, get(admin::cluster)),
+        route(
+            "GET",
+            "/v1/cluster/health",
+            cluster(O::Describe),
+            get(agents::health),
+        ),
         route("GET", "/v1/agents", cluster(O::Describe), get(agents::list)),
         route(
             "GET",

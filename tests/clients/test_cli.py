@@ -33,7 +33,7 @@ import uuid
 import pytest
 import requests
 from confluent_kafka import Consumer, KafkaError, Producer
-from confluent_kafka.admin import ConfigSource
+from confluent_kafka.admin import ConfigSource, NewTopic
 
 from conftest import pick_free_ports, strata_bin
 from strata_testlib import (
@@ -711,3 +711,52 @@ def test_in_a_cluster_the_cli_follows_redirects_to_coordinator_and_leader(cluste
     r = strata("produce", topic, "--partition", "0", http=agents[others[1]].http_url, stdin="x\n")
     assert r.returncode == REFUSED and "POLICY_VIOLATION" in r.stderr, (r.returncode, r.stderr)
     assert watermarks(servers, topic, 0)[1] == highs[0]
+
+
+@pytest.fixture
+def short_lease_cluster(broker_factory, request):
+    from test_replication import started_cluster
+    yield from started_cluster(broker_factory, request, "strata-cli-health-", [
+        "--lease-ms", "2000", "--replica-lag-time-max-ms", "2000"])
+
+
+def test_cluster_health_says_what_needs_attention(short_lease_cluster):
+    c = short_lease_cluster
+    agents = c.agents
+    wait_cluster_formed(agents)
+    topic = unique_topic("health")
+    a = admin(c.servers())
+    a.create_topics([NewTopic(topic, num_partitions=2, replication_factor=3)])[topic].result(20)
+    wait_for_partitions(a, topic, 2, any_leader=True)
+
+    def health(via: int) -> subprocess.CompletedProcess:
+        return strata("cluster", "health", http=agents[via].http_url)
+
+    wait_until(lambda: health(1).returncode == 0, 20, "a healthy cluster")
+    out = health(2).stdout
+    assert re.match(r"healthy  controller [123]  agents 3 live \(racks -:3\)  topics 1  partitions 2$",
+                    out.splitlines()[0]), out
+    js = ok_json(strata("cluster", "health", "-o", "json", http=agents[3].http_url))
+    assert js["healthy"] is True and js["problems"] == [] and js["agents_live"] == 3
+
+    # One agent killed: once its lease runs out it is gone, and the partitions it held
+    # are under-replicated (the ISR shrinks) until it is back or replaced.
+    agents[3].kill()
+    wait_until(lambda: health(1).returncode == 1, 30, "the cluster reported unhealthy")
+    def both_under_replicated():
+        h = health(1)
+        return "\nSTATE " in h.stdout and len(table(h.stdout, "STATE")) == 2 and h
+
+    r = wait_until(both_under_replicated, 30, "both partitions reported under-replicated")
+    lines = r.stdout.splitlines()
+    assert lines[0].startswith("UNHEALTHY  controller ") and "agents 2 live, 1 gone (3)" in lines[0], r.stdout
+    assert any(line.startswith("- agent 3 is gone and holds 2 replicas") for line in lines), r.stdout
+    rows = table(r.stdout, "STATE")
+    assert {(row["STATE"], row["TOPIC"], row["PARTITION"]) for row in rows
+            if row["STATE"] == "under-replicated"} == {("under-replicated", topic, "0"),
+                                                      ("under-replicated", topic, "1")}, r.stdout
+    assert r.stderr.strip() == "strata: the cluster needs attention"
+
+    # Back: healthy again once it has caught up.
+    agents[3].start()
+    wait_until(lambda: health(1).returncode == 0, 60, "healthy again")

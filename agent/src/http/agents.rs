@@ -6,7 +6,9 @@
 //! - `GET /v1/agents/{node_id}`: one of them;
 //! - `POST /v1/agents/{node_id}/drain`: moves the agent's leaderships and then its
 //!   replicas away (202; poll the agent until `drain.safe_to_stop`);
-//! - `DELETE /v1/agents/{node_id}/drain`: stops draining it.
+//! - `DELETE /v1/agents/{node_id}/drain`: stops draining it;
+//! - `GET /v1/cluster/health`: the cluster at a glance (agents, partitions offline or
+//!   under-replicated, repairs under way).
 //!
 //! Drains are audited; they need ALTER on the cluster, the views DESCRIBE.
 
@@ -50,6 +52,14 @@ fn node(p: NodePath) -> Result<i32, Problem> {
 /// `GET /v1/agents`.
 pub async fn list(State(http): State<Arc<HttpApi>>) -> Response {
     match service(&http).list().await {
+        Ok(v) => axum::Json(v).into_response(),
+        Err(e) => Problem::from(e).into_response(),
+    }
+}
+
+/// `GET /v1/cluster/health`.
+pub async fn health(State(http): State<Arc<HttpApi>>) -> Response {
+    match service(&http).health().await {
         Ok(v) => axum::Json(v).into_response(),
         Err(e) => Problem::from(e).into_response(),
     }

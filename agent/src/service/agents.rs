@@ -77,6 +77,43 @@ pub struct ClusterAgents {
     pub agents: Vec<AgentView>,
 }
 
+/// A partition named in a health report.
+#[derive(Debug, Clone, Serialize)]
+pub struct PartitionRef {
+    pub topic: String,
+    pub partition: u32,
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// The cluster at a glance (`GET /v1/cluster/health`, `strata cluster health`).
+#[derive(Debug, Clone, Serialize)]
+pub struct ClusterHealth {
+    /// No partition offline or under-replicated, and no agent gone that holds replicas.
+    pub healthy: bool,
+    /// Why not, one line each.
+    pub problems: Vec<String>,
+    pub controller: i32,
+    pub agents_live: usize,
+    /// Registered agents whose lease has ended.
+    pub agents_gone: Vec<i32>,
+    /// Live agents by rack (`""`: none given).
+    pub racks: BTreeMap<String, usize>,
+    pub topics: usize,
+    pub partitions: usize,
+    /// Partitions without a live leader: nothing can be produced to or read from them.
+    pub offline: Vec<PartitionRef>,
+    /// Partitions whose ISR is smaller than their replica set.
+    pub under_replicated: Vec<PartitionRef>,
+    /// Replicas being copied to (reassignments, replacements and drains).
+    pub replicas_rebuilding: usize,
+    pub replacements_pending: usize,
+    /// Agents being drained.
+    pub draining: Vec<i32>,
+    pub moves_in_flight: usize,
+}
+
 /// The agents service.
 #[derive(Debug)]
 pub struct Agents {
@@ -99,6 +136,103 @@ impl Agents {
         let roster = metastore.roster().await?;
         let topics = metastore.topics().await?;
         Ok(self.view(&roster, &topics))
+    }
+
+    /// The cluster's health: agents, partitions offline or under-replicated, and the
+    /// repairs under way.
+    pub async fn health(&self) -> Result<ClusterHealth, AgentsError> {
+        let metastore = self.replicas.metastore();
+        let roster = metastore.roster().await?;
+        let topics = metastore.topics().await?;
+        let now = self.now_ms();
+        let view = self.view(&roster, &topics);
+        let live: Vec<i32> = roster
+            .agents
+            .iter()
+            .filter(|a| a.lease_until_ms > now)
+            .map(|a| a.node_id)
+            .collect();
+        let mut racks = BTreeMap::new();
+        for a in roster.agents.iter().filter(|a| live.contains(&a.node_id)) {
+            *racks.entry(a.rack.clone().unwrap_or_default()).or_insert(0) += 1;
+        }
+        let mut offline = Vec::new();
+        let mut under_replicated = Vec::new();
+        let mut partitions = 0;
+        let mut rebuilding = 0;
+        for t in &topics {
+            for p in &t.partitions {
+                partitions += 1;
+                rebuilding += p.adding.len();
+                let named = || PartitionRef {
+                    topic: t.name.clone(),
+                    partition: p.index,
+                    leader: p.leader,
+                    replicas: p.replicas.clone(),
+                    isr: p.isr.clone(),
+                };
+                if !live.contains(&p.leader) {
+                    offline.push(named());
+                }
+                if p.isr.len() < p.replicas.len() {
+                    under_replicated.push(named());
+                }
+            }
+        }
+        let agents_gone: Vec<i32> = view
+            .agents
+            .iter()
+            .filter(|a| !a.live)
+            .map(|a| a.node_id)
+            .collect();
+        let mut problems = Vec::new();
+        if !offline.is_empty() {
+            problems.push(format!(
+                "{} partitions offline (no live leader)",
+                offline.len()
+            ));
+        }
+        if !under_replicated.is_empty() {
+            problems.push(format!(
+                "{} partitions under-replicated (ISR smaller than the replicas)",
+                under_replicated.len()
+            ));
+        }
+        for a in view.agents.iter().filter(|a| !a.live && a.replicas > 0) {
+            problems.push(format!(
+                "agent {} is gone and holds {} replicas{}",
+                a.node_id,
+                a.replicas,
+                match a.replacement_due_ms {
+                    Some(due) => format!(
+                        " (they are replaced elsewhere in {} s unless it comes back)",
+                        ((due - now).max(0) + 999) / 1000
+                    ),
+                    None => String::new(),
+                }
+            ));
+        }
+        Ok(ClusterHealth {
+            healthy: problems.is_empty(),
+            problems,
+            controller: view.controller,
+            agents_live: live.len(),
+            agents_gone,
+            racks,
+            topics: topics.len(),
+            partitions,
+            offline,
+            under_replicated,
+            replicas_rebuilding: rebuilding,
+            replacements_pending: view.agents.iter().map(|a| a.replacements_pending).sum(),
+            draining: view
+                .agents
+                .iter()
+                .filter(|a| a.drain.is_some())
+                .map(|a| a.node_id)
+                .collect(),
+            moves_in_flight: view.moves_in_flight,
+        })
     }
 
     /// One agent.
