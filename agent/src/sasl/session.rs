@@ -479,6 +479,27 @@ mod tests {
         ));
     }
 
+    /// A PLAIN login on a new connection that must fail: its answer's delay, in ms (the
+    /// answer is SASL_AUTHENTICATION_FAILED and closes the connection).
+    async fn failed_login(sasl: &Arc<Sasl>, user: &str, password: &str) -> u128 {
+        let now = crate::clock::instant();
+        let mut s = Session::new(Some(Arc::clone(sasl)), None);
+        check(&mut s, handshake(), now).await;
+        let (verdict, principal) = check(&mut s, plain(user, password), now).await;
+        assert_eq!(principal, None);
+        assert_eq!(
+            error_code(&verdict),
+            Some(ResponseError::SaslAuthenticationFailed.code())
+        );
+        match verdict {
+            Verdict::Answer { delay, close, .. } => {
+                assert!(close);
+                delay.as_millis()
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
     #[tokio::test]
     async fn a_wrong_password_is_answered_late_and_closes_the_connection() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -486,21 +507,7 @@ mod tests {
         let now = crate::clock::instant();
         let mut delays = Vec::new();
         for _ in 0..3 {
-            let mut s = Session::new(Some(Arc::clone(&sasl)), None);
-            check(&mut s, handshake(), now).await;
-            let (verdict, principal) = check(&mut s, plain("alice", "wrong"), now).await;
-            assert_eq!(principal, None);
-            assert_eq!(
-                error_code(&verdict),
-                Some(ResponseError::SaslAuthenticationFailed.code())
-            );
-            match verdict {
-                Verdict::Answer { delay, close, .. } => {
-                    assert!(close);
-                    delays.push(delay.as_millis());
-                }
-                other => panic!("{other:?}"),
-            }
+            delays.push(failed_login(&sasl, "alice", "wrong").await);
         }
         assert_eq!(
             delays,
@@ -526,13 +533,7 @@ mod tests {
         let now = crate::clock::instant();
         let mut delays = Vec::new();
         for _ in 0..3 {
-            let mut s = Session::new(Some(Arc::clone(&sasl)), None);
-            check(&mut s, handshake(), now).await;
-            let (verdict, _) = check(&mut s, plain("alice", "guess"), now).await;
-            match verdict {
-                Verdict::Answer { delay, .. } => delays.push(delay.as_millis()),
-                other => panic!("{other:?}"),
-            }
+            delays.push(failed_login(&sasl, "alice", "guess").await);
             let mut s = Session::new(Some(Arc::clone(&sasl)), None);
             check(&mut s, handshake(), now).await;
             let (verdict, principal) = check(&mut s, plain("bob", "bob-pw"), now).await;
