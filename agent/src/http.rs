@@ -42,8 +42,8 @@ pub struct HttpApi {
     peers: cluster::Peers,
     remembered: produce::Remembered,
     consumers: consume::Consumers,
-    /// What each route needs ([`table`]).
-    routes: Vec<Route>,
+    /// What each route needs ([`table`]), by path and method.
+    routes: std::collections::HashMap<(&'static str, &'static str), Needs>,
 }
 
 #[derive(Clone)]
@@ -313,7 +313,10 @@ pub fn router(broker: Arc<Broker>) -> Router {
         peers: cluster::Peers::new(broker.node_id(), max_record_bytes),
         remembered: produce::remembered(),
         consumers: consume::Consumers::default(),
-        routes: table.iter().map(|(r, _)| *r).collect(),
+        routes: table
+            .iter()
+            .map(|(r, _)| ((r.path, r.method), r.needs))
+            .collect(),
         broker: Arc::clone(&broker),
     });
     let shared = Shared {

@@ -166,12 +166,8 @@ pub async fn guard(
         m => m,
     };
     let routes = &shared.api.routes;
-    let Some(needs) = routes
-        .iter()
-        .find(|r| r.path == route && r.method == method)
-        .map(|r| r.needs)
-    else {
-        if routes.iter().any(|r| r.path == route) {
+    let Some(&needs) = routes.get(&(route.as_str(), method)) else {
+        if routes.keys().any(|(path, _)| *path == route) {
             // A method the path does not serve: no handler runs, the answer is 405.
             return next.run(request).await;
         }

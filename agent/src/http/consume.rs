@@ -108,27 +108,35 @@ impl Instance {
 /// Whose implicit instance: the group, the topic and the caller's principal.
 type ImplicitKey = (String, String, String);
 
+/// One caller's implicit instance: its id once made (it may have expired since). Locked
+/// while it is found or made, so that two first calls at once make one, and a first
+/// call joining a group holds up no other caller.
+type ImplicitSlot = Arc<tokio::sync::Mutex<Option<String>>>;
+
 /// The consumer instances on this agent.
 #[derive(Default)]
 pub struct Consumers {
     instances: Mutex<HashMap<String, Arc<Instance>>>,
-    /// The implicit instances' ids (some may have expired since).
-    implicit: Mutex<HashMap<ImplicitKey, String>>,
-    /// Held while an implicit instance is found or created, so that two first calls
-    /// at once make one.
-    creating: tokio::sync::Mutex<()>,
+    implicit: Mutex<HashMap<ImplicitKey, ImplicitSlot>>,
 }
 
 impl Consumers {
-    /// The caller's live implicit instance for `key`, if it has one.
-    fn implicit(&self, key: &ImplicitKey) -> Option<Arc<Instance>> {
+    /// The slot of the caller's implicit instance for `key` (made if it has none).
+    fn implicit_slot(&self, key: ImplicitKey) -> ImplicitSlot {
         let mut implicit = self.implicit.lock().unwrap_or_else(|p| p.into_inner());
-        let id = implicit.get(key)?;
-        let live = self.get(id);
-        if live.is_none() {
-            implicit.remove(key);
-        }
-        live
+        Arc::clone(implicit.entry(key).or_default())
+    }
+
+    /// The caller's live implicit instance, if it has one.
+    async fn implicit(&self, key: &ImplicitKey) -> Option<Arc<Instance>> {
+        let slot = self
+            .implicit
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(key)
+            .cloned()?;
+        let id = slot.lock().await.clone()?;
+        self.get(&id)
     }
 
     fn get(&self, id: &str) -> Option<Arc<Instance>> {
@@ -331,17 +339,14 @@ async fn consume_inner(
         }
         None => {
             let key = implicit_key(extensions, &body.group_id, topic);
-            let _creating = http.consumers.creating.lock().await;
-            match http.consumers.implicit(&key) {
+            let slot = http.consumers.implicit_slot(key);
+            let mut id = slot.lock().await;
+            match id.as_deref().and_then(|id| http.consumers.get(id)) {
                 Some(instance) => instance,
                 None => {
                     let instance =
                         create(http, &body.group_id, topic, reset, read_committed).await?;
-                    http.consumers
-                        .implicit
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .insert(key, instance.id.clone());
+                    *id = Some(instance.id.clone());
                     instance
                 }
             }
@@ -1033,9 +1038,11 @@ async fn commit_inner(
     // outside the group (refused while the group has members, as Kafka refuses it).
     let implicit = match &body.consumer_id {
         Some(_) => None,
-        None => http
-            .consumers
-            .implicit(&implicit_key(extensions, &body.group_id, topic)),
+        None => {
+            http.consumers
+                .implicit(&implicit_key(extensions, &body.group_id, topic))
+                .await
+        }
     };
     let (member_id, generation) = match body
         .consumer_id

@@ -146,14 +146,15 @@ impl Agents {
         let topics = metastore.topics().await?;
         let now = self.now_ms();
         let view = self.view(&roster, &topics);
-        let live: Vec<i32> = roster
+        // Liveness as the agents' view decided it.
+        let live: Vec<i32> = view
             .agents
             .iter()
-            .filter(|a| a.lease_until_ms > now)
+            .filter(|a| a.live)
             .map(|a| a.node_id)
             .collect();
         let mut racks = BTreeMap::new();
-        for a in roster.agents.iter().filter(|a| live.contains(&a.node_id)) {
+        for a in view.agents.iter().filter(|a| a.live) {
             *racks.entry(a.rack.clone().unwrap_or_default()).or_insert(0) += 1;
         }
         let mut offline = Vec::new();
