@@ -1,5 +1,6 @@
 //! The operator CLI in the `strata` binary: `topics`, `groups`, `offsets`,
-//! `partitions`, `cluster`, `agents`, `audit`, `produce` and `consume`, talking to any agent of a
+//! `partitions`, `cluster`, `agents`, `acls`, `users`, `quotas`, `audit`, `produce`
+//! and `consume`, talking to any agent of a
 //! running cluster through its HTTP API (`docs/cli.md`). Tables for people by default,
 //! `--output json` for scripts (the API's own answers); errors go to stderr as the
 //! API's problem detail with the Kafka error name, and exit with status 1.
@@ -14,6 +15,7 @@ use std::io::{BufRead, IsTerminal, Write};
 use std::time::Duration;
 
 mod agents;
+mod security;
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
@@ -96,6 +98,27 @@ pub enum Operator {
     Partitions {
         #[command(subcommand)]
         command: Partitions,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// ACL bindings: list, create (as `kafka-acls.sh --add`), delete.
+    Acls {
+        #[command(subcommand)]
+        command: security::Acls,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// SCRAM users: list, describe, set a password, delete.
+    Users {
+        #[command(subcommand)]
+        command: security::Users,
+        #[command(flatten)]
+        conn: Conn,
+    },
+    /// Client quotas of users, client ids and addresses: list and alter.
+    Quotas {
+        #[command(subcommand)]
+        command: security::Quotas,
         #[command(flatten)]
         conn: Conn,
     },
@@ -489,6 +512,14 @@ impl Api {
     async fn delete(&self, path: &str) -> anyhow::Result<Value> {
         self.call(reqwest::Method::DELETE, path, None).await
     }
+
+    async fn put(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
+    }
+
+    async fn patch(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::PATCH, path, Some(body)).await
+    }
 }
 
 /// A path segment, percent-encoded (topic and group names may hold any character the
@@ -589,6 +620,9 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
         Operator::Groups { command, conn } => groups(command, &conn).await,
         Operator::Offsets { command, conn } => offsets(command, &conn).await,
         Operator::Partitions { command, conn } => partitions(command, &conn).await,
+        Operator::Acls { command, conn } => security::acls(command, &conn).await,
+        Operator::Users { command, conn } => security::users(command, &conn).await,
+        Operator::Quotas { command, conn } => security::quotas(command, &conn).await,
         Operator::Audit { limit, conn } => {
             let v = Api::new(&conn)?
                 .get(&format!("/v1/audit?limit={limit}"))

@@ -9,7 +9,8 @@
 //! ratio, last and next pass, bytes reclaimed), `/v1/agents` (the agents: replicas,
 //! leaderships, replacements pending, drains), and `/v1/transactions` (the
 //! coordinator's transactions, those open on partitions led here, and the abort of a
-//! hanging one: `docs/transactions.md`).
+//! hanging one: `docs/transactions.md`); `/v1/acls`, `/v1/users` and `/v1/quotas`
+//! (ACL bindings, SCRAM users and client quotas: `http/security.rs`).
 
 mod admin;
 mod agents;
@@ -22,6 +23,7 @@ mod operate;
 mod partitioner;
 mod problem;
 mod produce;
+mod security;
 
 use std::sync::Arc;
 
@@ -29,7 +31,7 @@ use axum::Router;
 use axum::extract::{FromRef, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, patch, post};
+use axum::routing::{delete, get, patch, post, put};
 use tokio::net::TcpListener;
 
 use crate::authz::{Operation, ResourceType};
@@ -239,6 +241,55 @@ fn table() -> Vec<(Route, Handler)> {
             "/v1/audit",
             cluster(O::Describe),
             get(operate::audit),
+        ),
+        route("GET", "/v1/acls", cluster(O::Describe), get(security::list_acls)),
+        route(
+            "POST",
+            "/v1/acls",
+            cluster(O::Alter),
+            post(security::create_acls),
+        ),
+        route(
+            "DELETE",
+            "/v1/acls",
+            cluster(O::Alter),
+            delete(security::delete_acls),
+        ),
+        route(
+            "GET",
+            "/v1/users",
+            cluster(O::Describe),
+            get(security::list_users),
+        ),
+        route(
+            "GET",
+            "/v1/users/{user}",
+            cluster(O::Describe),
+            get(security::get_user),
+        ),
+        route(
+            "PUT",
+            "/v1/users/{user}",
+            cluster(O::Alter),
+            put(security::set_user),
+        ),
+        route(
+            "DELETE",
+            "/v1/users/{user}",
+            cluster(O::Alter),
+            delete(security::delete_user),
+        ),
+        route(
+            "GET",
+            "/v1/quotas",
+            cluster(O::DescribeConfigs),
+            get(security::list_quotas),
+        ),
+        route(
+            "PATCH",
+            "/v1/quotas",
+            cluster(O::AlterConfigs),
+            patch(security::alter_quotas),
         ),
         route("GET", "/v1/cluster", Caller, get(admin::cluster)),
         route(

@@ -51,6 +51,15 @@ def wait_until(pred, timeout: float, what: str, interval: float = 0.05):
         time.sleep(interval)
 
 
+def delivered(outcomes: list) -> list[str]:
+    """A producer's delivery outcomes (None for a delivered record, else its KafkaError)
+    as "ok" or the error's text, to compare in a test. Never compare a KafkaError with
+    None: confluent-kafka's KafkaError.__eq__ leaves a TypeError set for an operand that
+    is neither a KafkaError nor an int, which surfaces later, somewhere unrelated, as a
+    SystemError ("returned a result with an exception set")."""
+    return ["ok" if e is None else str(e) for e in outcomes]
+
+
 @dataclass(frozen=True)
 class Rec:
     """One record as a client sees it; all fields compared exactly."""

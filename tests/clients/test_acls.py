@@ -40,7 +40,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from strata_testlib import RDKAFKA_LOG, consume_confluent, create_topic, unique_topic, wait_until
+from strata_testlib import RDKAFKA_LOG, consume_confluent, create_topic, delivered, unique_topic, wait_until
 from test_sasl import USERS as SASL_USERS
 from test_sasl import SaslBroker, add_users, sasl_conf, start_sasl_broker
 
@@ -272,7 +272,7 @@ def test_alice_produces_and_consumes_with_prefixed_topic_acls_and_a_group_acl(ac
     # Idempotent: InitProducerId is allowed by WRITE on a topic (no IDEMPOTENT_WRITE).
     values = [f"v{i}".encode() for i in range(40)]
     outcomes = produce(conf(b, "alice"), topic, values, keyed=True, **{"enable.idempotence": True})
-    assert outcomes == [None] * len(values)
+    assert delivered(outcomes) == ["ok"] * len(values)
     got = consume_in_group(conf(b, "alice"), topic, group, len(values))
     assert sorted(got) == sorted(values)
 

@@ -31,7 +31,7 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic
 
 from conftest import pick_free_ports, strata_bin
-from strata_testlib import create_topic, unique_topic, wait_until
+from strata_testlib import create_topic, delivered, unique_topic, wait_until
 from test_sasl import SaslBroker, add_users, frame, read_frame, sasl_conf, start_sasl_broker
 
 USERS = {"alice": "alice-secret", "bob": "bob-secret"}
@@ -82,10 +82,10 @@ def test_a_large_request_before_authentication_closes_the_connection(broker_fact
     topic = unique_topic("big")
     create_topic(b.plaintext, topic, 1)
     p = Producer({**sasl_conf(b, "SCRAM-SHA-512"), "acks": "all"})
-    delivered = []
-    p.produce(topic, value=b"z" * (900 << 10), on_delivery=lambda e, m: delivered.append(e))
+    outcomes = []
+    p.produce(topic, value=b"z" * (900 << 10), on_delivery=lambda e, m: outcomes.append(e))
     p.flush(30)
-    assert delivered == [None]
+    assert delivered(outcomes) == ["ok"]
 
 
 def failed_login_ms(url: str, user: str, password: str) -> float:
@@ -211,11 +211,11 @@ def test_the_plaintext_listener_can_be_turned_off(broker_factory):
     wait_until(lambda: isr() == [1, 2], 30, "both agents in the ISR")
     bootstrap = ",".join(f"127.0.0.1:{a.kafka_port}" for a in agents.values())
     p = Producer({**conf, "bootstrap.servers": bootstrap, "acks": "all"})
-    delivered = []
+    outcomes = []
     for i in range(10):
-        p.produce(topic, value=b"v%d" % i, on_delivery=lambda e, m: delivered.append(e))
+        p.produce(topic, value=b"v%d" % i, on_delivery=lambda e, m: outcomes.append(e))
     p.flush(30)
-    assert delivered == [None] * 10
+    assert delivered(outcomes) == ["ok"] * 10
     c = Consumer({**conf, "bootstrap.servers": bootstrap, "group.id": "g",
                   "auto.offset.reset": "earliest"})
     c.subscribe([topic])

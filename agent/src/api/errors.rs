@@ -6,6 +6,7 @@ use crate::error::Error;
 use crate::group::GroupError;
 use crate::partition::PartitionError;
 use crate::service::admin::AdminError;
+use crate::service::security::SecurityError;
 
 /// A Kafka error code with the message sent to the client where the API has a field.
 #[derive(Debug, Clone, PartialEq)]
@@ -250,5 +251,20 @@ impl From<&AdminError> for ApiError {
 impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> Self {
         ApiError::from(&e)
+    }
+}
+
+impl From<&SecurityError> for ApiError {
+    fn from(e: &SecurityError) -> Self {
+        let code = match e {
+            SecurityError::Disabled => ResponseError::SecurityDisabled,
+            SecurityError::Invalid(_) => ResponseError::InvalidRequest,
+            SecurityError::NotFound(_) => ResponseError::ResourceNotFound,
+            SecurityError::Duplicate(_) => ResponseError::DuplicateResource,
+            SecurityError::UnacceptableCredential(_) => ResponseError::UnacceptableCredential,
+            SecurityError::UnsupportedMechanism(_) => ResponseError::UnsupportedSaslMechanism,
+            SecurityError::Metastore(m) => return ApiError::from(m.as_ref()),
+        };
+        ApiError::new(code, e.to_string())
     }
 }

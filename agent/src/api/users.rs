@@ -1,14 +1,13 @@
-//! DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554): the SCRAM
-//! credentials SASL listeners check, kept in the metastore (`credentials.rs` there).
+//! DescribeUserScramCredentials and AlterUserScramCredentials (KIP-554): wire requests
+//! translated to the security service (`service/security.rs`), which keeps the SCRAM
+//! credentials SASL listeners check.
 //!
 //! As Kafka's controller answers: each user gets its own result; a user any of whose
 //! alterations is refused has none of them applied, and the other users' go ahead, all
 //! in one metastore transaction.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 
-use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -18,38 +17,37 @@ use kafka_protocol::messages::{
     DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use strata_metastore::UserCredentials;
 
 use super::errors::ApiError;
 use crate::broker::Broker;
-use crate::sasl::scram::{MAX_ITERATIONS, MIN_ITERATIONS, ScramHash};
+use crate::service::security::{self, CredentialChange, CredentialInfo as Info, SecurityError};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-fn infos(user: &UserCredentials) -> Vec<CredentialInfo> {
-    user.mechanisms
-        .iter()
-        .filter_map(|(name, c)| {
-            let hash = ScramHash::from_mechanism(name)?;
+fn infos(infos: Vec<Info>) -> Vec<CredentialInfo> {
+    infos
+        .into_iter()
+        .map(|i| {
             let mut info = CredentialInfo::default();
-            info.mechanism = hash.kafka_type();
-            info.iterations = c.iterations as i32;
-            Some(info)
+            info.mechanism = i.mechanism.kafka_type();
+            info.iterations = i.iterations as i32;
+            info
         })
         .collect()
 }
 
 fn describe_result(
     user: &str,
-    outcome: Result<Vec<CredentialInfo>, ApiError>,
+    outcome: Result<Vec<Info>, SecurityError>,
 ) -> DescribeUserScramCredentialsResult {
     let mut r = DescribeUserScramCredentialsResult::default();
     r.user = s(user);
     match outcome {
-        Ok(infos) => r.credential_infos = infos,
+        Ok(i) => r.credential_infos = infos(i),
         Err(e) => {
+            let e = ApiError::from(&e);
             r.error_code = e.code();
             r.error_message = Some(s(e.message));
         }
@@ -62,7 +60,7 @@ pub async fn describe(
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let mut response = DescribeUserScramCredentialsResponse::default();
-    let fail = |mut response: DescribeUserScramCredentialsResponse, e: strata_metastore::Error| {
+    let fail = |mut response: DescribeUserScramCredentialsResponse, e: &SecurityError| {
         let e = ApiError::from(e);
         response.error_code = e.code();
         response.error_message = Some(s(e.message));
@@ -75,15 +73,15 @@ pub async fn describe(
         .map(|u| u.name.to_string())
         .collect();
     if wanted.is_empty() {
-        return match broker.metastore().all_user_credentials().await {
+        return match security::users(broker).await {
             Ok(all) => {
                 response.results = all
-                    .iter()
-                    .map(|u| describe_result(&u.user, Ok(infos(u))))
+                    .into_iter()
+                    .map(|(user, i)| describe_result(&user, Ok(i)))
                     .collect();
                 response
             }
-            Err(e) => fail(response, e),
+            Err(e) => fail(response, &e),
         };
     }
     for (i, user) in wanted.iter().enumerate() {
@@ -91,69 +89,19 @@ pub async fn describe(
             continue;
         }
         let outcome = if wanted[i + 1..].contains(user) {
-            Err(ApiError::new(
-                ResponseError::DuplicateResource,
-                "Cannot describe SCRAM credentials for the same user twice in a single request",
+            Err(SecurityError::Duplicate(
+                "Cannot describe SCRAM credentials for the same user twice in a single request"
+                    .into(),
             ))
         } else {
-            match broker.metastore().user_credentials(user).await {
-                Ok(Some(u)) => Ok(infos(&u)),
-                Ok(None) => Err(ApiError::new(
-                    ResponseError::ResourceNotFound,
-                    format!("Attempt to describe a user credential that does not exist: {user}"),
-                )),
-                Err(e) => return fail(response, e),
+            match security::user(broker, user).await {
+                Err(e @ SecurityError::Metastore(_)) => return fail(response, &e),
+                outcome => outcome,
             }
         };
         response.results.push(describe_result(user, outcome));
     }
     response
-}
-
-/// One requested change of one user's credential for one mechanism.
-#[derive(Debug, Clone)]
-enum Change {
-    Delete(ScramHash),
-    Upsert(ScramHash, strata_metastore::ScramCredential),
-}
-
-/// Checks one alteration as Kafka does; the credential is computed from the client's
-/// salted password here, so the password never reaches the metastore.
-fn check(
-    name: &str,
-    mechanism: i8,
-    upsert: Option<(i32, &[u8], &[u8])>,
-) -> Result<Change, ApiError> {
-    let unacceptable = |why: &str| ApiError::new(ResponseError::UnacceptableCredential, why);
-    if name.is_empty() {
-        return Err(unacceptable("Username must not be empty"));
-    }
-    let Some(hash) = ScramHash::from_kafka_type(mechanism) else {
-        return Err(ApiError::new(
-            ResponseError::UnsupportedSaslMechanism,
-            format!("Unknown SCRAM mechanism {mechanism} (1: SCRAM-SHA-256, 2: SCRAM-SHA-512)"),
-        ));
-    };
-    let Some((iterations, salt, salted_password)) = upsert else {
-        return Ok(Change::Delete(hash));
-    };
-    if iterations < MIN_ITERATIONS as i32 {
-        return Err(unacceptable(&format!(
-            "Too few iterations: {iterations} (at least {MIN_ITERATIONS})"
-        )));
-    }
-    if iterations > MAX_ITERATIONS as i32 {
-        return Err(unacceptable(&format!(
-            "Too many iterations: {iterations} (at most {MAX_ITERATIONS})"
-        )));
-    }
-    if salt.is_empty() || salted_password.is_empty() {
-        return Err(unacceptable("Salt and salted password must not be empty"));
-    }
-    Ok(Change::Upsert(
-        hash,
-        hash.credential_from_salted(salted_password, salt, iterations as u32),
-    ))
 }
 
 pub async fn alter(
@@ -162,7 +110,8 @@ pub async fn alter(
 ) -> AlterUserScramCredentialsResponse {
     // Every user in request order, with its changes or the first refusal.
     let mut order: Vec<String> = Vec::new();
-    let mut outcomes: BTreeMap<String, Result<Vec<Change>, ApiError>> = BTreeMap::new();
+    let mut outcomes: BTreeMap<String, Result<Vec<CredentialChange>, SecurityError>> =
+        BTreeMap::new();
     let requested = req
         .deletions
         .iter()
@@ -182,17 +131,11 @@ pub async fn alter(
             .entry(name.clone())
             .or_insert_with(|| Ok(Vec::new()));
         let Ok(changes) = entry else { continue };
-        let change = check(&name, mechanism, upsert).and_then(|change| {
-            let hash = match &change {
-                Change::Delete(h) | Change::Upsert(h, _) => *h,
-            };
-            let twice = changes
-                .iter()
-                .any(|c| matches!(c, Change::Delete(h) | Change::Upsert(h, _) if *h == hash));
-            if twice {
-                return Err(ApiError::new(
-                    ResponseError::DuplicateResource,
-                    "A user credential cannot be altered twice in the same request",
+        let change = security::credential_change(&name, mechanism, upsert).and_then(|change| {
+            let hash = change.mechanism();
+            if changes.iter().any(|c| c.mechanism() == hash) {
+                return Err(SecurityError::Duplicate(
+                    "A user credential cannot be altered twice in the same request".into(),
                 ));
             }
             Ok(change)
@@ -203,57 +146,11 @@ pub async fn alter(
         }
     }
 
-    let accepted: BTreeMap<String, Vec<Change>> = outcomes
+    let accepted: BTreeMap<String, Vec<CredentialChange>> = outcomes
         .iter()
         .filter_map(|(u, o)| Some((u.clone(), o.as_ref().ok()?.clone())))
         .collect();
-    // Deleting a credential the user does not have is refused once the stored ones are
-    // read, inside the transaction; the refusals of its last run are the answer.
-    let missing: Arc<Mutex<BTreeMap<String, ApiError>>> = Arc::default();
-    let stored: Result<(), ApiError> = if accepted.is_empty() {
-        Ok(())
-    } else {
-        let missing = Arc::clone(&missing);
-        let users = accepted.keys().cloned().collect();
-        broker
-            .metastore()
-            .alter_user_credentials(users, move |stored| {
-                let mut refused = BTreeMap::new();
-                for (user, changes) in &accepted {
-                    let Some(creds) = stored.get_mut(user) else { continue };
-                    let before = creds.clone();
-                    for change in changes {
-                        match change {
-                            Change::Upsert(h, c) => {
-                                creds.mechanisms.insert(h.mechanism().to_string(), c.clone());
-                            }
-                            Change::Delete(h) => {
-                                if creds.mechanisms.remove(h.mechanism()).is_none() {
-                                    refused.insert(
-                                        user.clone(),
-                                        ApiError::new(
-                                            ResponseError::ResourceNotFound,
-                                            format!(
-                                                "Attempt to delete a user credential that does not exist: {user} {}",
-                                                h.mechanism()
-                                            ),
-                                        ),
-                                    );
-                                }
-                            }
-                        }
-                    }
-                    if refused.contains_key(user) {
-                        *creds = before;
-                    }
-                }
-                *missing.lock().expect("not poisoned") = refused;
-                Ok(())
-            })
-            .await
-            .map_err(ApiError::from)
-    };
-    let missing = std::mem::take(&mut *missing.lock().expect("not poisoned"));
+    let stored = security::alter_users(broker, accepted).await;
     let mut response = AlterUserScramCredentialsResponse::default();
     response.results = order
         .into_iter()
@@ -262,9 +159,10 @@ pub async fn alter(
             let error = match (&outcomes[&user], &stored) {
                 (Err(e), _) => Some(e.clone()),
                 (Ok(_), Err(e)) => Some(e.clone()),
-                (Ok(_), Ok(())) => missing.get(&user).cloned(),
+                (Ok(_), Ok(missing)) => missing.get(&user).cloned(),
             };
             if let Some(e) = error {
+                let e = ApiError::from(&e);
                 r.error_code = e.code();
                 r.error_message = Some(s(e.message));
             }

@@ -9,3 +9,4 @@ pub mod archive;
 pub mod fetch;
 pub mod lifecycle;
 pub mod produce;
+pub mod security;
