@@ -425,7 +425,7 @@ async fn not_found(uri: axum::http::Uri) -> impl axum::response::IntoResponse {
              /v1/topics/{{topic}}/consume, /v1/topics/{{topic}}/commit, /v1/consumers/{{id}}, \
              /v1/topics, /v1/topics/{{topic}}, /v1/topics/{{topic}}/configs, \
              /v1/topics/{{topic}}/partitions[/{{p}}[/disable|/enable|/tier|/verify]], /v1/groups, \
-             /v1/groups/{{group}}[/offsets], /v1/audit, /v1/cluster, /v1/openapi.json, /healthz, /readyz, /metrics, /v1/partitions, /v1/tiering, \
+             /v1/groups/{{group}}[/offsets], /v1/acls, /v1/users[/{{user}}], /v1/quotas, /v1/audit, /v1/cluster, /v1/openapi.json, /healthz, /readyz, /metrics, /v1/partitions, /v1/tiering, \
              /v1/compaction, /v1/transactions (docs/http.md)",
             uri.path()
         ),

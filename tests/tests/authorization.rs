@@ -936,10 +936,23 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
             .replace("{group}", "g")
             .replace("{node_id}", &agent.broker().node_id().to_string())
             .replace("{id}", "txn-1")
-            .replace("{consumer_id}", &consumer);
-        let body = match (route.method, route.path) {
-            ("POST", "/v1/topics") => r#"{"name": "new", "partitions": 1}"#,
-            _ => "{}",
+            .replace("{consumer_id}", &consumer)
+            .replace("{user}", "mallory");
+        // Requests that would change something if they were let through.
+        let (path, body) = match (route.method, route.path) {
+            ("POST", "/v1/topics") => (path, r#"{"name": "new", "partitions": 1}"#),
+            ("POST", "/v1/acls") => (
+                path,
+                r#"{"acls": [{"resource_type": "CLUSTER", "resource_name": "kafka-cluster",
+                    "principal": "User:mallory", "operation": "ALL"}]}"#,
+            ),
+            ("DELETE", "/v1/acls") => (format!("{path}?resource_type=ANY"), "{}"),
+            ("PUT", "/v1/users/{user}") => (path, r#"{"password": "mallory-secret"}"#),
+            ("PATCH", "/v1/quotas") => (
+                path,
+                r#"{"entity": {"user": null}, "set": {"producer_byte_rate": 1}}"#,
+            ),
+            _ => (path, "{}"),
         };
         let (status, answer) = http(&router, route.method, &path, body).await;
         let ctx = format!("{} {path}: {status} {answer}", route.method);

@@ -255,9 +255,19 @@ fn acl_resource(a: &AclRecord) -> String {
     )
 }
 
+/// Without an authorizer there are no ACLs: said before anything else about a request.
+fn enabled(http: &HttpApi) -> Result<(), Problem> {
+    if http.broker.authorizer().is_enabled() {
+        Ok(())
+    } else {
+        Err(SecurityError::Disabled.into())
+    }
+}
+
 /// `GET /v1/acls`: the bindings the query selects.
 pub async fn list_acls(State(http): State<Arc<HttpApi>>, query: QueryOf<AclQuery>) -> Response {
     let outcome = async {
+        enabled(&http)?;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter = query.filter()?;
         let acls = security::acls(&http.broker, &filter).await?;
@@ -277,6 +287,9 @@ pub async fn create_acls(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
+    if let Err(p) = enabled(&http) {
+        return p.into_response();
+    }
     let parsed = body.map_err(Problem::from).and_then(|b| {
         let req: CreateAcls = json::parse(&b, "ACL creation")?;
         if req.acls.is_empty() {
@@ -299,8 +312,10 @@ pub async fn create_acls(
     let request = json!({ "acls": records.iter().map(binding_json).collect::<Vec<_>>() });
     let checked = security::check_acls(&http.broker, records.clone());
     let outcome = match checked.into_iter().enumerate().find_map(|(i, c)| c.err().map(|e| (i, e))) {
-        Some((_, SecurityError::Disabled)) => Err(Problem::from(SecurityError::Disabled)),
-        Some((i, e)) => Err(Problem::bad_request(format!("acls[{i}]: {e}"))),
+        Some((i, e @ SecurityError::Invalid(_))) => {
+            Err(Problem::bad_request(format!("acls[{i}]: {e}")))
+        }
+        Some((_, e)) => Err(e.into()),
         None => security::store_acls(&http.broker, records.clone())
             .await
             .map(|()| {
@@ -322,6 +337,9 @@ pub async fn delete_acls(
     query: QueryOf<AclQuery>,
 ) -> Response {
     let caller = caller(&extensions);
+    if let Err(p) = enabled(&http) {
+        return p.into_response();
+    }
     let query = match query {
         Ok(q) => q.0,
         Err(e) => return Problem::bad_request(e.body_text()).into_response(),
