@@ -303,6 +303,15 @@ impl Broker {
         &self.authorizer
     }
 
+    /// The security service: ACLs, SCRAM users and quotas.
+    pub fn security(&self) -> crate::service::security::Security<'_> {
+        crate::service::security::Security {
+            authorizer: &self.authorizer,
+            metastore: &self.metastore,
+            quotas: &self.quotas,
+        }
+    }
+
     pub fn shutdown(&self) -> &CancellationToken {
         &self.shutdown
     }

@@ -242,7 +242,12 @@ fn table() -> Vec<(Route, Handler)> {
             cluster(O::Describe),
             get(operate::audit),
         ),
-        route("GET", "/v1/acls", cluster(O::Describe), get(security::list_acls)),
+        route(
+            "GET",
+            "/v1/acls",
+            cluster(O::Describe),
+            get(security::list_acls),
+        ),
         route(
             "POST",
             "/v1/acls",

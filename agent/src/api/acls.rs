@@ -45,7 +45,7 @@ pub async fn create_acls(broker: &Broker, req: CreateAclsRequest) -> CreateAclsR
         })
         .collect();
     let mut response = CreateAclsResponse::default();
-    response.results = security::create_acls(broker, bindings)
+    response.results = security::create_acls(broker.security(), bindings)
         .await
         .into_iter()
         .map(|outcome| {
@@ -95,7 +95,7 @@ pub async fn describe_acls(broker: &Broker, req: DescribeAclsRequest) -> Describ
             req.operation,
             req.permission_type,
         )?;
-        security::acls(broker, &filter).await
+        security::acls(broker.security(), &filter).await
     }
     .await
     .map_err(|e| ApiError::from(&e));
@@ -150,7 +150,9 @@ pub async fn delete_acls(broker: &Broker, req: DeleteAclsRequest) -> DeleteAclsR
         })
         .collect();
     let valid: Vec<AclFilter> = parsed.iter().filter_map(|f| f.clone().ok()).collect();
-    let mut deleted = security::delete_acls(broker, valid).await.into_iter();
+    let mut deleted = security::delete_acls(broker.security(), valid)
+        .await
+        .into_iter();
     let mut response = DeleteAclsResponse::default();
     response.filter_results = parsed
         .into_iter()

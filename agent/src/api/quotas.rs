@@ -40,7 +40,7 @@ pub async fn describe(
         };
         filter.push((c.entity_type.to_string(), m));
     }
-    let entries = match security::quotas(broker, &filter, req.strict).await {
+    let entries = match security::quotas(broker.security(), &filter, req.strict).await {
         Ok(entries) => entries,
         Err(e) => {
             let e = ApiError::from(&e);
@@ -110,7 +110,9 @@ pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClien
             .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
             .collect();
         let checked = if entity.len() != entry.entity.len() {
-            Err(SecurityError::Invalid("an entity type appears twice".into()))
+            Err(SecurityError::Invalid(
+                "an entity type appears twice".into(),
+            ))
         } else {
             security::check_quota(&entity, &ops)
         };
@@ -130,7 +132,7 @@ pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClien
     let stored = if req.validate_only {
         Ok(())
     } else {
-        security::store_quotas(broker, changes).await
+        security::store_quotas(broker.security(), changes).await
     };
     response.entries = results
         .into_iter()

@@ -73,7 +73,7 @@ pub async fn describe(
         .map(|u| u.name.to_string())
         .collect();
     if wanted.is_empty() {
-        return match security::users(broker).await {
+        return match security::users(broker.security()).await {
             Ok(all) => {
                 response.results = all
                     .into_iter()
@@ -94,7 +94,7 @@ pub async fn describe(
                     .into(),
             ))
         } else {
-            match security::user(broker, user).await {
+            match security::user(broker.security(), user).await {
                 Err(e @ SecurityError::Metastore(_)) => return fail(response, &e),
                 outcome => outcome,
             }
@@ -150,7 +150,7 @@ pub async fn alter(
         .iter()
         .filter_map(|(u, o)| Some((u.clone(), o.as_ref().ok()?.clone())))
         .collect();
-    let stored = security::alter_users(broker, accepted).await;
+    let stored = security::alter_users(broker.security(), accepted).await;
     let mut response = AlterUserScramCredentialsResponse::default();
     response.results = order
         .into_iter()

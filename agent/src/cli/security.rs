@@ -144,11 +144,15 @@ fn entity(s: &str) -> Result<EntitySpec, String> {
     let mut parts: Vec<(String, Option<String>)> = Vec::new();
     for part in s.split(',').filter(|p| !p.trim().is_empty()) {
         let Some((kind, name)) = part.split_once('=') else {
-            return Err(format!("{part:?} is not type=name (user=alice, client-id=app, ip=10.0.0.1)"));
+            return Err(format!(
+                "{part:?} is not type=name (user=alice, client-id=app, ip=10.0.0.1)"
+            ));
         };
         let kind = kind.trim();
         if !["user", "client-id", "ip"].contains(&kind) {
-            return Err(format!("{kind:?} is not an entity type: user, client-id or ip"));
+            return Err(format!(
+                "{kind:?} is not an entity type: user, client-id or ip"
+            ));
         }
         if parts.iter().any(|(k, _)| k == kind) {
             return Err(format!("{kind} is named twice"));
@@ -336,7 +340,13 @@ fn credentials(v: &Value) -> String {
         .as_array()
         .into_iter()
         .flatten()
-        .map(|c| format!("{} ({} iterations)", cell(&c["mechanism"]), cell(&c["iterations"])))
+        .map(|c| {
+            format!(
+                "{} ({} iterations)",
+                cell(&c["mechanism"]),
+                cell(&c["iterations"])
+            )
+        })
         .collect();
     if c.is_empty() {
         "-".to_string()

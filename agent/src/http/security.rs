@@ -31,7 +31,9 @@ use crate::authz::rules::{
     AclFilter, FilterPattern, Operation, PatternType, Permission, resource_type_name,
 };
 use crate::sasl::scram::{MIN_ITERATIONS, ScramHash};
-use crate::service::security::{self, CredentialChange, CredentialInfo, EntityMatch, SecurityError};
+use crate::service::security::{
+    self, CredentialChange, CredentialInfo, EntityMatch, SecurityError,
+};
 
 type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
@@ -135,9 +137,23 @@ fn binding_json(a: &AclRecord) -> Value {
 
 fn bindings_json(mut acls: Vec<AclRecord>) -> Value {
     acls.sort_by(|a, b| {
-        (a.resource_type, &a.resource_name, a.pattern_type, &a.principal)
-            .cmp(&(b.resource_type, &b.resource_name, b.pattern_type, &b.principal))
-            .then((&a.host, a.operation, a.permission).cmp(&(&b.host, b.operation, b.permission)))
+        (
+            a.resource_type,
+            &a.resource_name,
+            a.pattern_type,
+            &a.principal,
+        )
+            .cmp(&(
+                b.resource_type,
+                &b.resource_name,
+                b.pattern_type,
+                &b.principal,
+            ))
+            .then((&a.host, a.operation, a.permission).cmp(&(
+                &b.host,
+                b.operation,
+                b.permission,
+            )))
     });
     Value::Array(acls.iter().map(binding_json).collect())
 }
@@ -270,7 +286,7 @@ pub async fn list_acls(State(http): State<Arc<HttpApi>>, query: QueryOf<AclQuery
         enabled(&http)?;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter = query.filter()?;
-        let acls = security::acls(&http.broker, &filter).await?;
+        let acls = security::acls(http.broker.security(), &filter).await?;
         Ok::<_, Problem>(json!({ "acls": bindings_json(acls) }))
     }
     .await;
@@ -293,7 +309,9 @@ pub async fn create_acls(
     let parsed = body.map_err(Problem::from).and_then(|b| {
         let req: CreateAcls = json::parse(&b, "ACL creation")?;
         if req.acls.is_empty() {
-            return Err(Problem::bad_request("acls is empty: name at least one binding"));
+            return Err(Problem::bad_request(
+                "acls is empty: name at least one binding",
+            ));
         }
         req.acls
             .iter()
@@ -310,13 +328,17 @@ pub async fn create_acls(
     };
     let resource = acl_resource(&records[0]);
     let request = json!({ "acls": records.iter().map(binding_json).collect::<Vec<_>>() });
-    let checked = security::check_acls(&http.broker, records.clone());
-    let outcome = match checked.into_iter().enumerate().find_map(|(i, c)| c.err().map(|e| (i, e))) {
+    let checked = security::check_acls(http.broker.security(), records.clone());
+    let outcome = match checked
+        .into_iter()
+        .enumerate()
+        .find_map(|(i, c)| c.err().map(|e| (i, e)))
+    {
         Some((i, e @ SecurityError::Invalid(_))) => {
             Err(Problem::bad_request(format!("acls[{i}]: {e}")))
         }
         Some((_, e)) => Err(e.into()),
-        None => security::store_acls(&http.broker, records.clone())
+        None => security::store_acls(http.broker.security(), records.clone())
             .await
             .map(|()| {
                 (
@@ -357,17 +379,30 @@ pub async fn delete_acls(
     };
     let resource = format!(
         "acl:{}:{}:{}",
-        query.resource_type.as_deref().map_or("ANY".into(), kafka_name),
-        query.pattern_type.as_deref().map_or("ANY".into(), kafka_name),
+        query
+            .resource_type
+            .as_deref()
+            .map_or("ANY".into(), kafka_name),
+        query
+            .pattern_type
+            .as_deref()
+            .map_or("ANY".into(), kafka_name),
         query.resource_name.as_deref().unwrap_or("*"),
     );
-    let outcome = security::delete_acls(&http.broker, vec![filter])
+    let outcome = security::delete_acls(http.broker.security(), vec![filter])
         .await
         .pop()
         .expect("one outcome per filter")
         .map(|deleted| (StatusCode::OK, json!({ "deleted": bindings_json(deleted) })))
         .map_err(Problem::from);
-    audited(&http, &caller, "acl.delete", &resource, query.describe(), outcome)
+    audited(
+        &http,
+        &caller,
+        "acl.delete",
+        &resource,
+        query.describe(),
+        outcome,
+    )
 }
 
 // ---------------------------------------------------------------------------------
@@ -394,7 +429,7 @@ const MECHANISMS: [ScramHash; 2] = [ScramHash::Sha256, ScramHash::Sha512];
 
 /// `GET /v1/users`: every user with SCRAM credentials, and their mechanisms.
 pub async fn list_users(State(http): State<Arc<HttpApi>>) -> Response {
-    match security::users(&http.broker).await {
+    match security::users(http.broker.security()).await {
         Ok(users) => axum::Json(json!({
             "users": users
                 .iter()
@@ -412,9 +447,10 @@ pub async fn get_user(State(http): State<Arc<HttpApi>>, user: Extracted<String>)
         Ok(u) => u.0,
         Err(e) => return Problem::from(e).into_response(),
     };
-    match security::user(&http.broker, &user).await {
-        Ok(c) => axum::Json(json!({ "user": user, "credentials": credentials_json(&c) }))
-            .into_response(),
+    match security::user(http.broker.security(), &user).await {
+        Ok(c) => {
+            axum::Json(json!({ "user": user, "credentials": credentials_json(&c) })).into_response()
+        }
         Err(e) => Problem::from(e).into_response(),
     }
 }
@@ -492,12 +528,15 @@ async fn alter_user(
     user: &str,
     changes: Vec<CredentialChange>,
 ) -> Result<(StatusCode, Value), Problem> {
-    let mut refused =
-        security::alter_users(&http.broker, BTreeMap::from([(user.to_string(), changes)])).await?;
+    let mut refused = security::alter_users(
+        http.broker.security(),
+        BTreeMap::from([(user.to_string(), changes)]),
+    )
+    .await?;
     if let Some(e) = refused.remove(user) {
         return Err(e.into());
     }
-    let now = match security::user(&http.broker, user).await {
+    let now = match security::user(http.broker.security(), user).await {
         Ok(c) => c,
         Err(SecurityError::NotFound(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
@@ -531,14 +570,17 @@ pub async fn delete_user(
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let hashes = match &query.mechanism {
             Some(m) => vec![mechanism(m)?],
-            None => security::user(&http.broker, &user)
+            None => security::user(http.broker.security(), &user)
                 .await?
                 .iter()
                 .map(|c| c.mechanism)
                 .collect(),
         };
         let deleted: Vec<&str> = hashes.iter().map(|h| h.mechanism()).collect();
-        let changes = hashes.iter().map(|h| CredentialChange::Delete(*h)).collect();
+        let changes = hashes
+            .iter()
+            .map(|h| CredentialChange::Delete(*h))
+            .collect();
         alter_user(&http, &user, changes).await?;
         Ok((StatusCode::OK, json!({ "user": user, "deleted": deleted })))
     }
@@ -584,10 +626,7 @@ fn quota_json((entity, values): &security::QuotaEntry) -> Value {
 }
 
 /// `GET /v1/quotas`: the quotas of every entity the query selects.
-pub async fn list_quotas(
-    State(http): State<Arc<HttpApi>>,
-    query: QueryOf<QuotaQuery>,
-) -> Response {
+pub async fn list_quotas(State(http): State<Arc<HttpApi>>, query: QueryOf<QuotaQuery>) -> Response {
     let outcome = async {
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter: Vec<(String, EntityMatch)> = [
@@ -604,7 +643,7 @@ pub async fn list_quotas(
             Some((kind.to_string(), m))
         })
         .collect();
-        let entries = security::quotas(&http.broker, &filter, false).await?;
+        let entries = security::quotas(http.broker.security(), &filter, false).await?;
         Ok::<_, Problem>(json!({ "quotas": entries.iter().map(quota_json).collect::<Vec<_>>() }))
     }
     .await;
@@ -635,7 +674,11 @@ pub async fn alter_quotas(
     let caller = caller(&extensions);
     let parsed = body.map_err(Problem::from).and_then(|b| {
         let req: AlterQuotas = json::parse(&b, "quota alteration")?;
-        if let Some(kind) = req.entity.keys().find(|k| !ENTITY_TYPES.contains(&k.as_str())) {
+        if let Some(kind) = req
+            .entity
+            .keys()
+            .find(|k| !ENTITY_TYPES.contains(&k.as_str()))
+        {
             return Err(Problem::bad_request(format!(
                 "entity type {kind:?} is not one of user, client-id, ip"
             )));
@@ -644,7 +687,9 @@ pub async fn alter_quotas(
             return Err(Problem::bad_request("set or delete at least one quota"));
         }
         if let Some(key) = req.delete.iter().find(|k| req.set.contains_key(*k)) {
-            return Err(Problem::bad_request(format!("{key} is both set and deleted")));
+            return Err(Problem::bad_request(format!(
+                "{key} is both set and deleted"
+            )));
         }
         Ok(req)
     });
@@ -670,7 +715,7 @@ pub async fn alter_quotas(
     let request = json!({ "set": ops.iter().cloned().collect::<BTreeMap<_, _>>() });
     let outcome = async {
         security::check_quota(&entity, &ops)?;
-        security::store_quotas(&http.broker, vec![(entity.clone(), ops)]).await?;
+        security::store_quotas(http.broker.security(), vec![(entity.clone(), ops)]).await?;
         let exactly: Vec<(String, EntityMatch)> = entity
             .iter()
             .map(|(t, n)| {
@@ -678,7 +723,7 @@ pub async fn alter_quotas(
                 (t.clone(), m)
             })
             .collect();
-        let now = security::quotas(&http.broker, &exactly, true).await?;
+        let now = security::quotas(http.broker.security(), &exactly, true).await?;
         let values = now.into_iter().next().map(|(_, v)| v).unwrap_or_default();
         Ok::<_, Problem>((
             StatusCode::OK,

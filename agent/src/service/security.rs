@@ -15,8 +15,11 @@ use std::sync::{Arc, Mutex};
 
 use strata_metastore::{AclRecord, QuotaChange, QuotaEntity, UserCredentials};
 
+use strata_metastore::Metastore;
+
+use crate::authz::Authorizer;
 use crate::authz::rules::{self, AclFilter};
-use crate::broker::Broker;
+use crate::quota::Quotas;
 use crate::quota::rules as quota_rules;
 use crate::sasl::scram::{MAX_ITERATIONS, MIN_ITERATIONS, ScramHash};
 
@@ -44,6 +47,15 @@ pub enum SecurityError {
     Metastore(Arc<strata_metastore::Error>),
 }
 
+/// What the security service works on: the authorizer's bindings, the metastore, the
+/// quotas this agent enforces (`Broker::security` lends them).
+#[derive(Clone, Copy)]
+pub struct Security<'a> {
+    pub authorizer: &'a Authorizer,
+    pub metastore: &'a Metastore,
+    pub quotas: &'a Quotas,
+}
+
 fn metastore(e: strata_metastore::Error) -> SecurityError {
     tracing::warn!(error = %e, "a security change failed in the metastore");
     SecurityError::Metastore(Arc::new(e))
@@ -52,8 +64,8 @@ fn metastore(e: strata_metastore::Error) -> SecurityError {
 // ---------------------------------------------------------------------------------
 // ACLs
 
-fn acls_enabled(broker: &Broker) -> Result<(), SecurityError> {
-    if broker.authorizer().is_enabled() {
+fn acls_enabled(s: Security<'_>) -> Result<(), SecurityError> {
+    if s.authorizer.is_enabled() {
         Ok(())
     } else {
         Err(SecurityError::Disabled)
@@ -61,21 +73,21 @@ fn acls_enabled(broker: &Broker) -> Result<(), SecurityError> {
 }
 
 /// Reads the bindings again after a change, so this agent decides by them at once.
-async fn refresh_acls(broker: &Broker) {
-    if let Err(e) = broker.authorizer().refresh().await {
+async fn refresh_acls(s: Security<'_>) {
+    if let Err(e) = s.authorizer.refresh().await {
         tracing::warn!(error = %e, "cannot re-read ACLs after a change; the watch will");
     }
 }
 
 /// Each binding, checked as Kafka's controller checks one ([`rules::binding`]).
 pub fn check_acls(
-    broker: &Broker,
+    s: Security<'_>,
     bindings: Vec<AclRecord>,
 ) -> Vec<Result<AclRecord, SecurityError>> {
     bindings
         .into_iter()
         .map(|b| {
-            acls_enabled(broker)?;
+            acls_enabled(s)?;
             rules::binding(b).map_err(|e| SecurityError::Invalid(e.0))
         })
         .collect()
@@ -83,24 +95,24 @@ pub fn check_acls(
 
 /// Stores checked bindings in one metastore transaction (a binding already stored is
 /// not stored twice).
-pub async fn store_acls(broker: &Broker, valid: Vec<AclRecord>) -> Result<(), SecurityError> {
-    acls_enabled(broker)?;
+pub async fn store_acls(s: Security<'_>, valid: Vec<AclRecord>) -> Result<(), SecurityError> {
+    acls_enabled(s)?;
     if valid.is_empty() {
         return Ok(());
     }
-    let stored = broker.metastore().create_acls(valid).await;
-    refresh_acls(broker).await;
+    let stored = s.metastore.create_acls(valid).await;
+    refresh_acls(s).await;
     stored.map_err(metastore)
 }
 
 /// Kafka's CreateAcls: each binding checked on its own; the valid ones stored together.
 pub async fn create_acls(
-    broker: &Broker,
+    s: Security<'_>,
     bindings: Vec<AclRecord>,
 ) -> Vec<Result<(), SecurityError>> {
-    let checked = check_acls(broker, bindings);
+    let checked = check_acls(s, bindings);
     let valid: Vec<AclRecord> = checked.iter().filter_map(|c| c.clone().ok()).collect();
-    let stored = store_acls(broker, valid).await;
+    let stored = store_acls(s, valid).await;
     checked
         .into_iter()
         .map(|c| c.map(|_| ()).and(stored.clone()))
@@ -108,23 +120,23 @@ pub async fn create_acls(
 }
 
 /// The bindings `filter` selects.
-pub async fn acls(broker: &Broker, filter: &AclFilter) -> Result<Vec<AclRecord>, SecurityError> {
-    acls_enabled(broker)?;
-    let all = broker.metastore().acls().await.map_err(metastore)?;
+pub async fn acls(s: Security<'_>, filter: &AclFilter) -> Result<Vec<AclRecord>, SecurityError> {
+    acls_enabled(s)?;
+    let all = s.metastore.acls().await.map_err(metastore)?;
     Ok(all.into_iter().filter(|a| filter.matches(a)).collect())
 }
 
 /// Deletes the bindings each filter selects; answers, filter by filter, what it deleted.
 pub async fn delete_acls(
-    broker: &Broker,
+    s: Security<'_>,
     filters: Vec<AclFilter>,
 ) -> Vec<Result<Vec<AclRecord>, SecurityError>> {
     let mut out = Vec::with_capacity(filters.len());
     let mut changed = false;
     for filter in filters {
-        let deleted = match acls_enabled(broker) {
-            Ok(()) => broker
-                .metastore()
+        let deleted = match acls_enabled(s) {
+            Ok(()) => s
+                .metastore
                 .delete_acls(move |a| filter.matches(a))
                 .await
                 .map_err(metastore),
@@ -134,7 +146,7 @@ pub async fn delete_acls(
         out.push(deleted);
     }
     if changed {
-        refresh_acls(broker).await;
+        refresh_acls(s).await;
     }
     out
 }
@@ -163,9 +175,9 @@ fn infos(user: &UserCredentials) -> Vec<CredentialInfo> {
 }
 
 /// Every user with SCRAM credentials, and theirs.
-pub async fn users(broker: &Broker) -> Result<Vec<(String, Vec<CredentialInfo>)>, SecurityError> {
-    let all = broker
-        .metastore()
+pub async fn users(s: Security<'_>) -> Result<Vec<(String, Vec<CredentialInfo>)>, SecurityError> {
+    let all = s
+        .metastore
         .all_user_credentials()
         .await
         .map_err(metastore)?;
@@ -173,9 +185,9 @@ pub async fn users(broker: &Broker) -> Result<Vec<(String, Vec<CredentialInfo>)>
 }
 
 /// One user's credentials; NotFound if it has none.
-pub async fn user(broker: &Broker, name: &str) -> Result<Vec<CredentialInfo>, SecurityError> {
-    match broker
-        .metastore()
+pub async fn user(s: Security<'_>, name: &str) -> Result<Vec<CredentialInfo>, SecurityError> {
+    match s
+        .metastore
         .user_credentials(name)
         .await
         .map_err(metastore)?
@@ -280,7 +292,7 @@ pub fn credential_from_password(
 /// delete a credential it does not have keeps what it had and is answered NotFound;
 /// the others' go ahead. Returns those refusals by user.
 pub async fn alter_users(
-    broker: &Broker,
+    s: Security<'_>,
     changes: BTreeMap<String, Vec<CredentialChange>>,
 ) -> Result<BTreeMap<String, SecurityError>, SecurityError> {
     if changes.is_empty() {
@@ -290,8 +302,8 @@ pub async fn alter_users(
     let missing: Arc<Mutex<BTreeMap<String, SecurityError>>> = Arc::default();
     let users = changes.keys().cloned().collect();
     let refusals = Arc::clone(&missing);
-    broker
-        .metastore()
+    s
+        .metastore
         .alter_user_credentials(users, move |stored| {
             let mut refused = BTreeMap::new();
             for (user, changes) in &changes {
@@ -349,13 +361,12 @@ pub type QuotaEntry = (QuotaEntity, BTreeMap<String, f64>);
 /// with `strict`, only entities of exactly the filter's types), read from the
 /// metastore now: what a tool wrote a moment ago through another agent is shown.
 pub async fn quotas(
-    broker: &Broker,
+    s: Security<'_>,
     filter: &[(String, EntityMatch)],
     strict: bool,
 ) -> Result<Vec<QuotaEntry>, SecurityError> {
     for (i, (kind, _)) in filter.iter().enumerate() {
-        if ![quota_rules::USER, quota_rules::CLIENT_ID, quota_rules::IP].contains(&kind.as_str())
-        {
+        if ![quota_rules::USER, quota_rules::CLIENT_ID, quota_rules::IP].contains(&kind.as_str()) {
             return Err(SecurityError::Invalid(format!(
                 "Custom entity type '{kind}' not supported"
             )));
@@ -373,10 +384,10 @@ pub async fn quotas(
                 .into(),
         ));
     }
-    if let Err(e) = broker.quotas().refresh().await {
+    if let Err(e) = s.quotas.refresh().await {
         tracing::warn!(error = %e, "cannot re-read client quotas; describing the ones read before");
     }
-    let index = broker.quotas().snapshot();
+    let index = s.quotas.snapshot();
     let mut entries: Vec<QuotaEntry> = index
         .entries()
         .filter(|(entity, _)| {
@@ -395,18 +406,21 @@ pub async fn quotas(
 }
 
 /// Checks one entity's alteration as Kafka does ([`quota_rules::validate`]).
-pub fn check_quota(entity: &QuotaEntity, ops: &[(String, Option<f64>)]) -> Result<(), SecurityError> {
+pub fn check_quota(
+    entity: &QuotaEntity,
+    ops: &[(String, Option<f64>)],
+) -> Result<(), SecurityError> {
     quota_rules::validate(entity, ops).map_err(|e| SecurityError::Invalid(e.0))
 }
 
 /// Stores checked quota changes in one metastore transaction (each op sets a quota, or
 /// with `None` removes it), then reads them again so this agent enforces them at once.
-pub async fn store_quotas(broker: &Broker, changes: Vec<QuotaChange>) -> Result<(), SecurityError> {
+pub async fn store_quotas(s: Security<'_>, changes: Vec<QuotaChange>) -> Result<(), SecurityError> {
     if changes.is_empty() {
         return Ok(());
     }
-    let stored = broker.metastore().alter_quotas(changes).await;
-    if let Err(e) = broker.quotas().refresh().await {
+    let stored = s.metastore.alter_quotas(changes).await;
+    if let Err(e) = s.quotas.refresh().await {
         tracing::warn!(error = %e, "cannot re-read client quotas after a change; the watch will");
     }
     stored.map_err(metastore)
