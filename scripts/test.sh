@@ -43,6 +43,9 @@ fi
 step "no import cycles between the modules of any crate"
 python3 scripts/check-module-cycles.py
 
+step "the edges reach the metastore, the replica manager and each other no more than before"
+python3 scripts/check-edge-imports.py
+
 step "cargo build with clippy's lints (every target: the strata and strata-bench binaries the client tests run, and the tests)"
 # clippy-driver is rustc with clippy's lints: as the workspace's compiler wrapper it lints
 # and builds in one pass, where `cargo clippy` then `cargo build` would compile the
