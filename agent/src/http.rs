@@ -117,6 +117,9 @@ fn table() -> Vec<(Route, Handler)> {
     let topic = |op| On(op, R::Topic, "topic");
     let group = |op| On(op, R::Group, "group");
     let cluster = |op| On(op, R::Cluster, "");
+    // ACLs, users and quotas: the security service decides (as for the Kafka APIs).
+    const SECURITY: Needs =
+        InHandler("the security service: DESCRIBE or ALTER (quotas: _CONFIGS) on the cluster");
     vec![
         route("GET", "/healthz", Nothing, get(|| async { "ok\n" })),
         route("GET", "/readyz", Nothing, get(readyz)),
@@ -242,58 +245,28 @@ fn table() -> Vec<(Route, Handler)> {
             cluster(O::Describe),
             get(operate::audit),
         ),
-        route(
-            "GET",
-            "/v1/acls",
-            cluster(O::Describe),
-            get(security::list_acls),
-        ),
-        route(
-            "POST",
-            "/v1/acls",
-            cluster(O::Alter),
-            post(security::create_acls),
-        ),
+        route("GET", "/v1/acls", SECURITY, get(security::list_acls)),
+        route("POST", "/v1/acls", SECURITY, post(security::create_acls)),
         route(
             "DELETE",
             "/v1/acls",
-            cluster(O::Alter),
+            SECURITY,
             delete(security::delete_acls),
         ),
-        route(
-            "GET",
-            "/v1/users",
-            cluster(O::Describe),
-            get(security::list_users),
-        ),
-        route(
-            "GET",
-            "/v1/users/{user}",
-            cluster(O::Describe),
-            get(security::get_user),
-        ),
-        route(
-            "PUT",
-            "/v1/users/{user}",
-            cluster(O::Alter),
-            put(security::set_user),
-        ),
+        route("GET", "/v1/users", SECURITY, get(security::list_users)),
+        route("GET", "/v1/users/{user}", SECURITY, get(security::get_user)),
+        route("PUT", "/v1/users/{user}", SECURITY, put(security::set_user)),
         route(
             "DELETE",
             "/v1/users/{user}",
-            cluster(O::Alter),
+            SECURITY,
             delete(security::delete_user),
         ),
-        route(
-            "GET",
-            "/v1/quotas",
-            cluster(O::DescribeConfigs),
-            get(security::list_quotas),
-        ),
+        route("GET", "/v1/quotas", SECURITY, get(security::list_quotas)),
         route(
             "PATCH",
             "/v1/quotas",
-            cluster(O::AlterConfigs),
+            SECURITY,
             patch(security::alter_quotas),
         ),
         route("GET", "/v1/cluster", Caller, get(admin::cluster)),

@@ -1000,6 +1000,18 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
+                // The security service decides: CLUSTER, as the Kafka APIs.
+                (_, path)
+                    if ["/v1/acls", "/v1/users", "/v1/quotas"]
+                        .iter()
+                        .any(|p| path.starts_with(p)) =>
+                {
+                    assert_eq!(
+                        (status, kafka_error),
+                        (403, "CLUSTER_AUTHORIZATION_FAILED"),
+                        "{ctx}"
+                    )
+                }
                 _ => panic!("no authorization case for {ctx}: {:?}", route.needs),
             },
         }

@@ -1,7 +1,7 @@
 //! CreateAcls, DescribeAcls and DeleteAcls: wire requests translated to the security
 //! service (`service/security.rs`), which keeps the bindings the authorizer enforces.
-//! Whether the caller may change or read them is checked before these run (`gate.rs`:
-//! ALTER or DESCRIBE on the cluster).
+//! The service decides whether the caller may (ALTER or DESCRIBE on the cluster):
+//! `allowed` is its answer, asked before the handler runs.
 //!
 //! As Kafka: without an authorizer all three answer SECURITY_DISABLED; an invalid
 //! binding or filter is INVALID_REQUEST with the reason, and the others in the request
@@ -24,13 +24,23 @@ use strata_metastore::AclRecord;
 use super::errors::ApiError;
 use crate::authz::rules::AclFilter;
 use crate::broker::Broker;
-use crate::service::security::{self, SecurityError};
+use crate::service::security::{self, Allowed, SecurityError};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-pub async fn create_acls(broker: &Broker, req: CreateAclsRequest) -> CreateAclsResponse {
+/// Each item's outcome, all of them `e` when the caller may not.
+fn each<T>(n: usize, e: SecurityError) -> Vec<Result<T, SecurityError>> {
+    (0..n).map(|_| Err(e.clone())).collect()
+}
+
+pub async fn create_acls(
+    broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
+    req: CreateAclsRequest,
+) -> CreateAclsResponse {
+    let n = req.creations.len();
     let bindings = req
         .creations
         .into_iter()
@@ -45,8 +55,11 @@ pub async fn create_acls(broker: &Broker, req: CreateAclsRequest) -> CreateAclsR
         })
         .collect();
     let mut response = CreateAclsResponse::default();
-    response.results = security::create_acls(broker.security(), bindings)
-        .await
+    let outcomes = match &allowed {
+        Ok(allowed) => security::create_acls(broker.security(), allowed, bindings).await,
+        Err(e) => each(n, e.clone()),
+    };
+    response.results = outcomes
         .into_iter()
         .map(|outcome| {
             let mut r = AclCreationResult::default();
@@ -83,9 +96,14 @@ fn filter(
     .map_err(|e| SecurityError::Invalid(e.0))
 }
 
-pub async fn describe_acls(broker: &Broker, req: DescribeAclsRequest) -> DescribeAclsResponse {
+pub async fn describe_acls(
+    broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
+    req: DescribeAclsRequest,
+) -> DescribeAclsResponse {
     let mut response = DescribeAclsResponse::default();
     let found = async {
+        let allowed = allowed?;
         let filter = filter(
             req.resource_type_filter,
             &req.resource_name_filter,
@@ -95,7 +113,7 @@ pub async fn describe_acls(broker: &Broker, req: DescribeAclsRequest) -> Describ
             req.operation,
             req.permission_type,
         )?;
-        security::acls(broker.security(), &filter).await
+        security::acls(broker.security(), &allowed, &filter).await
     }
     .await
     .map_err(|e| ApiError::from(&e));
@@ -133,7 +151,11 @@ pub async fn describe_acls(broker: &Broker, req: DescribeAclsRequest) -> Describ
     response
 }
 
-pub async fn delete_acls(broker: &Broker, req: DeleteAclsRequest) -> DeleteAclsResponse {
+pub async fn delete_acls(
+    broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
+    req: DeleteAclsRequest,
+) -> DeleteAclsResponse {
     let parsed: Vec<Result<AclFilter, SecurityError>> = req
         .filters
         .iter()
@@ -149,10 +171,16 @@ pub async fn delete_acls(broker: &Broker, req: DeleteAclsRequest) -> DeleteAclsR
             )
         })
         .collect();
+    let parsed = match &allowed {
+        Ok(_) => parsed,
+        Err(e) => each(parsed.len(), e.clone()),
+    };
     let valid: Vec<AclFilter> = parsed.iter().filter_map(|f| f.clone().ok()).collect();
-    let mut deleted = security::delete_acls(broker.security(), valid)
-        .await
-        .into_iter();
+    let mut deleted = match &allowed {
+        Ok(allowed) => security::delete_acls(broker.security(), allowed, valid).await,
+        Err(_) => Vec::new(),
+    }
+    .into_iter();
     let mut response = DeleteAclsResponse::default();
     response.filter_results = parsed
         .into_iter()

@@ -257,6 +257,7 @@ impl From<AdminError> for ApiError {
 impl From<&SecurityError> for ApiError {
     fn from(e: &SecurityError) -> Self {
         let code = match e {
+            SecurityError::Denied { .. } => ResponseError::ClusterAuthorizationFailed,
             SecurityError::Disabled => ResponseError::SecurityDisabled,
             SecurityError::Invalid(_) => ResponseError::InvalidRequest,
             SecurityError::NotFound(_) => ResponseError::ResourceNotFound,

@@ -37,6 +37,7 @@ use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 use crate::broker::Broker;
 use crate::context::RequestContext;
+use crate::service::security::{Action, Allowed, SecurityError};
 
 /// The response to one request, once it is ready; `None` for requests that get no
 /// response (produce with acks=0).
@@ -99,6 +100,20 @@ pub async fn dispatch(
                 .boxed()
         }
     })
+}
+
+/// Whether the connection's principal may do `action` of the security service, which
+/// decides it (`gate.rs` does not check these APIs).
+fn authorize(
+    broker: &Broker,
+    ctx: &RequestContext,
+    action: Action,
+) -> Result<Allowed, SecurityError> {
+    let who = crate::authz::Caller {
+        principal: ctx.principal(),
+        host: ctx.peer().ip(),
+    };
+    crate::service::security::authorize(broker.security(), who, action)
 }
 
 /// [`dispatch`] before the audit of privileged requests.
@@ -250,25 +265,32 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::DescribeProducers(req) => ready(transactions::describe_producers(broker, req)),
         RequestKind::DescribeUserScramCredentials(req) => {
-            async move { Some(users::describe(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::DescribeUsers);
+            async move { Some(users::describe(&b, allowed, req).await.into()) }.boxed()
         }
         RequestKind::AlterUserScramCredentials(req) => {
-            async move { Some(users::alter(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::AlterUsers);
+            async move { Some(users::alter(&b, allowed, req).await.into()) }.boxed()
         }
         RequestKind::DescribeClientQuotas(req) => {
-            async move { Some(quotas::describe(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::DescribeQuotas);
+            async move { Some(quotas::describe(&b, allowed, req).await.into()) }.boxed()
         }
         RequestKind::AlterClientQuotas(req) => {
-            async move { Some(quotas::alter(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::AlterQuotas);
+            async move { Some(quotas::alter(&b, allowed, req).await.into()) }.boxed()
         }
         RequestKind::CreateAcls(req) => {
-            async move { Some(acls::create_acls(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::AlterAcls);
+            async move { Some(acls::create_acls(&b, allowed, req).await.into()) }.boxed()
         }
         RequestKind::DescribeAcls(req) => {
-            async move { Some(acls::describe_acls(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::DescribeAcls);
+            async move { Some(acls::describe_acls(&b, allowed, req).await.into()) }.boxed()
         }
         RequestKind::DeleteAcls(req) => {
-            async move { Some(acls::delete_acls(&b, req).await.into()) }.boxed()
+            let allowed = authorize(broker, ctx, Action::AlterAcls);
+            async move { Some(acls::delete_acls(&b, allowed, req).await.into()) }.boxed()
         }
         _ => return None,
     })

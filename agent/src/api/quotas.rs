@@ -1,7 +1,8 @@
 //! DescribeClientQuotas and AlterClientQuotas (KIP-546): the quotas `kafka-configs
 //! --entity-type users|clients|ips` and the admin clients set, translated to the
 //! security service (`service/security.rs`) and enforced by every agent
-//! (`crate::quota`). Whether the caller
+//! (`crate::quota`). The service decides whether the caller may (DESCRIBE_CONFIGS or
+//! ALTER_CONFIGS on the cluster): `allowed` is its answer. Whether the caller
 //! may read or change them is checked before these run (`gate.rs`: DESCRIBE_CONFIGS or
 //! ALTER_CONFIGS on the cluster).
 
@@ -15,7 +16,7 @@ use strata_metastore::{QuotaChange, QuotaEntity};
 
 use super::errors::ApiError;
 use crate::broker::Broker;
-use crate::service::security::{self, EntityMatch, SecurityError};
+use crate::service::security::{self, Allowed, EntityMatch, SecurityError};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -23,9 +24,19 @@ fn s(v: impl Into<String>) -> StrBytes {
 
 pub async fn describe(
     broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
     req: DescribeClientQuotasRequest,
 ) -> DescribeClientQuotasResponse {
     let mut response = DescribeClientQuotasResponse::default();
+    let allowed = match allowed {
+        Ok(a) => a,
+        Err(e) => {
+            let e = ApiError::from(&e);
+            response.error_code = e.code();
+            response.error_message = Some(s(e.message));
+            return response;
+        }
+    };
     let mut filter: Vec<(String, EntityMatch)> = Vec::new();
     for c in &req.components {
         let m = match (c.match_type, &c._match) {
@@ -40,7 +51,7 @@ pub async fn describe(
         };
         filter.push((c.entity_type.to_string(), m));
     }
-    let entries = match security::quotas(broker.security(), &filter, req.strict).await {
+    let entries = match security::quotas(broker.security(), &allowed, &filter, req.strict).await {
         Ok(entries) => entries,
         Err(e) => {
             let e = ApiError::from(&e);
@@ -78,7 +89,11 @@ pub async fn describe(
     response
 }
 
-pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClientQuotasResponse {
+pub async fn alter(
+    broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
+    req: AlterClientQuotasRequest,
+) -> AlterClientQuotasResponse {
     let mut response = AlterClientQuotasResponse::default();
     let mut changes: Vec<QuotaChange> = Vec::new();
     let mut results: Vec<(alter_client_quotas_response::EntryData, bool)> = Vec::new();
@@ -109,7 +124,9 @@ pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClien
             .iter()
             .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
             .collect();
-        let checked = if entity.len() != entry.entity.len() {
+        let checked = if let Err(e) = &allowed {
+            Err(e.clone())
+        } else if entity.len() != entry.entity.len() {
             Err(SecurityError::Invalid(
                 "an entity type appears twice".into(),
             ))
@@ -129,10 +146,11 @@ pub async fn alter(broker: &Broker, req: AlterClientQuotasRequest) -> AlterClien
             }
         }
     }
-    let stored = if req.validate_only {
-        Ok(())
-    } else {
-        security::store_quotas(broker.security(), changes).await
+    let stored = match &allowed {
+        Ok(allowed) if !req.validate_only => {
+            security::store_quotas(broker.security(), allowed, changes).await
+        }
+        _ => Ok(()),
     };
     response.entries = results
         .into_iter()

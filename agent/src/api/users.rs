@@ -20,7 +20,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use super::errors::ApiError;
 use crate::broker::Broker;
-use crate::service::security::{self, CredentialChange, CredentialInfo as Info, SecurityError};
+use crate::service::security::{
+    self, Allowed, CredentialChange, CredentialInfo as Info, SecurityError,
+};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -57,6 +59,7 @@ fn describe_result(
 
 pub async fn describe(
     broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let mut response = DescribeUserScramCredentialsResponse::default();
@@ -72,8 +75,12 @@ pub async fn describe(
         .into_iter()
         .map(|u| u.name.to_string())
         .collect();
+    let allowed = match allowed {
+        Ok(a) => a,
+        Err(e) => return fail(response, &e),
+    };
     if wanted.is_empty() {
-        return match security::users(broker.security()).await {
+        return match security::users(broker.security(), &allowed).await {
             Ok(all) => {
                 response.results = all
                     .into_iter()
@@ -94,7 +101,7 @@ pub async fn describe(
                     .into(),
             ))
         } else {
-            match security::user(broker.security(), user).await {
+            match security::user(broker.security(), &allowed, user).await {
                 Err(e @ SecurityError::Metastore(_)) => return fail(response, &e),
                 outcome => outcome,
             }
@@ -106,6 +113,7 @@ pub async fn describe(
 
 pub async fn alter(
     broker: &Broker,
+    allowed: Result<Allowed, SecurityError>,
     req: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
     // Every user in request order, with its changes or the first refusal.
@@ -150,7 +158,17 @@ pub async fn alter(
         .iter()
         .filter_map(|(u, o)| Some((u.clone(), o.as_ref().ok()?.clone())))
         .collect();
-    let stored = security::alter_users(broker.security(), accepted).await;
+    // A caller who may not alter users is told so for every user, whatever else is
+    // wrong with the request (Kafka's order).
+    if let Err(e) = &allowed {
+        for outcome in outcomes.values_mut() {
+            *outcome = Err(e.clone());
+        }
+    }
+    let stored = match &allowed {
+        Ok(allowed) => security::alter_users(broker.security(), allowed, accepted).await,
+        Err(_) => Ok(BTreeMap::new()),
+    };
     let mut response = AlterUserScramCredentialsResponse::default();
     response.results = order
         .into_iter()

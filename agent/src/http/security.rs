@@ -13,9 +13,10 @@
 //! `producer_byte_rate`), read in any case.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{Query, State};
+use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -27,12 +28,13 @@ use super::admin::{audited, caller};
 use super::json;
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
+use crate::authz::Caller;
 use crate::authz::rules::{
     AclFilter, FilterPattern, Operation, PatternType, Permission, resource_type_name,
 };
 use crate::sasl::scram::{MIN_ITERATIONS, ScramHash};
 use crate::service::security::{
-    self, CredentialChange, CredentialInfo, EntityMatch, SecurityError,
+    self, Action, Allowed, CredentialChange, CredentialInfo, EntityMatch, SecurityError,
 };
 
 type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
@@ -41,6 +43,7 @@ impl From<SecurityError> for Problem {
     fn from(e: SecurityError) -> Problem {
         let status = match &e {
             SecurityError::Metastore(m) => return Problem::from(ApiError::from(m.as_ref())),
+            SecurityError::Denied { .. } => StatusCode::FORBIDDEN,
             SecurityError::Disabled | SecurityError::Duplicate(_) => StatusCode::CONFLICT,
             SecurityError::NotFound(_) => StatusCode::NOT_FOUND,
             SecurityError::Invalid(_)
@@ -54,6 +57,20 @@ impl From<SecurityError> for Problem {
             kafka_error: Some(crate::metrics::kafka_error_name(kafka.code.code())),
         }
     }
+}
+
+/// May the caller do `action`? The security service decides (the route table leaves
+/// it to it).
+fn allowed(http: &HttpApi, extensions: &Extensions, action: Action) -> Result<Allowed, Problem> {
+    let principal = super::auth::authenticated(extensions);
+    let host = extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
+    let who = Caller {
+        principal: &principal,
+        host,
+    };
+    security::authorize(http.broker.security(), who, action).map_err(Problem::from)
 }
 
 // ---------------------------------------------------------------------------------
@@ -281,12 +298,17 @@ fn enabled(http: &HttpApi) -> Result<(), Problem> {
 }
 
 /// `GET /v1/acls`: the bindings the query selects.
-pub async fn list_acls(State(http): State<Arc<HttpApi>>, query: QueryOf<AclQuery>) -> Response {
+pub async fn list_acls(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    query: QueryOf<AclQuery>,
+) -> Response {
     let outcome = async {
+        let allowed = allowed(&http, &extensions, Action::DescribeAcls)?;
         enabled(&http)?;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter = query.filter()?;
-        let acls = security::acls(http.broker.security(), &filter).await?;
+        let acls = security::acls(http.broker.security(), &allowed, &filter).await?;
         Ok::<_, Problem>(json!({ "acls": bindings_json(acls) }))
     }
     .await;
@@ -303,6 +325,10 @@ pub async fn create_acls(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
+    let allowed = match allowed(&http, &extensions, Action::AlterAcls) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
     if let Err(p) = enabled(&http) {
         return p.into_response();
     }
@@ -328,7 +354,7 @@ pub async fn create_acls(
     };
     let resource = acl_resource(&records[0]);
     let request = json!({ "acls": records.iter().map(binding_json).collect::<Vec<_>>() });
-    let checked = security::check_acls(http.broker.security(), records.clone());
+    let checked = security::check_acls(http.broker.security(), &allowed, records.clone());
     let outcome = match checked
         .into_iter()
         .enumerate()
@@ -338,7 +364,7 @@ pub async fn create_acls(
             Err(Problem::bad_request(format!("acls[{i}]: {e}")))
         }
         Some((_, e)) => Err(e.into()),
-        None => security::store_acls(http.broker.security(), records.clone())
+        None => security::store_acls(http.broker.security(), &allowed, records.clone())
             .await
             .map(|()| {
                 (
@@ -359,6 +385,10 @@ pub async fn delete_acls(
     query: QueryOf<AclQuery>,
 ) -> Response {
     let caller = caller(&extensions);
+    let allowed = match allowed(&http, &extensions, Action::AlterAcls) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
     if let Err(p) = enabled(&http) {
         return p.into_response();
     }
@@ -389,7 +419,7 @@ pub async fn delete_acls(
             .map_or("ANY".into(), kafka_name),
         query.resource_name.as_deref().unwrap_or("*"),
     );
-    let outcome = security::delete_acls(http.broker.security(), vec![filter])
+    let outcome = security::delete_acls(http.broker.security(), &allowed, vec![filter])
         .await
         .pop()
         .expect("one outcome per filter")
@@ -428,8 +458,12 @@ fn mechanism(name: &str) -> Result<ScramHash, Problem> {
 const MECHANISMS: [ScramHash; 2] = [ScramHash::Sha256, ScramHash::Sha512];
 
 /// `GET /v1/users`: every user with SCRAM credentials, and their mechanisms.
-pub async fn list_users(State(http): State<Arc<HttpApi>>) -> Response {
-    match security::users(http.broker.security()).await {
+pub async fn list_users(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
+    let allowed = match allowed(&http, &extensions, Action::DescribeUsers) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
+    match security::users(http.broker.security(), &allowed).await {
         Ok(users) => axum::Json(json!({
             "users": users
                 .iter()
@@ -442,12 +476,20 @@ pub async fn list_users(State(http): State<Arc<HttpApi>>) -> Response {
 }
 
 /// `GET /v1/users/{user}`.
-pub async fn get_user(State(http): State<Arc<HttpApi>>, user: Extracted<String>) -> Response {
+pub async fn get_user(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    user: Extracted<String>,
+) -> Response {
+    let allowed = match allowed(&http, &extensions, Action::DescribeUsers) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
     let user = match user {
         Ok(u) => u.0,
         Err(e) => return Problem::from(e).into_response(),
     };
-    match security::user(http.broker.security(), &user).await {
+    match security::user(http.broker.security(), &allowed, &user).await {
         Ok(c) => {
             axum::Json(json!({ "user": user, "credentials": credentials_json(&c) })).into_response()
         }
@@ -476,6 +518,10 @@ pub async fn set_user(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
+    let allowed = match allowed(&http, &extensions, Action::AlterUsers) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
     let (user, body) = match extract(user, body) {
         Ok(parts) => parts,
         Err(p) => return p.into_response(),
@@ -512,7 +558,7 @@ pub async fn set_user(
             );
         }
     };
-    let outcome = alter_user(&http, &user, changes).await;
+    let outcome = alter_user(&http, &allowed, &user, changes).await;
     audited(
         &http,
         &caller,
@@ -525,18 +571,20 @@ pub async fn set_user(
 
 async fn alter_user(
     http: &HttpApi,
+    allowed: &Allowed,
     user: &str,
     changes: Vec<CredentialChange>,
 ) -> Result<(StatusCode, Value), Problem> {
     let mut refused = security::alter_users(
         http.broker.security(),
+        allowed,
         BTreeMap::from([(user.to_string(), changes)]),
     )
     .await?;
     if let Some(e) = refused.remove(user) {
         return Err(e.into());
     }
-    let now = match security::user(http.broker.security(), user).await {
+    let now = match security::user(http.broker.security(), allowed, user).await {
         Ok(c) => c,
         Err(SecurityError::NotFound(_)) => Vec::new(),
         Err(e) => return Err(e.into()),
@@ -561,6 +609,10 @@ pub async fn delete_user(
     query: QueryOf<DeleteUserQuery>,
 ) -> Response {
     let caller = caller(&extensions);
+    let allowed = match allowed(&http, &extensions, Action::AlterUsers) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
     let user = match user {
         Ok(u) => u.0,
         Err(e) => return Problem::from(e).into_response(),
@@ -570,7 +622,7 @@ pub async fn delete_user(
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let hashes = match &query.mechanism {
             Some(m) => vec![mechanism(m)?],
-            None => security::user(http.broker.security(), &user)
+            None => security::user(http.broker.security(), &allowed, &user)
                 .await?
                 .iter()
                 .map(|c| c.mechanism)
@@ -581,7 +633,7 @@ pub async fn delete_user(
             .iter()
             .map(|h| CredentialChange::Delete(*h))
             .collect();
-        alter_user(&http, &user, changes).await?;
+        alter_user(&http, &allowed, &user, changes).await?;
         Ok((StatusCode::OK, json!({ "user": user, "deleted": deleted })))
     }
     .await;
@@ -626,8 +678,13 @@ fn quota_json((entity, values): &security::QuotaEntry) -> Value {
 }
 
 /// `GET /v1/quotas`: the quotas of every entity the query selects.
-pub async fn list_quotas(State(http): State<Arc<HttpApi>>, query: QueryOf<QuotaQuery>) -> Response {
+pub async fn list_quotas(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    query: QueryOf<QuotaQuery>,
+) -> Response {
     let outcome = async {
+        let allowed = allowed(&http, &extensions, Action::DescribeQuotas)?;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter: Vec<(String, EntityMatch)> = [
             ("user", query.user),
@@ -643,7 +700,7 @@ pub async fn list_quotas(State(http): State<Arc<HttpApi>>, query: QueryOf<QuotaQ
             Some((kind.to_string(), m))
         })
         .collect();
-        let entries = security::quotas(http.broker.security(), &filter, false).await?;
+        let entries = security::quotas(http.broker.security(), &allowed, &filter, false).await?;
         Ok::<_, Problem>(json!({ "quotas": entries.iter().map(quota_json).collect::<Vec<_>>() }))
     }
     .await;
@@ -672,6 +729,10 @@ pub async fn alter_quotas(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
+    let allowed = match allowed(&http, &extensions, Action::AlterQuotas) {
+        Ok(a) => a,
+        Err(p) => return p.into_response(),
+    };
     let parsed = body.map_err(Problem::from).and_then(|b| {
         let req: AlterQuotas = json::parse(&b, "quota alteration")?;
         if let Some(kind) = req
@@ -715,7 +776,12 @@ pub async fn alter_quotas(
     let request = json!({ "set": ops.iter().cloned().collect::<BTreeMap<_, _>>() });
     let outcome = async {
         security::check_quota(&entity, &ops)?;
-        security::store_quotas(http.broker.security(), vec![(entity.clone(), ops)]).await?;
+        security::store_quotas(
+            http.broker.security(),
+            &allowed,
+            vec![(entity.clone(), ops)],
+        )
+        .await?;
         let exactly: Vec<(String, EntityMatch)> = entity
             .iter()
             .map(|(t, n)| {
@@ -723,7 +789,7 @@ pub async fn alter_quotas(
                 (t.clone(), m)
             })
             .collect();
-        let now = security::quotas(http.broker.security(), &exactly, true).await?;
+        let now = security::quotas(http.broker.security(), &allowed, &exactly, true).await?;
         let values = now.into_iter().next().map(|(_, v)| v).unwrap_or_default();
         Ok::<_, Problem>((
             StatusCode::OK,

@@ -5,6 +5,11 @@
 //! requests to these calls and [`SecurityError`] to Kafka codes or HTTP statuses, so a
 //! binding made with `strata acls create` is the one `kafka-acls.sh --list` shows.
 //!
+//! The service decides who may: every call that reads or changes takes an [`Allowed`],
+//! which only [`authorize`] gives, for the caller's principal and address and the
+//! operation on the cluster Kafka asks (DESCRIBE or ALTER for ACLs and users,
+//! DESCRIBE_CONFIGS or ALTER_CONFIGS for quotas). Neither edge checks these itself.
+//!
 //! As Kafka: without an authorizer there are no ACLs to read or change
 //! ([`SecurityError::Disabled`]). The agent that stored a change reads the bindings or
 //! quotas again before it answers, so the caller's next request here is decided by
@@ -17,8 +22,8 @@ use strata_metastore::{AclRecord, QuotaChange, QuotaEntity, UserCredentials};
 
 use strata_metastore::Metastore;
 
-use crate::authz::Authorizer;
 use crate::authz::rules::{self, AclFilter};
+use crate::authz::{Authorizer, CLUSTER_NAME, Caller, Operation, ResourceType};
 use crate::quota::Quotas;
 use crate::quota::rules as quota_rules;
 use crate::sasl::scram::{MAX_ITERATIONS, MIN_ITERATIONS, ScramHash};
@@ -26,6 +31,12 @@ use crate::sasl::scram::{MAX_ITERATIONS, MIN_ITERATIONS, ScramHash};
 /// Why a security request is refused; each edge maps the kind to its own terms.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SecurityError {
+    /// The caller may not do this (CLUSTER_AUTHORIZATION_FAILED).
+    #[error("{principal} may not {operation} CLUSTER {CLUSTER_NAME}")]
+    Denied {
+        principal: String,
+        operation: &'static str,
+    },
     /// No authorizer is configured, so there are no ACLs.
     #[error("no authorizer is configured (set authorizer = \"acl\")")]
     Disabled,
@@ -56,6 +67,76 @@ pub struct Security<'a> {
     pub quotas: &'a Quotas,
 }
 
+/// What a caller asks of the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Action {
+    DescribeAcls,
+    AlterAcls,
+    DescribeUsers,
+    AlterUsers,
+    DescribeQuotas,
+    AlterQuotas,
+}
+
+impl Action {
+    /// The operation on the cluster Kafka asks for it.
+    fn needs(self) -> Operation {
+        match self {
+            Action::DescribeAcls | Action::DescribeUsers => Operation::Describe,
+            Action::AlterAcls | Action::AlterUsers => Operation::Alter,
+            Action::DescribeQuotas => Operation::DescribeConfigs,
+            Action::AlterQuotas => Operation::AlterConfigs,
+        }
+    }
+}
+
+/// Proof that a caller may do an [`Action`]: made only by [`authorize`].
+#[derive(Debug)]
+pub struct Allowed {
+    action: Action,
+}
+
+impl Allowed {
+    /// Refuses a proof made for another action (a caller's mistake: denied, not
+    /// trusted).
+    fn is_for(&self, action: Action) -> Result<(), SecurityError> {
+        // As Kafka: ALTER implies DESCRIBE, ALTER_CONFIGS implies DESCRIBE_CONFIGS.
+        let implied = matches!(
+            (self.action, action),
+            (Action::AlterAcls, Action::DescribeAcls)
+                | (Action::AlterUsers, Action::DescribeUsers)
+                | (Action::AlterQuotas, Action::DescribeQuotas)
+        );
+        if self.action == action || implied {
+            Ok(())
+        } else {
+            Err(SecurityError::Denied {
+                principal: format!("a caller allowed only to {:?}", self.action),
+                operation: action.needs().name(),
+            })
+        }
+    }
+}
+
+/// May `who` do `action`? What every other call here needs first.
+pub fn authorize(
+    s: Security<'_>,
+    who: Caller<'_>,
+    action: Action,
+) -> Result<Allowed, SecurityError> {
+    let operation = action.needs();
+    if s.authorizer
+        .allows(who, operation, ResourceType::Cluster, CLUSTER_NAME)
+    {
+        Ok(Allowed { action })
+    } else {
+        Err(SecurityError::Denied {
+            principal: who.principal.to_string(),
+            operation: operation.name(),
+        })
+    }
+}
+
 fn metastore(e: strata_metastore::Error) -> SecurityError {
     tracing::warn!(error = %e, "a security change failed in the metastore");
     SecurityError::Metastore(Arc::new(e))
@@ -82,11 +163,13 @@ async fn refresh_acls(s: Security<'_>) {
 /// Each binding, checked as Kafka's controller checks one ([`rules::binding`]).
 pub fn check_acls(
     s: Security<'_>,
+    allowed: &Allowed,
     bindings: Vec<AclRecord>,
 ) -> Vec<Result<AclRecord, SecurityError>> {
     bindings
         .into_iter()
         .map(|b| {
+            allowed.is_for(Action::AlterAcls)?;
             acls_enabled(s)?;
             rules::binding(b).map_err(|e| SecurityError::Invalid(e.0))
         })
@@ -95,7 +178,12 @@ pub fn check_acls(
 
 /// Stores checked bindings in one metastore transaction (a binding already stored is
 /// not stored twice).
-pub async fn store_acls(s: Security<'_>, valid: Vec<AclRecord>) -> Result<(), SecurityError> {
+pub async fn store_acls(
+    s: Security<'_>,
+    allowed: &Allowed,
+    valid: Vec<AclRecord>,
+) -> Result<(), SecurityError> {
+    allowed.is_for(Action::AlterAcls)?;
     acls_enabled(s)?;
     if valid.is_empty() {
         return Ok(());
@@ -108,11 +196,12 @@ pub async fn store_acls(s: Security<'_>, valid: Vec<AclRecord>) -> Result<(), Se
 /// Kafka's CreateAcls: each binding checked on its own; the valid ones stored together.
 pub async fn create_acls(
     s: Security<'_>,
+    allowed: &Allowed,
     bindings: Vec<AclRecord>,
 ) -> Vec<Result<(), SecurityError>> {
-    let checked = check_acls(s, bindings);
+    let checked = check_acls(s, allowed, bindings);
     let valid: Vec<AclRecord> = checked.iter().filter_map(|c| c.clone().ok()).collect();
-    let stored = store_acls(s, valid).await;
+    let stored = store_acls(s, allowed, valid).await;
     checked
         .into_iter()
         .map(|c| c.map(|_| ()).and(stored.clone()))
@@ -120,7 +209,12 @@ pub async fn create_acls(
 }
 
 /// The bindings `filter` selects.
-pub async fn acls(s: Security<'_>, filter: &AclFilter) -> Result<Vec<AclRecord>, SecurityError> {
+pub async fn acls(
+    s: Security<'_>,
+    allowed: &Allowed,
+    filter: &AclFilter,
+) -> Result<Vec<AclRecord>, SecurityError> {
+    allowed.is_for(Action::DescribeAcls)?;
     acls_enabled(s)?;
     let all = s.metastore.acls().await.map_err(metastore)?;
     Ok(all.into_iter().filter(|a| filter.matches(a)).collect())
@@ -129,12 +223,16 @@ pub async fn acls(s: Security<'_>, filter: &AclFilter) -> Result<Vec<AclRecord>,
 /// Deletes the bindings each filter selects; answers, filter by filter, what it deleted.
 pub async fn delete_acls(
     s: Security<'_>,
+    allowed: &Allowed,
     filters: Vec<AclFilter>,
 ) -> Vec<Result<Vec<AclRecord>, SecurityError>> {
     let mut out = Vec::with_capacity(filters.len());
     let mut changed = false;
     for filter in filters {
-        let deleted = match acls_enabled(s) {
+        let deleted = match allowed
+            .is_for(Action::AlterAcls)
+            .and_then(|()| acls_enabled(s))
+        {
             Ok(()) => s
                 .metastore
                 .delete_acls(move |a| filter.matches(a))
@@ -175,7 +273,11 @@ fn infos(user: &UserCredentials) -> Vec<CredentialInfo> {
 }
 
 /// Every user with SCRAM credentials, and theirs.
-pub async fn users(s: Security<'_>) -> Result<Vec<(String, Vec<CredentialInfo>)>, SecurityError> {
+pub async fn users(
+    s: Security<'_>,
+    allowed: &Allowed,
+) -> Result<Vec<(String, Vec<CredentialInfo>)>, SecurityError> {
+    allowed.is_for(Action::DescribeUsers)?;
     let all = s
         .metastore
         .all_user_credentials()
@@ -185,7 +287,12 @@ pub async fn users(s: Security<'_>) -> Result<Vec<(String, Vec<CredentialInfo>)>
 }
 
 /// One user's credentials; NotFound if it has none.
-pub async fn user(s: Security<'_>, name: &str) -> Result<Vec<CredentialInfo>, SecurityError> {
+pub async fn user(
+    s: Security<'_>,
+    allowed: &Allowed,
+    name: &str,
+) -> Result<Vec<CredentialInfo>, SecurityError> {
+    allowed.is_for(Action::DescribeUsers)?;
     match s
         .metastore
         .user_credentials(name)
@@ -293,8 +400,10 @@ pub fn credential_from_password(
 /// the others' go ahead. Returns those refusals by user.
 pub async fn alter_users(
     s: Security<'_>,
+    allowed: &Allowed,
     changes: BTreeMap<String, Vec<CredentialChange>>,
 ) -> Result<BTreeMap<String, SecurityError>, SecurityError> {
+    allowed.is_for(Action::AlterUsers)?;
     if changes.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -362,9 +471,11 @@ pub type QuotaEntry = (QuotaEntity, BTreeMap<String, f64>);
 /// metastore now: what a tool wrote a moment ago through another agent is shown.
 pub async fn quotas(
     s: Security<'_>,
+    allowed: &Allowed,
     filter: &[(String, EntityMatch)],
     strict: bool,
 ) -> Result<Vec<QuotaEntry>, SecurityError> {
+    allowed.is_for(Action::DescribeQuotas)?;
     for (i, (kind, _)) in filter.iter().enumerate() {
         if ![quota_rules::USER, quota_rules::CLIENT_ID, quota_rules::IP].contains(&kind.as_str()) {
             return Err(SecurityError::Invalid(format!(
@@ -415,7 +526,12 @@ pub fn check_quota(
 
 /// Stores checked quota changes in one metastore transaction (each op sets a quota, or
 /// with `None` removes it), then reads them again so this agent enforces them at once.
-pub async fn store_quotas(s: Security<'_>, changes: Vec<QuotaChange>) -> Result<(), SecurityError> {
+pub async fn store_quotas(
+    s: Security<'_>,
+    allowed: &Allowed,
+    changes: Vec<QuotaChange>,
+) -> Result<(), SecurityError> {
+    allowed.is_for(Action::AlterQuotas)?;
     if changes.is_empty() {
         return Ok(());
     }
