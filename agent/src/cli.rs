@@ -582,6 +582,13 @@ fn cell(v: &Value) -> String {
     }
 }
 
+/// A time in milliseconds since the epoch as RFC 3339 in UTC, to the millisecond
+/// (`2026-12-07T05:01:02.205Z`).
+fn utc(ms: u64) -> String {
+    let at = std::time::UNIX_EPOCH + Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(at).to_string()
+}
+
 fn print_json(v: &Value) -> anyhow::Result<()> {
     let mut out = std::io::stdout().lock();
     writeln!(out, "{v}")?;
@@ -636,7 +643,9 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
                 .flatten()
                 .map(|e| {
                     vec![
-                        cell(&e["time_ms"]),
+                        e["time_ms"]
+                            .as_u64()
+                            .map_or_else(|| cell(&e["time_ms"]), utc),
                         cell(&e["principal"]),
                         cell(&e["address"]),
                         cell(&e["action"]),
@@ -652,7 +661,7 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
             table(
                 &mut std::io::stdout().lock(),
                 &[
-                    "TIME_MS",
+                    "TIME",
                     "PRINCIPAL",
                     "ADDRESS",
                     "ACTION",
@@ -1102,15 +1111,22 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 print_json(&v)?;
             } else {
-                writeln!(
-                    out,
-                    "{topic}-{partition}: {} of {} archived objects read back ({} bytes), offsets {}..{}",
-                    cell(&v["verified"]),
-                    cell(&v["entries"]),
-                    cell(&v["bytes_read"]),
-                    cell(&v["first_offset"]),
-                    cell(&v["last_offset"])
-                )?;
+                if v["entries"] == 0 {
+                    writeln!(
+                        out,
+                        "{topic}-{partition}: nothing archived yet (segments are archived once closed)"
+                    )?;
+                } else {
+                    writeln!(
+                        out,
+                        "{topic}-{partition}: {} of {} archived objects read back ({} bytes), offsets {}..{}",
+                        cell(&v["verified"]),
+                        cell(&v["entries"]),
+                        cell(&v["bytes_read"]),
+                        cell(&v["first_offset"]),
+                        cell(&v["last_offset"])
+                    )?;
+                }
                 let rows = table_rows(&v["mismatches"], &["object", "problem"]);
                 if !rows.is_empty() {
                     table(&mut out, &["OBJECT", "PROBLEM"], &rows)?;

@@ -670,8 +670,13 @@ impl Settings {
     pub fn from_toml_file(path: &Path) -> anyhow::Result<Settings> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| anyhow::anyhow!("cannot read settings file {}: {e}", path.display()))?;
-        toml::from_str(&text)
-            .map_err(|e| anyhow::anyhow!("invalid settings file {}: {e}", path.display()))
+        toml::from_str(&text).map_err(|e| {
+            anyhow::anyhow!(
+                "invalid settings file {}: {}",
+                path.display(),
+                with_suggestion(&e.to_string())
+            )
+        })
     }
 
     pub fn metastore_path(&self) -> PathBuf {
@@ -1107,6 +1112,33 @@ impl Settings {
     }
 }
 
+/// serde's "unknown field `kafka_lisen`, expected one of `node_id`, … (70 names)"
+/// as a reader wants it: the setting meant, when one is close, instead of the list.
+fn with_suggestion(message: &str) -> String {
+    let Some(start) = message.find("unknown field `") else {
+        return message.to_string();
+    };
+    let rest = &message[start + "unknown field `".len()..];
+    let Some((unknown, rest)) = rest.split_once('`') else {
+        return message.to_string();
+    };
+    let Some(names) = rest.strip_prefix(", expected one of ") else {
+        return message.to_string();
+    };
+    let line_end = names.find('\n').unwrap_or(names.len());
+    let closest = names[..line_end]
+        .split(", ")
+        .map(|n| n.trim_matches('`'))
+        .map(|n| (strsim::jaro_winkler(unknown, n), n))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .filter(|(score, _)| *score >= 0.8);
+    let hint = match closest {
+        Some((_, name)) => format!("unknown setting `{unknown}`: did you mean `{name}`?"),
+        None => format!("unknown setting `{unknown}` (`strata agent --help` lists every one)"),
+    };
+    format!("{}{hint}{}", &message[..start], &names[line_end..])
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1332,5 +1364,22 @@ mod tests {
             .configs
             .insert("cleanup.policy".to_string(), "shred".to_string());
         refused(s, "topic_defaults.configs");
+    }
+
+    #[test]
+    fn a_misspelt_setting_is_named_with_the_one_meant() {
+        let e = toml::from_str::<Settings>("kafka_lisen = \"127.0.0.1:9092\"\n").unwrap_err();
+        let said = super::with_suggestion(&e.to_string());
+        assert!(
+            said.contains("unknown setting `kafka_lisen`: did you mean `kafka_listen`?"),
+            "{said}"
+        );
+        assert!(!said.contains("node_id"), "{said}");
+        let e = toml::from_str::<Settings>("zzz = 1\n").unwrap_err();
+        let said = super::with_suggestion(&e.to_string());
+        assert!(
+            said.contains("unknown setting `zzz` (`strata agent --help`"),
+            "{said}"
+        );
     }
 }

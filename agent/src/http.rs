@@ -392,20 +392,21 @@ async fn openapi() -> impl axum::response::IntoResponse {
     )
 }
 
-/// Paths that are not served: a problem-details body naming the paths that are.
-async fn not_found(uri: axum::http::Uri) -> impl axum::response::IntoResponse {
+/// Paths that are not served: a problem-details body naming the paths that are (from
+/// the route table).
+async fn not_found(
+    State(http): State<Arc<HttpApi>>,
+    uri: axum::http::Uri,
+) -> impl axum::response::IntoResponse {
+    let served: std::collections::BTreeSet<&str> = http.routes.keys().map(|(p, _)| *p).collect();
     let body = serde_json::json!({
         "type": "about:blank",
         "title": "Not Found",
         "status": 404,
         "detail": format!(
-            "no endpoint at {}; served here: /v1/topics/{{topic}}/produce, \
-             /v1/topics/{{topic}}/consume, /v1/topics/{{topic}}/commit, /v1/consumers/{{id}}, \
-             /v1/topics, /v1/topics/{{topic}}, /v1/topics/{{topic}}/configs, \
-             /v1/topics/{{topic}}/partitions[/{{p}}[/disable|/enable|/tier|/verify]], /v1/groups, \
-             /v1/groups/{{group}}[/offsets], /v1/acls, /v1/users[/{{user}}], /v1/quotas, /v1/audit, /v1/cluster, /v1/openapi.json, /healthz, /readyz, /metrics, /v1/partitions, /v1/tiering, \
-             /v1/compaction, /v1/transactions (docs/http.md)",
-            uri.path()
+            "no endpoint at {}; served here: {} (docs/http.md)",
+            uri.path(),
+            served.into_iter().collect::<Vec<_>>().join(", ")
         ),
     });
     (

@@ -100,12 +100,27 @@ pub async fn start_on(
     settings.validate()?;
     // Before anything is recorded: events before the recorder exists are lost.
     metrics::handle();
+    // Where things are, as paths a reader can open.
+    let absolute = |p: std::path::PathBuf| std::path::absolute(&p).unwrap_or(p);
+    let metastore_at = match settings.metastore {
+        config::MetastoreKind::Embedded => {
+            format!("embedded {}", absolute(settings.metastore_path()).display())
+        }
+        config::MetastoreKind::Fdb => match &settings.fdb_cluster_file {
+            Some(f) => format!("fdb {}", f.display()),
+            None => "fdb (the default cluster file)".to_string(),
+        },
+    };
+    let archive_at = settings.archive_url.clone().unwrap_or_else(|| {
+        let dir = absolute(settings.data_dir.join("archive"));
+        format!("file://{}", dir.display())
+    });
     tracing::info!(
         version = VERSION,
         node_id = settings.node_id,
-        data_dir = %settings.data_dir.display(),
-        metastore = ?settings.metastore,
-        archive = settings.archive_url.as_deref().unwrap_or("file://DATA_DIR/archive"),
+        data_dir = %absolute(settings.data_dir.clone()).display(),
+        metastore = %metastore_at,
+        archive = %archive_at,
         tiering = settings.tiering_enabled,
         compactor = settings.compactor_enabled,
         ack_durability = ?settings.ack_durability,

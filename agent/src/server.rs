@@ -331,6 +331,7 @@ pub async fn serve(
                         Ok(()) => {}
                         Err(e @ (ConnectionError::Io(_) | ConnectionError::Idle { .. })) => tracing::debug!(%peer, error = %e, "connection closed"),
                         Err(ConnectionError::Unauthenticated(why)) => tracing::info!(%peer, reason = %why, "closed an unauthenticated connection"),
+                        Err(e @ ConnectionError::Http) => tracing::debug!(%peer, error = %e, "answered with the HTTP API's address, closed"),
                         Err(ConnectionError::Tls(e)) => {
                             if let Some(left_out) = FAILED_HANDSHAKES.allow() {
                                 tracing::info!(%peer, error = %e, left_out, "closed a connection whose TLS handshake failed");
@@ -361,12 +362,37 @@ pub async fn serve(
     }
 }
 
+/// The first bytes of an HTTP request, as they arrive where a Kafka frame's size is
+/// expected.
+const HTTP_METHODS: [&[u8; 4]; 7] = [
+    b"GET ", b"POST", b"PUT ", b"HEAD", b"DELE", b"PATC", b"OPTI",
+];
+
+/// What a client speaking HTTP to the Kafka listener is told, before it is closed.
+fn http_hint(http: std::net::SocketAddr) -> Bytes {
+    let text = format!(
+        "This is strata's Kafka listener, for Kafka clients. Its HTTP API is at \
+         http://{http}/ (docs/http.md).\n"
+    );
+    Bytes::from(format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
+         connection: close\r\n\r\n{text}",
+        text.len()
+    ))
+}
+
 /// A reply on its way, with what is needed to frame it.
 struct Pending {
     correlation_id: i32,
     api_key: ApiKey,
     version: i16,
     reply: Reply,
+}
+
+/// What the writer sends, in order: replies, or bytes as they are.
+enum Outgoing {
+    Reply(Pending),
+    Raw(Bytes),
 }
 
 /// Why a connection is closed.
@@ -390,6 +416,9 @@ pub enum ConnectionError {
     },
     #[error("{0}")]
     Unauthenticated(String),
+    /// An HTTP request (curl pointed at the Kafka port): answered with a hint.
+    #[error("an HTTP request on the Kafka listener")]
+    Http,
     #[error(transparent)]
     Tls(#[from] crate::tls::TlsError),
     #[error("cannot encode response: {0}")]
@@ -432,7 +461,7 @@ where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (tx, rx) = mpsc::channel::<Pending>(MAX_IN_FLIGHT);
+    let (tx, rx) = mpsc::channel::<Outgoing>(MAX_IN_FLIGHT);
     let in_flight = Arc::new(AtomicUsize::new(0));
     let writing = tokio::spawn(write_replies(
         rx,
@@ -508,6 +537,9 @@ where
                     Err(_) => {}
                 }
             }
+            if HTTP_METHODS.iter().any(|m| size[..] == m[..]) {
+                return Err(ConnectionError::Http);
+            }
             let size = i32::from_be_bytes([size[0], size[1], size[2], size[3]]);
             read_body(&mut reader, size, limits, &memory)
                 .await
@@ -528,6 +560,12 @@ where
                      sasl_server_max_receive_size ({})",
                     limits.max_bytes
                 )));
+            }
+            Err(ConnectionError::Http) => {
+                let hint = http_hint(settings.http_listen);
+                // Said, then closed (as Kafka closes a bad frame, silently).
+                tx.send(Outgoing::Raw(hint)).await.ok();
+                break Err(ConnectionError::Http);
             }
             Err(e) => break Err(e),
         };
@@ -585,7 +623,7 @@ where
             Err(e) => break Err(e),
         };
         in_flight.fetch_add(1, Ordering::AcqRel);
-        if tx.send(pending).await.is_err() || close_after {
+        if tx.send(Outgoing::Reply(pending)).await.is_err() || close_after {
             break Ok(());
         }
     };
@@ -818,8 +856,16 @@ async fn handle(
 }
 
 /// Awaits replies in request order and writes them.
+/// One item of the writer's queue, once ready. (A reply is as large as it was before
+/// there were raw bytes; boxing it would cost an allocation per reply.)
+#[allow(clippy::large_enum_variant)]
+enum Written {
+    Reply((i32, ApiKey, i16), Option<ResponseKind>),
+    Raw(Bytes),
+}
+
 async fn write_replies<W: AsyncWrite + Unpin>(
-    mut rx: mpsc::Receiver<Pending>,
+    mut rx: mpsc::Receiver<Outgoing>,
     mut writer: W,
     unanswered: Arc<AtomicUsize>,
     buffers: Arc<BufferPool>,
@@ -829,20 +875,33 @@ async fn write_replies<W: AsyncWrite + Unpin>(
     while open || !in_flight.is_empty() {
         tokio::select! {
             biased;
-            Some((p, reply)) = in_flight.next(), if !in_flight.is_empty() => {
-                let p: (i32, ApiKey, i16) = p;
-                if let Some(response) = reply {
-                    let size = 64 + known_size(&response, p.2);
-                    let frame = encode_into(buffers.take(size), p.0, p.1, p.2, &response)?;
-                    writer.write_all(&frame).await?;
-                    buffers.give_back(Vec::from(frame));
+            Some(out) = in_flight.next(), if !in_flight.is_empty() => {
+                match out {
+                    Written::Reply(p, reply) => {
+                        let p: (i32, ApiKey, i16) = p;
+                        if let Some(response) = reply {
+                            let size = 64 + known_size(&response, p.2);
+                            let frame = encode_into(buffers.take(size), p.0, p.1, p.2, &response)?;
+                            writer.write_all(&frame).await?;
+                            buffers.give_back(Vec::from(frame));
+                        }
+                        unanswered.fetch_sub(1, Ordering::AcqRel);
+                    }
+                    Written::Raw(bytes) => writer.write_all(&bytes).await?,
                 }
-                unanswered.fetch_sub(1, Ordering::AcqRel);
             }
             next = rx.recv(), if open => match next {
-                Some(pending) => {
+                Some(Outgoing::Reply(pending)) => {
                     let Pending { correlation_id, api_key, version, reply } = pending;
-                    in_flight.push_back(async move { ((correlation_id, api_key, version), reply.await) });
+                    // (No box: a reply is the hot path; the raw bytes are not.)
+                    in_flight.push_back(futures::future::Either::Left(async move {
+                        Written::Reply((correlation_id, api_key, version), reply.await)
+                    }));
+                }
+                Some(Outgoing::Raw(bytes)) => {
+                    in_flight.push_back(futures::future::Either::Right(
+                        futures::future::ready(Written::Raw(bytes)),
+                    ));
                 }
                 None => open = false,
             },

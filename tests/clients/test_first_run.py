@@ -77,6 +77,19 @@ def test_a_host_name_listens_and_0_0_0_0_needs_an_advertised_address(tmp_path):
         proc.wait(timeout=30)
     startup = proc.stderr.read()
     assert "starting strata" in startup and "version=" in startup, startup
+    # Where the metastore and the archive are, as paths (not DATA_DIR, not "Embedded").
+    data = tmp_path / "b"
+    assert f"metastore=embedded {data}/metastore.sqlite" in startup, startup
+    assert f"archive=file://{data}/archive" in startup, startup
+
+
+def test_a_misspelt_setting_names_the_one_meant(tmp_path):
+    settings = tmp_path / "strata.toml"
+    settings.write_text('kafka_lisen = "127.0.0.1:9092"\n')
+    r = run_strata("agent", "--config", str(settings), "--data-dir", str(tmp_path / "d"))
+    assert r.returncode != 0
+    assert "unknown setting `kafka_lisen`: did you mean `kafka_listen`?" in r.stderr, r.stderr
+    assert "node_id" not in r.stderr, r.stderr
 
 
 def test_debug_logs_show_connections_requests_and_joins(broker_factory):
@@ -136,6 +149,15 @@ def test_refusals_are_logged_and_bad_connection_warnings_throttled(broker):
     assert 1 <= warned <= int(took) + 2, (warned, took)
 
 
+def test_curl_on_the_kafka_port_is_told_where_the_http_api_is(broker):
+    r = subprocess.run(["curl", "-s", "-i", f"http://127.0.0.1:{broker.kafka_port}/v1/topics"],
+                       capture_output=True, text=True, timeout=30)
+    assert r.stdout.startswith("HTTP/1.1 400 Bad Request"), (r.returncode, r.stdout, r.stderr)
+    assert f"Its HTTP API is at {broker.http_url}/" in r.stdout, r.stdout
+    # The listener still serves Kafka clients.
+    assert admin(broker.bootstrap).list_topics(timeout=10).brokers
+
+
 def test_unknown_http_paths_answer_json_and_tiering_says_why_records_wait(broker):
     try:
         urllib.request.urlopen(broker.http_url + "/v1/nothing-here", timeout=5)
@@ -145,6 +167,17 @@ def test_unknown_http_paths_answer_json_and_tiering_says_why_records_wait(broker
         assert e.headers.get("Content-Type") == "application/problem+json"
         body = json.loads(e.read())
         assert body["status"] == 404 and "/v1/nothing-here" in body["detail"], body
+        assert "/v1/acls" in body["detail"] and "/v1/topics/{topic}/produce" in body["detail"], body
+    # A served path asked with a method it does not serve: 405, which it does, in words.
+    try:
+        urllib.request.urlopen(broker.http_url + "/v1/topics/orders/produce", timeout=5)
+        raise AssertionError("GET on a POST route answered 2xx")
+    except urllib.error.HTTPError as e:
+        assert e.code == 405 and e.headers.get("Allow") == "POST", (e.code, e.headers)
+        assert e.headers.get("Content-Type") == "application/problem+json"
+        body = json.loads(e.read())
+        assert body["status"] == 405, body
+        assert body["detail"] == "GET is not served at /v1/topics/{topic}/produce: POST is", body
 
     topic = unique_topic("small")
     create_topic(broker.bootstrap, topic, 1)

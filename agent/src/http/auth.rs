@@ -167,9 +167,27 @@ pub async fn guard(
     };
     let routes = &shared.api.routes;
     let Some(&needs) = routes.get(&(route.as_str(), method)) else {
-        if routes.keys().any(|(path, _)| *path == route) {
-            // A method the path does not serve: no handler runs, the answer is 405.
-            return next.run(request).await;
+        let mut served: Vec<&str> = routes
+            .keys()
+            .filter(|(path, _)| *path == route)
+            .map(|(_, m)| *m)
+            .collect();
+        if !served.is_empty() {
+            // A method the path does not serve: no handler runs; 405, saying which do.
+            if served.contains(&"GET") {
+                served.push("HEAD");
+            }
+            served.sort_unstable();
+            let allow = served.join(", ");
+            let mut response = Problem::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                format!("{} is not served at {route}: {allow} is", request.method()),
+            )
+            .into_response();
+            if let Ok(v) = HeaderValue::from_str(&allow) {
+                response.headers_mut().insert(header::ALLOW, v);
+            }
+            return response;
         }
         // Only the route table adds routes, so this is a route without its entry:
         // refused rather than let through.
