@@ -370,9 +370,14 @@ const HTTP_METHODS: [&[u8; 4]; 7] = [
 
 /// What a client speaking HTTP to the Kafka listener is told, before it is closed.
 fn http_hint(http: std::net::SocketAddr) -> Bytes {
+    let at = if http.ip().is_unspecified() {
+        format!("on port {} of this host", http.port())
+    } else {
+        format!("at http://{http}/")
+    };
     let text = format!(
-        "This is strata's Kafka listener, for Kafka clients. Its HTTP API is at \
-         http://{http}/ (docs/http.md).\n"
+        "This is strata's Kafka listener, for Kafka clients. Its HTTP API is {at} \
+         (docs/http.md).\n"
     );
     Bytes::from(format!(
         "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\
@@ -855,7 +860,6 @@ async fn handle(
     })
 }
 
-/// Awaits replies in request order and writes them.
 /// One item of the writer's queue, once ready. (A reply is as large as it was before
 /// there were raw bytes; boxing it would cost an allocation per reply.)
 #[allow(clippy::large_enum_variant)]
@@ -864,6 +868,7 @@ enum Written {
     Raw(Bytes),
 }
 
+/// Awaits replies in request order and writes them.
 async fn write_replies<W: AsyncWrite + Unpin>(
     mut rx: mpsc::Receiver<Outgoing>,
     mut writer: W,

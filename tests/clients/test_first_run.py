@@ -153,7 +153,7 @@ def test_curl_on_the_kafka_port_is_told_where_the_http_api_is(broker):
     r = subprocess.run(["curl", "-s", "-i", f"http://127.0.0.1:{broker.kafka_port}/v1/topics"],
                        capture_output=True, text=True, timeout=30)
     assert r.stdout.startswith("HTTP/1.1 400 Bad Request"), (r.returncode, r.stdout, r.stderr)
-    assert f"Its HTTP API is at {broker.http_url}/" in r.stdout, r.stdout
+    assert f"Its HTTP API is at {broker.http_url}/ (docs/http.md)" in r.stdout, r.stdout
     # The listener still serves Kafka clients.
     assert admin(broker.bootstrap).list_topics(timeout=10).brokers
 

@@ -288,7 +288,7 @@ fn acl_resource(a: &AclRecord) -> String {
     )
 }
 
-/// Without an authorizer there are no ACLs: said before anything else about a request.
+/// Without an authorizer there are no ACLs: said before the request itself is read.
 fn enabled(http: &HttpApi) -> Result<(), Problem> {
     if http.broker.authorizer().is_enabled() {
         Ok(())
