@@ -782,15 +782,7 @@ pub async fn alter_quotas(
             vec![(entity.clone(), ops)],
         )
         .await?;
-        let exactly: Vec<(String, EntityMatch)> = entity
-            .iter()
-            .map(|(t, n)| {
-                let m = n.clone().map_or(EntityMatch::Default, EntityMatch::Exactly);
-                (t.clone(), m)
-            })
-            .collect();
-        let now = security::quotas(http.broker.security(), &allowed, &exactly, true).await?;
-        let values = now.into_iter().next().map(|(_, v)| v).unwrap_or_default();
+        let values = security::entity_quotas(http.broker.security(), &allowed, &entity)?;
         Ok::<_, Problem>((
             StatusCode::OK,
             json!({ "entity": entity, "values": values }),

@@ -516,6 +516,22 @@ pub async fn quotas(
     Ok(entries)
 }
 
+/// One entity's quotas as this agent enforces them: after [`store_quotas`], which has
+/// just read them again, what it stored (no second metastore read).
+pub fn entity_quotas(
+    s: Security<'_>,
+    allowed: &Allowed,
+    entity: &QuotaEntity,
+) -> Result<BTreeMap<String, f64>, SecurityError> {
+    allowed.is_for(Action::DescribeQuotas)?;
+    let index = s.quotas.snapshot();
+    Ok(index
+        .entries()
+        .find(|(e, _)| *e == entity)
+        .map(|(_, values)| values.clone())
+        .unwrap_or_default())
+}
+
 /// Checks one entity's alteration as Kafka does ([`quota_rules::validate`]).
 pub fn check_quota(
     entity: &QuotaEntity,
