@@ -7,38 +7,19 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::net::SocketAddr;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use serde_json::{Value, json};
 
+use crate::caller::Caller;
+
 /// The audit log of one agent.
 #[derive(Debug)]
 pub struct Audit {
     path: PathBuf,
     file: Mutex<Option<File>>,
-}
-
-/// Who asked for an action, as far as the agent knows. Until authentication exists
-/// (issue 17) every caller is `ANONYMOUS`, as Kafka names unauthenticated principals.
-#[derive(Debug, Clone)]
-pub struct Caller {
-    pub principal: String,
-    pub address: Option<SocketAddr>,
-    /// The interface the request came through: `http` or `kafka`.
-    pub via: &'static str,
-}
-
-impl Caller {
-    pub fn anonymous(address: Option<SocketAddr>, via: &'static str) -> Caller {
-        Caller {
-            principal: "User:ANONYMOUS".to_string(),
-            address,
-            via,
-        }
-    }
 }
 
 impl Audit {
@@ -70,7 +51,7 @@ impl Audit {
         };
         let entry = json!({
             "time_ms": crate::clock::now_ms(),
-            "principal": caller.principal,
+            "principal": caller.principal.to_string(),
             "address": caller.address.map(|a| a.to_string()),
             "via": caller.via,
             "action": action,

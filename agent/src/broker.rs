@@ -53,7 +53,6 @@ pub struct Broker {
     fetching: Fetching,
     /// Incremental fetch sessions (KIP-227).
     fetch_sessions: FetchSessions,
-    admin: Admin,
     lifecycle: Arc<Lifecycle>,
     /// The tiering worker, when it runs inside this agent.
     tiering: Option<Arc<TieringWorker>>,
@@ -141,7 +140,6 @@ impl Broker {
             shutdown.clone(),
         )
         .await?;
-        let admin = Admin::new(Arc::clone(&replicas));
         let lifecycle = Arc::new(Lifecycle::new(
             Arc::clone(&replicas),
             LifecycleConfig {
@@ -206,7 +204,6 @@ impl Broker {
             producing: Producing::new(Arc::clone(&replicas)),
             fetching: Fetching::new(Arc::clone(&replicas)),
             fetch_sessions,
-            admin,
             lifecycle,
             replicas,
             tiering,
@@ -276,8 +273,12 @@ impl Broker {
     }
 
     /// Creating, deleting and growing topics ([`crate::service::admin`]).
-    pub fn admin(&self) -> &Admin {
-        &self.admin
+    pub fn admin(&self) -> Admin<'_> {
+        Admin {
+            replicas: &self.replicas,
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
     }
 
     /// Retention, DeleteRecords and archive collection

@@ -10,6 +10,7 @@ pub mod authz;
 pub mod broker;
 pub mod broker_config;
 pub mod buffers;
+pub mod caller;
 pub mod cli;
 pub mod clock;
 pub mod compactor_process;

@@ -35,6 +35,7 @@ from confluent_kafka.admin import (
     AclOperation,
     AclPermissionType,
     AdminClient,
+    NewPartitions,
     NewTopic,
     ResourcePatternType,
     ResourceType,
@@ -506,6 +507,58 @@ def test_acl_changes_are_audited(acl_broker):
     assert (d["principal"], d["resource"], d["ok"]) == (
         "User:admin", f"acl:TOPIC:PREFIXED:{prefix}", True), d
     assert d["outcome"] == {"deleted": 1}, d
+
+
+def test_the_topic_service_decides_and_audits_topic_changes(acl_broker):
+    """Creating (auto-creation too), growing and deleting topics are authorized and
+    audited by the topic service, whichever edge asked: a producer's auto-creation
+    needs CREATE even with DESCRIBE and WRITE, a topic created so is audited, and
+    refused changes are audited with Kafka's error name."""
+    b = acl_broker
+    admin = admin_as(b, "admin")
+    prefix = unique_topic("svc") + "-"
+    create_acls(admin, [
+        binding(ResourceType.TOPIC, prefix, "User:alice", op, ResourcePatternType.PREFIXED)
+        for op in (AclOperation.DESCRIBE, AclOperation.WRITE)
+    ])
+    auto = prefix + "auto"
+    # DESCRIBE lets the request reach the service; without CREATE it is not created.
+    assert produce_one(conf(b, "alice"), auto) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert auto not in topic_names(admin)
+
+    create_acls(admin, [binding(ResourceType.TOPIC, prefix, "User:alice", AclOperation.CREATE,
+                                ResourcePatternType.PREFIXED)])
+    # The agent that stored the binding decides by it at once.
+    assert produce_one(conf(b, "alice"), auto) is None
+    alice = admin_as(b, "alice")
+    fs = alice.create_partitions([NewPartitions(auto, 2)], request_timeout=TIMEOUT)
+    assert error_code(fs[auto]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    fs = alice.delete_topics([auto], request_timeout=TIMEOUT)
+    assert error_code(fs[auto]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    assert len(admin.list_topics(auto, timeout=TIMEOUT).topics[auto].partitions) == 1
+
+    # Over HTTP (no authentication here: the super user ANONYMOUS) the same service.
+    body = json.dumps({"messages": [{"value": "h"}]}).encode()
+    request = urllib.request.Request(f"{b.http_url}/v1/topics/{prefix}http/produce", data=body,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=TIMEOUT) as resp:
+        assert resp.status == 200
+
+    entries = [e for e in audit(b) if e["resource"].startswith(f"topic:{prefix}")]
+    seen = [(e["action"], e["resource"], e["principal"], e["via"], e["ok"]) for e in entries]
+    # The refused auto-creation is not audited: clients ask again and again.
+    assert seen == [
+        ("topic.create", f"topic:{auto}", "User:alice", "kafka", True),
+        ("topic.add_partitions", f"topic:{auto}", "User:alice", "kafka", False),
+        ("topic.delete", f"topic:{auto}", "User:alice", "kafka", False),
+        ("topic.create", f"topic:{prefix}http", "User:ANONYMOUS", "http", True),
+    ], entries
+    assert entries[0]["request"] == {"auto_created": True}, entries[0]
+    assert entries[0]["outcome"]["partitions"] == 1, entries[0]
+    for refused in entries[1:3]:
+        assert refused["outcome"].startswith("TOPIC_AUTHORIZATION_FAILED"), refused
+        assert "User:alice may not" in refused["outcome"], refused
+    assert entries[1]["request"]["count"] == 2, entries[1]
 
 
 def test_kafka_python_creates_and_describes_acls_and_is_refused_without_them(acl_broker):

@@ -941,6 +941,7 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         // Requests that would change something if they were let through.
         let (path, body) = match (route.method, route.path) {
             ("POST", "/v1/topics") => (path, r#"{"name": "new", "partitions": 1}"#),
+            ("POST", "/v1/topics/{topic}/partitions") => (path, r#"{"count": 4}"#),
             ("POST", "/v1/acls") => (
                 path,
                 r#"{"acls": [{"resource_type": "CLUSTER", "resource_name": "kafka-cluster",
@@ -986,7 +987,10 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
-                ("POST", "/v1/topics") => {
+                // The topic service decides, as for the Kafka APIs.
+                ("POST", "/v1/topics")
+                | ("DELETE", "/v1/topics/{topic}")
+                | ("POST", "/v1/topics/{topic}/partitions") => {
                     assert_eq!(
                         (status, kafka_error),
                         (403, "TOPIC_AUTHORIZATION_FAILED"),

@@ -1,8 +1,10 @@
-//! The audit log of the Kafka API's privileged mutations: topics created, deleted and
-//! grown, configs altered, groups and committed offsets deleted, partitions reassigned,
-//! leaders elected, records deleted, SCRAM credentials altered, ACLs created and deleted. Each resource a request names is one entry, with
-//! the same actions the HTTP API records (`topic.create`, `topic.alter_configs`, ...),
-//! `via: "kafka"`, and the error name and message of a refusal.
+//! The audit log of the Kafka API's privileged mutations: configs altered, groups and
+//! committed offsets deleted, partitions reassigned, leaders elected, records deleted,
+//! SCRAM credentials altered, ACLs created and deleted. (Topics created, deleted and
+//! grown are audited by their service, `service/admin.rs`, for both edges.) Each
+//! resource a request names is one entry, with the same actions the HTTP API records
+//! (`topic.alter_configs`, `group.delete`, ...), `via: "kafka"`, and the error name and
+//! message of a refusal.
 //!
 //! What was asked is taken from the request before its handler runs ([`asked`]); how
 //! each resource ended, from the response ([`record`]).
@@ -12,7 +14,6 @@ use std::collections::BTreeMap;
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use serde_json::{Value, json};
 
-use crate::audit::Caller;
 use crate::broker::Broker;
 use crate::context::RequestContext;
 
@@ -118,61 +119,6 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
         request,
     };
     let entries: Vec<Entry> = match request {
-        RequestKind::CreateTopics(r) => r
-            .topics
-            .iter()
-            .map(|t| {
-                let configs: BTreeMap<String, Option<String>> = t
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                    .collect();
-                let action = if r.validate_only {
-                    "topic.validate"
-                } else {
-                    "topic.create"
-                };
-                entry(
-                    action,
-                    topic(&*t.name),
-                    json!({
-                        "partitions": t.num_partitions,
-                        "replication_factor": t.replication_factor,
-                        "assignments": t.assignments.iter()
-                            .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>()))
-                            .collect::<BTreeMap<_, _>>(),
-                        "configs": configs,
-                    }),
-                )
-            })
-            .collect(),
-        RequestKind::DeleteTopics(r) => r
-            .topic_names
-            .iter()
-            .map(|n| topic(&**n))
-            .chain(r.topics.iter().map(|t| match &t.name {
-                Some(n) => topic(&**n),
-                None => topic(t.topic_id),
-            }))
-            .map(|name| entry("topic.delete", name, json!({})))
-            .collect(),
-        RequestKind::CreatePartitions(r) => r
-            .topics
-            .iter()
-            .map(|t| {
-                entry(
-                    "topic.add_partitions",
-                    topic(&*t.name),
-                    json!({
-                        "count": t.count,
-                        "validate_only": r.validate_only,
-                        "assignments": t.assignments.as_ref().map(|a| a.iter()
-                            .map(|a| a.broker_ids.iter().map(|b| b.0).collect::<Vec<_>>())
-                            .collect::<Vec<_>>()),
-                    }),
-                )
-            })
-            .collect(),
         RequestKind::AlterConfigs(r) => r
             .resources
             .iter()
@@ -388,30 +334,6 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
     };
     let mut out = BTreeMap::new();
     match response {
-        ResponseKind::CreateTopics(r) => {
-            for t in &r.topics {
-                let done =
-                    json!({ "topic_id": t.topic_id.to_string(), "partitions": t.num_partitions });
-                let o = outcome(t.error_code, t.error_message.as_deref(), done);
-                out.insert(topic(&*t.name), o);
-            }
-        }
-        ResponseKind::DeleteTopics(r) => {
-            for t in &r.responses {
-                // Under its name and its id: the request may have named either.
-                let o = outcome(t.error_code, t.error_message.as_deref(), json!({}));
-                if let Some(n) = &t.name {
-                    out.insert(topic(&**n), o.clone());
-                }
-                out.insert(topic(t.topic_id), o);
-            }
-        }
-        ResponseKind::CreatePartitions(r) => {
-            for t in &r.results {
-                let o = outcome(t.error_code, t.error_message.as_deref(), json!({}));
-                out.insert(topic(&*t.name), o);
-            }
-        }
         ResponseKind::AlterConfigs(r) => {
             for res in &r.responses {
                 let (_, name) = config_resource(res.resource_type, res.resource_name.as_str());
@@ -525,12 +447,7 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
 /// response does not name took the request's overall outcome (an empty-named entry),
 /// or is recorded as unanswered.
 pub fn record(broker: &Broker, ctx: &RequestContext, asked: Asked, response: &ResponseKind) {
-    let principal = &ctx.connection.principal;
-    let caller = Caller {
-        principal: format!("{}:{}", principal.kind, principal.name),
-        address: Some(ctx.connection.peer),
-        via: "kafka",
-    };
+    let caller = super::caller(ctx);
     let mut answered = answered(response);
     let overall = answered.remove("");
     let single = asked.0.len() == 1;

@@ -232,6 +232,7 @@ impl From<crate::txn::TxnError> for ApiError {
 impl From<&AdminError> for ApiError {
     fn from(e: &AdminError) -> Self {
         let code = match e {
+            AdminError::Denied { .. } => ResponseError::TopicAuthorizationFailed,
             AdminError::InvalidTopic(_) => ResponseError::InvalidTopicException,
             AdminError::TopicExists(_) => ResponseError::TopicAlreadyExists,
             AdminError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,

@@ -11,8 +11,10 @@
 //! or replaced by its error (a resource it named). KIP-430's authorized-operation
 //! fields get the principal's real set.
 //!
-//! The security APIs (ACLs, SCRAM users, client quotas) are not checked here: their
-//! service decides (`service/security.rs`), for both edges; the other APIs are to follow.
+//! The security APIs (ACLs, SCRAM users, client quotas) and the topic APIs
+//! (CreateTopics, DeleteTopics, CreatePartitions, and Metadata's auto-creation) are not
+//! checked here: their services decide (`service/security.rs`, `service/admin.rs`), for
+//! both edges; the other APIs are to follow.
 //!
 //! With no authorizer configured nothing here runs.
 
@@ -124,11 +126,8 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         RequestKind::Produce(r) => produce(&c, r, version),
         RequestKind::Fetch(r) => fetch(&c, r),
         RequestKind::ListOffsets(r) => list_offsets(&c, r),
-        RequestKind::Metadata(r) => metadata(&c, broker, r, version),
+        RequestKind::Metadata(r) => metadata(&c, r, version),
         RequestKind::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(&c, r),
-        RequestKind::CreateTopics(r) => create_topics(&c, r),
-        RequestKind::DeleteTopics(r) => delete_topics(&c, broker, r, version),
-        RequestKind::CreatePartitions(r) => create_partitions(&c, r),
         RequestKind::DeleteRecords(r) => delete_records(&c, r),
         RequestKind::DescribeConfigs(r) => describe_configs(&c, r),
         RequestKind::AlterConfigs(r) => alter_configs(&c, r),
@@ -417,7 +416,7 @@ fn list_offsets(c: &Check, r: ListOffsetsRequest) -> Gate {
     })
 }
 
-fn metadata(c: &Check, broker: &Broker, mut r: MetadataRequest, version: i16) -> Gate {
+fn metadata(c: &Check, mut r: MetadataRequest, version: i16) -> Gate {
     use metadata_response::MetadataResponseTopic;
     let ask_topics = version >= 8 && r.include_topic_authorized_operations;
     let ask_cluster = (8..=10).contains(&version) && r.include_cluster_authorized_operations;
@@ -425,20 +424,13 @@ fn metadata(c: &Check, broker: &Broker, mut r: MetadataRequest, version: i16) ->
         None => true,
         Some(t) => version == 0 && t.is_empty(),
     };
-    // Named topics the caller may not describe, or that do not exist and that it may
-    // not create, are taken out: nothing is auto-created for it.
+    // Named topics the caller may not describe are taken out: nothing is auto-created
+    // for it. Whether it may create one that does not exist, the topic service decides.
     let mut removed: Vec<TopicName> = Vec::new();
     if !all && let Some(topics) = &mut r.topics {
-        let creates =
-            broker.settings().auto_create_topics && (version < 4 || r.allow_auto_topic_creation);
-        let on_cluster = creates && c.sees(Op::Create, R::Cluster, CLUSTER_NAME);
         topics.retain(|t| {
             let Some(name) = &t.name else { return true };
-            let denied = !c.may(Op::Describe, R::Topic, name)
-                || (creates
-                    && !on_cluster
-                    && broker.replicas().topic(name).is_none()
-                    && !c.may(Op::Create, R::Topic, name));
+            let denied = !c.may(Op::Describe, R::Topic, name);
             if denied {
                 removed.push(name.clone());
             }
@@ -498,110 +490,6 @@ fn offset_for_leader_epoch(c: &Check, r: OffsetForLeaderEpochRequest) -> Gate {
                         p.end_offset = -1;
                     }
                 }
-            }
-        }
-    })
-}
-
-fn create_topics(c: &Check, mut r: CreateTopicsRequest) -> Gate {
-    let on_cluster = c.sees(Op::Create, R::Cluster, CLUSTER_NAME);
-    let mut denied: Vec<TopicName> = Vec::new();
-    r.topics.retain(|t| {
-        let ok = on_cluster || c.may(Op::Create, R::Topic, &t.name);
-        if !ok {
-            denied.push(t.name.clone());
-        }
-        ok
-    });
-    let c = c.clone();
-    proceed(r, move |resp| {
-        let ResponseKind::CreateTopics(resp) = resp else {
-            return;
-        };
-        // The configs of a created topic are shown only with DESCRIBE_CONFIGS on it.
-        for t in &mut resp.topics {
-            if t.error_code == 0 && !c.sees(Op::DescribeConfigs, R::Topic, &t.name) {
-                t.topic_config_error_code = TOPIC_DENIED;
-                t.configs = None;
-            }
-        }
-        for name in denied {
-            let mut t = create_topics_response::CreatableTopicResult::default();
-            t.name = name;
-            t.error_code = TOPIC_DENIED;
-            t.error_message = msg(TOPIC_DENIED);
-            t.num_partitions = -1;
-            t.replication_factor = -1;
-            resp.topics.push(t);
-        }
-    })
-}
-
-fn delete_topics(c: &Check, broker: &Broker, mut r: DeleteTopicsRequest, version: i16) -> Gate {
-    use delete_topics_response::DeletableTopicResult;
-    let mut denied: Vec<DeletableTopicResult> = Vec::new();
-    let mut deny = |name: Option<TopicName>, id: uuid::Uuid| {
-        let mut t = DeletableTopicResult::default();
-        t.name = name;
-        t.topic_id = id;
-        t.error_code = TOPIC_DENIED;
-        if version >= 5 {
-            t.error_message = msg(TOPIC_DENIED);
-        }
-        denied.push(t);
-    };
-    r.topic_names.retain(|n| {
-        let ok = c.may(Op::Delete, R::Topic, n);
-        if !ok {
-            deny(Some(n.clone()), uuid::Uuid::nil());
-        }
-        ok
-    });
-    r.topics.retain(|t| {
-        // A topic named by id is checked under its name; an unknown id is left to the
-        // handler (UNKNOWN_TOPIC_ID), as Kafka does.
-        let name = t.name.as_ref().map(|n| n.to_string()).or_else(|| {
-            broker
-                .replicas()
-                .topic_by_id(t.topic_id.as_bytes())
-                .map(|s| s.record.name.clone())
-        });
-        let ok = name.as_ref().is_none_or(|n| c.may(Op::Delete, R::Topic, n));
-        if !ok {
-            deny(t.name.clone(), t.topic_id);
-        }
-        ok
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::DeleteTopics(resp) = resp {
-            resp.responses.extend(denied);
-        }
-    })
-}
-
-fn create_partitions(c: &Check, mut r: CreatePartitionsRequest) -> Gate {
-    let mut denied: Vec<TopicName> = Vec::new();
-    r.topics.retain(|t| {
-        let ok = c.may(Op::Alter, R::Topic, &t.name);
-        if !ok {
-            denied.push(t.name.clone());
-        }
-        ok
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::CreatePartitions(resp) = resp {
-            for name in denied {
-                let mut t = create_partitions_response::CreatePartitionsTopicResult::default();
-                t.name = name;
-                t.error_code = TOPIC_DENIED;
-                t.error_message = msg(TOPIC_DENIED);
-                resp.results.push(t);
             }
         }
     })

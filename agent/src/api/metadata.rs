@@ -11,11 +11,12 @@ use uuid::Uuid;
 use super::authorized;
 use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::replicas::TopicState;
-use crate::service::admin::NewTopicSpec;
 
 pub async fn metadata(
     broker: &Broker,
+    who: &Caller,
     req: MetadataRequest,
     version: i16,
     listener: &str,
@@ -23,7 +24,7 @@ pub async fn metadata(
     // KIP-430: asked for in v8+ (the cluster's only up to v10; later, DescribeCluster).
     let ask_topics = version >= 8 && req.include_topic_authorized_operations;
     let ask_cluster = (8..=10).contains(&version) && req.include_cluster_authorized_operations;
-    let mut response = answer(broker, req, version, listener).await;
+    let mut response = answer(broker, who, req, version, listener).await;
     response.cluster_authorized_operations = authorized::if_asked(ask_cluster, authorized::CLUSTER);
     for t in &mut response.topics {
         authorized::topic(t, ask_topics);
@@ -33,6 +34,7 @@ pub async fn metadata(
 
 async fn answer(
     broker: &Broker,
+    who: &Caller,
     req: MetadataRequest,
     version: i16,
     listener: &str,
@@ -83,7 +85,12 @@ async fn answer(
         // Java client sends the empty string as the name of a topic it names by id).
         let by_id = version >= 10 && !wanted.topic_id.is_nil();
         let topic = match &wanted.name {
-            Some(name) if !by_id => by_name(broker, name.0.as_str(), auto_create).await,
+            // Auto-creation needs CREATE: the service decides.
+            Some(name) if !by_id => broker
+                .admin()
+                .topic_or_create(who, name.0.as_str(), auto_create)
+                .await
+                .map_err(ApiError::from),
             _ => broker
                 .replicas()
                 .topic_by_id(wanted.topic_id.as_bytes())
@@ -104,43 +111,6 @@ async fn answer(
         });
     }
     response
-}
-
-/// The topic `name`, created with the defaults if it does not exist and `auto_create`
-/// (Kafka's `auto.create.topics.enable`, for producers: also the HTTP produce).
-pub(crate) async fn by_name(
-    broker: &Broker,
-    name: &str,
-    auto_create: bool,
-) -> Result<std::sync::Arc<TopicState>, ApiError> {
-    if let Some(t) = broker.replicas().topic(name) {
-        return Ok(t);
-    }
-    if !auto_create {
-        return Err(ApiError::new(ResponseError::UnknownTopicOrPartition, ""));
-    }
-    let spec = NewTopicSpec {
-        name: name.to_string(),
-        ..NewTopicSpec::defaults()
-    };
-    match broker.admin().create_topic(spec, false).await {
-        Ok(created) => match created.state {
-            Some(t) => {
-                tracing::info!(topic = name, "auto-created topic");
-                Ok(t)
-            }
-            None => Err(ApiError::new(ResponseError::UnknownTopicOrPartition, "")),
-        },
-        // Someone else created it meanwhile.
-        Err(e) => {
-            let e = ApiError::from(&e);
-            if e.code != ResponseError::TopicAlreadyExists {
-                return Err(e);
-            }
-            broker.replicas().refresh().await.ok();
-            broker.replicas().topic(name).ok_or(e)
-        }
-    }
 }
 
 /// `live`: the node ids of the live agents.

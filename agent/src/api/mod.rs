@@ -102,6 +102,15 @@ pub async fn dispatch(
     })
 }
 
+/// Who sent a request, as the services take it.
+pub(crate) fn caller(ctx: &RequestContext) -> crate::caller::Caller {
+    crate::caller::Caller {
+        principal: ctx.connection.principal.clone(),
+        address: Some(ctx.connection.peer),
+        via: "kafka",
+    }
+}
+
 /// Whether the connection's principal may do `action` of the security service, which
 /// decides it (`gate.rs` does not check these APIs).
 fn authorize(
@@ -145,17 +154,27 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::Metadata(req) => {
             let listener = ctx.connection.listener.name.clone();
-            async move { Some(metadata::metadata(&b, req, version, &listener).await.into()) }
-                .boxed()
+            let who = caller(ctx);
+            async move {
+                Some(
+                    metadata::metadata(&b, &who, req, version, &listener)
+                        .await
+                        .into(),
+                )
+            }
+            .boxed()
         }
         RequestKind::CreateTopics(req) => {
-            async move { Some(topics::create_topics(&b, req, version).await.into()) }.boxed()
+            let who = caller(ctx);
+            async move { Some(topics::create_topics(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::DeleteTopics(req) => {
-            async move { Some(topics::delete_topics(&b, req, version).await.into()) }.boxed()
+            let who = caller(ctx);
+            async move { Some(topics::delete_topics(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::CreatePartitions(req) => {
-            async move { Some(topics::create_partitions(&b, req).await.into()) }.boxed()
+            let who = caller(ctx);
+            async move { Some(topics::create_partitions(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::DescribeConfigs(req) => ready(configs::describe_configs(broker, req, version)),
         RequestKind::AlterConfigs(req) => {

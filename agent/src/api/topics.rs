@@ -1,5 +1,5 @@
 //! CreateTopics, DeleteTopics and CreatePartitions: requests to [`crate::service::admin`]
-//! calls and back.
+//! calls and back. The service authorizes and audits each topic.
 
 use std::collections::BTreeMap;
 
@@ -18,10 +18,12 @@ use uuid::Uuid;
 
 use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::service::admin::NewTopicSpec;
 
 pub async fn create_topics(
     broker: &Broker,
+    who: &Caller,
     req: CreateTopicsRequest,
     version: i16,
 ) -> CreateTopicsResponse {
@@ -67,7 +69,7 @@ pub async fn create_topics(
             )),
             None => broker
                 .admin()
-                .create_topic(spec, req.validate_only)
+                .create_topic(who, spec, req.validate_only)
                 .await
                 .map_err(ApiError::from),
         };
@@ -80,20 +82,27 @@ pub async fn create_topics(
                 if let Some(state) = created.state.as_ref().filter(|_| version >= 7) {
                     result.topic_id = Uuid::from_bytes(state.record.id);
                 }
-                if version >= 5 {
-                    result.configs = Some(
-                        created
-                            .config
-                            .entries()
-                            .map(|(name, value, source)| {
-                                let mut c = CreatableTopicConfigs::default();
-                                c.name = StrBytes::from_static_str(name);
-                                c.value = Some(StrBytes::from_string(value.to_string()));
-                                c.config_source = source as i8;
-                                c
-                            })
-                            .collect(),
-                    );
+                match created.config.filter(|_| version >= 5) {
+                    // Shown only to who may DESCRIBE_CONFIGS the topic.
+                    None if version >= 5 => {
+                        result.topic_config_error_code =
+                            ResponseError::TopicAuthorizationFailed.code();
+                    }
+                    None => {}
+                    Some(config) => {
+                        result.configs = Some(
+                            config
+                                .entries()
+                                .map(|(name, value, source)| {
+                                    let mut c = CreatableTopicConfigs::default();
+                                    c.name = StrBytes::from_static_str(name);
+                                    c.value = Some(StrBytes::from_string(value.to_string()));
+                                    c.config_source = source as i8;
+                                    c
+                                })
+                                .collect(),
+                        );
+                    }
                 }
             }
             Err(e) => {
@@ -114,6 +123,7 @@ pub async fn create_topics(
 
 pub async fn delete_topics(
     broker: &Broker,
+    who: &Caller,
     req: DeleteTopicsRequest,
     version: i16,
 ) -> DeleteTopicsResponse {
@@ -133,21 +143,17 @@ pub async fn delete_topics(
         let mut result = DeletableTopicResult::default();
         result.name = name.clone().map(|n| TopicName(StrBytes::from_string(n)));
         result.topic_id = id;
-        let outcome = match broker
+        let outcome = broker
             .admin()
-            .find_topic(name.as_deref(), id.as_bytes())
+            .delete_topic(who, name.as_deref(), id.as_bytes())
             .await
-        {
-            Ok((name, topic_id)) => {
-                result.name = Some(TopicName(StrBytes::from_string(name.clone())));
+            .map(|(name, topic_id)| {
+                result.name = Some(TopicName(StrBytes::from_string(name)));
                 if version >= 6 {
                     result.topic_id = Uuid::from_bytes(topic_id);
                 }
-                broker.admin().delete_topic(&name).await
-            }
-            Err(e) => Err(e),
-        }
-        .map_err(ApiError::from);
+            })
+            .map_err(ApiError::from);
         if let Err(e) = outcome {
             tracing::info!(topic = ?name, error = %e.code, reason = %e.message, "topic deletion refused");
             result.error_code = e.code();
@@ -162,6 +168,7 @@ pub async fn delete_topics(
 
 pub async fn create_partitions(
     broker: &Broker,
+    who: &Caller,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut response = CreatePartitionsResponse::default();
@@ -176,7 +183,7 @@ pub async fn create_partitions(
         });
         let outcome = broker
             .admin()
-            .create_partitions(&name, t.count, assignments, req.validate_only)
+            .create_partitions(who, &name, t.count, assignments, req.validate_only)
             .await
             .map_err(ApiError::from);
         if let Err(e) = outcome {

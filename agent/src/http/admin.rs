@@ -19,7 +19,6 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use base64::Engine;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{BrokerId, ListGroupsRequest, ListOffsetsRequest, TopicName};
@@ -32,15 +31,15 @@ use super::cluster::redirect;
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
-use crate::audit::Caller;
-use crate::authz::{CLUSTER_NAME, Operation, ResourceType};
-use crate::service::admin::NewTopicSpec;
+use crate::authz::{CLUSTER_NAME, ResourceType};
+use crate::caller::Caller;
+use crate::service::admin::{AdminError, NewTopicSpec, topic_id};
 
 /// Who sent the request, for the audit log.
 pub fn caller(extensions: &Extensions) -> Caller {
     let address = extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0);
     Caller {
-        principal: super::auth::authenticated(extensions).to_string(),
+        principal: super::auth::authenticated(extensions),
         address,
         via: "http",
     }
@@ -98,11 +97,6 @@ pub async fn fresh_topic(
         Ok(None) => Err(unknown_topic(topic)),
         Err(e) => Err(Problem::from(ApiError::from(&e))),
     }
-}
-
-/// Kafka's text form of a topic id (as `kafka-topics.sh --describe` prints it).
-pub fn topic_id(id: &[u8; 16]) -> String {
-    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id)
 }
 
 /// The offsets ListOffsets gives for `timestamp` (-2 earliest, -1 latest, else a time
@@ -294,44 +288,7 @@ pub async fn create_topic(
         Ok(r) => r,
         Err(p) => return p.into_response(),
     };
-    let request = json!({
-        "partitions": req.partitions,
-        "replication_factor": req.replication_factor,
-        "configs": req.configs,
-        "validate_only": req.validate_only,
-    });
-    let resource = format!("topic:{}", req.name);
     let validate_only = req.validate_only.unwrap_or(false);
-    // CREATE on the cluster, or on the topic, as CreateTopics.
-    let principal = super::auth::authenticated(&extensions);
-    let host = caller
-        .address
-        .map_or(std::net::IpAddr::from([0, 0, 0, 0]), |a| a.ip());
-    let on_cluster = super::auth::allowed(
-        &http.broker,
-        &principal,
-        host,
-        Operation::Create,
-        ResourceType::Cluster,
-        CLUSTER_NAME,
-    );
-    if on_cluster.is_err()
-        && let Err(denied) = super::auth::allowed(
-            &http.broker,
-            &principal,
-            host,
-            Operation::Create,
-            ResourceType::Topic,
-            &req.name,
-        )
-    {
-        let action = if validate_only {
-            "topic.validate"
-        } else {
-            "topic.create"
-        };
-        return audited(&http, &caller, action, &resource, request, Err(denied));
-    }
     let spec = NewTopicSpec {
         name: req.name.clone(),
         num_partitions: req.partitions.unwrap_or(-1),
@@ -339,7 +296,12 @@ pub async fn create_topic(
         configs: req.configs.unwrap_or_default(),
         ..NewTopicSpec::defaults()
     };
-    let outcome = match http.broker.admin().create_topic(spec, validate_only).await {
+    let answer = match http
+        .broker
+        .admin()
+        .create_topic(&caller, spec, validate_only)
+        .await
+    {
         Ok(created) if validate_only => Ok((
             StatusCode::OK,
             json!({
@@ -358,12 +320,10 @@ pub async fn create_topic(
         )),
         Err(e) => Err(Problem::from(ApiError::from(&e))),
     };
-    let action = if validate_only {
-        "topic.validate"
-    } else {
-        "topic.create"
-    };
-    audited(&http, &caller, action, &resource, request, outcome)
+    match answer {
+        Ok((status, body)) => (status, axum::Json(body)).into_response(),
+        Err(p) => p.into_response(),
+    }
 }
 
 /// `DELETE /v1/topics/{topic}`.
@@ -377,33 +337,16 @@ pub async fn delete_topic(
         Ok(t) => t.0,
         Err(e) => return Problem::from(e).into_response(),
     };
-    let admin = http.broker.admin();
-    let outcome = async {
-        if crate::service::admin::validate_topic_name(&topic).is_err() {
-            return Err(unknown_topic(&topic));
-        }
-        let (name, _) = admin
-            .find_topic(Some(&topic), &[0; 16])
-            .await
-            .map_err(|e| match e {
-                crate::service::admin::AdminError::UnknownTopic(_) => unknown_topic(&topic),
-                e => Problem::from(ApiError::from(&e)),
-            })?;
-        admin
-            .delete_topic(&name)
-            .await
-            .map_err(|e| Problem::from(ApiError::from(&e)))?;
-        Ok((StatusCode::OK, json!({ "deleted": name })))
+    let deleted = http
+        .broker
+        .admin()
+        .delete_topic(&caller, Some(&topic), &[0; 16])
+        .await;
+    match deleted {
+        Ok((name, _)) => (StatusCode::OK, axum::Json(json!({ "deleted": name }))).into_response(),
+        Err(AdminError::UnknownTopic(_)) => unknown_topic(&topic).into_response(),
+        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
     }
-    .await;
-    audited(
-        &http,
-        &caller,
-        "topic.delete",
-        &format!("topic:{topic}"),
-        json!({}),
-        outcome,
-    )
 }
 
 #[derive(Debug, Deserialize)]
@@ -501,34 +444,28 @@ pub async fn add_partitions(
         Ok(r) => r,
         Err(p) => return p.into_response(),
     };
-    let request = json!({ "count": req.count, "validate_only": req.validate_only });
-    let outcome = async {
-        let count = req.count.ok_or_else(|| {
-            Problem::bad_request("\"count\" (the new number of partitions) is required")
-        })?;
-        let validate_only = req.validate_only.unwrap_or(false);
-        http.broker
-            .admin()
-            .create_partitions(&topic, count, None, validate_only)
-            .await
-            .map_err(|e| Problem::from(ApiError::from(&e)))?;
-        Ok((
+    let Some(count) = req.count else {
+        return Problem::bad_request("\"count\" (the new number of partitions) is required")
+            .into_response();
+    };
+    let validate_only = req.validate_only.unwrap_or(false);
+    let grown = http
+        .broker
+        .admin()
+        .create_partitions(&caller, &topic, count, None, validate_only)
+        .await;
+    match grown {
+        Ok(()) => (
             StatusCode::OK,
-            json!({ "name": topic, "partitions": count, "validate_only": validate_only }),
-        ))
+            axum::Json(
+                json!({ "name": topic, "partitions": count, "validate_only": validate_only }),
+            ),
+        )
+            .into_response(),
+        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
     }
-    .await;
-    audited(
-        &http,
-        &caller,
-        "topic.add_partitions",
-        &format!("topic:{topic}"),
-        request,
-        outcome,
-    )
 }
 
-/// `GET /v1/groups`: every group of every live agent's coordinator (ListGroups to each).
 pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     let mut groups: BTreeMap<String, Value> = BTreeMap::new();
     let mut unreachable = Vec::new();

@@ -36,7 +36,8 @@ use super::json::{self, whole};
 use super::partitioner::partition_for_key;
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
-use crate::authz::{Operation, ResourceType};
+use crate::caller::Caller;
+use crate::service::admin::AdminError;
 use crate::service::produce::Acks;
 
 /// How long an idempotency key's first answer is kept.
@@ -311,9 +312,6 @@ pub async fn produce(
         Ok(parts) => parts,
         Err(problem) => return problem.into_response(),
     };
-    if let Err(denied) = may_create_if_missing(&http, &extensions, &topic).await {
-        return denied.into_response();
-    }
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k.to_string()),
@@ -336,7 +334,10 @@ pub async fn produce(
         &super::auth::authenticated(&extensions).name,
         body.len(),
     );
-    let answer = answer_produce(&http, topic, body, key, parsed).await;
+    // A topic that does not exist is created (auto.create.topics.enable) for a caller
+    // with CREATE on it: the topic service decides, as for a Kafka producer's Metadata.
+    let who = super::admin::caller(&extensions);
+    let answer = answer_produce(&http, &who, topic, body, key, parsed).await;
     if !throttle.is_zero() {
         crate::clock::pause(throttle).await;
     }
@@ -345,6 +346,7 @@ pub async fn produce(
 
 async fn answer_produce(
     http: &Arc<HttpApi>,
+    who: &Caller,
     topic: String,
     body: Bytes,
     key: Option<String>,
@@ -352,7 +354,7 @@ async fn answer_produce(
 ) -> Response {
     let Some(key) = key else {
         // Only an idempotency key's first answer is compared with a retry's body.
-        return match write(http, &topic, parsed, 0).await {
+        return match write(http, who, &topic, parsed, 0).await {
             Ok(answer) => answer.to_response(),
             Err(problem) => problem.into_response(),
         };
@@ -365,7 +367,7 @@ async fn answer_produce(
     let first = http
         .remembered
         .try_get_with((topic.clone(), key), async {
-            match write(http, &topic, parsed, fingerprint).await {
+            match write(http, who, &topic, parsed, fingerprint).await {
                 Ok(answer) if answer.written_any() => Ok(Arc::new(answer)),
                 Ok(answer) => Err(Ok(answer)),
                 Err(problem) => Err(Err(problem)),
@@ -453,71 +455,34 @@ fn parse(text: &Bytes) -> Result<Parsed, Problem> {
     })
 }
 
-/// A produce to a topic that does not exist creates it (`auto_create_topics`) only for a
-/// caller who may create it, CREATE on the cluster or on the topic, as a Kafka
-/// producer's Metadata request needs (the route checked WRITE).
-async fn may_create_if_missing(
-    http: &HttpApi,
-    extensions: &Extensions,
-    topic: &str,
-) -> Result<(), Problem> {
-    let broker = &http.broker;
-    if !broker.settings().auto_create_topics || broker.replicas().topic(topic).is_some() {
-        return Ok(());
-    }
-    // Another agent may have just created it.
-    broker.replicas().refresh().await.ok();
-    if broker.replicas().topic(topic).is_some() {
-        return Ok(());
-    }
-    let principal = super::auth::authenticated(extensions);
-    let host = super::auth::peer_of(extensions);
-    let caller = crate::authz::Caller {
-        principal: &principal,
-        host,
-    };
-    if broker.authorizer().decide(
-        caller,
-        Operation::Create,
-        ResourceType::Cluster,
-        crate::authz::CLUSTER_NAME,
-    ) {
-        return Ok(());
-    }
-    super::auth::allowed(
-        broker,
-        &principal,
-        host,
-        Operation::Create,
-        ResourceType::Topic,
-        topic,
-    )
-    .map_err(|mut p| {
-        p.detail = format!(
-            "{}: topic {topic:?} does not exist and producing would create it",
-            p.detail
-        );
-        p
-    })
-}
-
 /// Writes the messages; `Err` when the request as a whole cannot be served (the topic
 /// does not exist).
 async fn write(
     http: &HttpApi,
+    who: &Caller,
     topic: &str,
     parsed: Parsed,
     fingerprint: u64,
 ) -> Result<Answer, Problem> {
     let auto_create = http.broker.settings().auto_create_topics;
-    let state = crate::api::metadata::by_name(&http.broker, topic, auto_create)
+    let state = http
+        .broker
+        .admin()
+        .topic_or_create(who, topic, auto_create)
         .await
-        .map_err(|e| match e.code {
-            ResponseError::UnknownTopicOrPartition => Problem::kafka(
-                e.code,
-                format!("topic {topic:?} does not exist (and auto.create.topics.enable is off)"),
-            ),
-            _ => Problem::from(e),
+        .map_err(|e| {
+            let detail = match &e {
+                AdminError::UnknownTopic(_) => {
+                    format!("topic {topic:?} does not exist (and auto.create.topics.enable is off)")
+                }
+                AdminError::Denied { .. } => {
+                    format!("{e}: topic {topic:?} does not exist and producing would create it")
+                }
+                _ => e.to_string(),
+            };
+            let mut problem = Problem::from(ApiError::from(&e));
+            problem.detail = detail;
+            problem
         })?;
     let partitions = state.record.partitions.len() as i32;
     let sticky = rand_partition(partitions);

@@ -1,14 +1,27 @@
 //! Topic administration in domain terms: creating a topic (validation and replica
 //! placement), deleting one, and adding partitions. The Kafka handlers
-//! (`api/topics.rs`, Metadata's auto-creation) translate requests to these calls and
-//! [`AdminError`] to codes (`api/errors.rs`); the HTTP API can call the same.
-//! Validation follows Kafka's rules, and the messages are Kafka's words.
+//! (`api/topics.rs`, Metadata's auto-creation) and the HTTP API (`http/admin.rs`, the
+//! HTTP produce's auto-creation) translate their requests to these calls and
+//! [`AdminError`] to Kafka codes or HTTP statuses. Validation follows Kafka's rules,
+//! and the messages are Kafka's words.
+//!
+//! The service decides who may, and records what was done: each call takes the
+//! [`Caller`], checks the operation Kafka's broker asks (CREATE on the cluster or the
+//! topic, DELETE or ALTER on the topic) before it looks at anything else, and writes
+//! the audit entry (`topic.create`, `topic.validate`, `topic.delete`,
+//! `topic.add_partitions`) with how it ended, refusals included. Neither edge checks or
+//! audits these itself.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use base64::Engine;
+use serde_json::{Value, json};
 use strata_metastore::{AgentRecord, NewTopic};
 
+use crate::audit::Audit;
+use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
+use crate::caller::Caller;
 use crate::config::MAX_PARTITIONS_PER_TOPIC;
 use crate::replicas::{ReplicaManager, SyncError, TopicState};
 use crate::topic_config::{self, TopicConfig};
@@ -20,6 +33,13 @@ const MAX_NAME_LENGTH: usize = 249;
 /// carries Kafka's message.
 #[derive(Debug, thiserror::Error)]
 pub enum AdminError {
+    /// The caller may not do this to the topic (TOPIC_AUTHORIZATION_FAILED).
+    #[error("{principal} may not {operation} TOPIC {topic}")]
+    Denied {
+        principal: String,
+        operation: &'static str,
+        topic: String,
+    },
     #[error("{0}")]
     InvalidTopic(String),
     #[error("{0}")]
@@ -42,6 +62,31 @@ pub enum AdminError {
     Metastore(#[from] strata_metastore::Error),
     #[error(transparent)]
     Sync(#[from] SyncError),
+}
+
+impl AdminError {
+    /// Kafka's name for the refusal, which the audit log puts before its message.
+    fn name(&self) -> &'static str {
+        match self {
+            AdminError::Denied { .. } => "TOPIC_AUTHORIZATION_FAILED",
+            AdminError::InvalidTopic(_) => "INVALID_TOPIC_EXCEPTION",
+            AdminError::TopicExists(_) => "TOPIC_ALREADY_EXISTS",
+            AdminError::UnknownTopic(_) => "UNKNOWN_TOPIC_OR_PARTITION",
+            AdminError::UnknownTopicId(_) => "UNKNOWN_TOPIC_ID",
+            AdminError::InvalidPartitions(_) => "INVALID_PARTITIONS",
+            AdminError::InvalidReplicationFactor(_) => "INVALID_REPLICATION_FACTOR",
+            AdminError::InvalidReplicaAssignment(_) => "INVALID_REPLICA_ASSIGNMENT",
+            AdminError::InvalidConfig(_) => "INVALID_CONFIG",
+            AdminError::InvalidRequest(_) => "INVALID_REQUEST",
+            AdminError::Metastore(_) => "METASTORE_ERROR",
+            AdminError::Sync(_) => "NOT_SERVED",
+        }
+    }
+}
+
+/// Kafka's text form of a topic id (as `kafka-topics.sh --describe` prints it).
+pub fn topic_id(id: &[u8; 16]) -> String {
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id)
 }
 
 /// Checks a topic name the way Kafka does (INVALID_TOPIC_EXCEPTION).
@@ -97,18 +142,174 @@ pub struct Created {
     pub state: Option<Arc<TopicState>>,
     pub num_partitions: i32,
     pub replication_factor: i16,
-    pub config: TopicConfig,
+    /// The topic's configuration; `None` for a caller who may not DESCRIBE_CONFIGS it
+    /// (Kafka answers CreateTopics so).
+    pub config: Option<TopicConfig>,
 }
 
-/// The topic administration service.
-#[derive(Debug)]
-pub struct Admin {
-    replicas: Arc<ReplicaManager>,
+/// The topic administration service, on what it borrows from the broker
+/// (`Broker::admin`).
+#[derive(Clone, Copy)]
+pub struct Admin<'a> {
+    pub replicas: &'a Arc<ReplicaManager>,
+    pub authorizer: &'a Authorizer,
+    pub audit: &'a Audit,
 }
 
-impl Admin {
-    pub fn new(replicas: Arc<ReplicaManager>) -> Admin {
-        Admin { replicas }
+impl Admin<'_> {
+    /// May `who` do `operation` to topic `name`? A refusal is logged (throttled) by
+    /// the authorizer.
+    fn authorize(&self, who: &Caller, operation: Operation, name: &str) -> Result<(), AdminError> {
+        if self
+            .authorizer
+            .allows(who.authz(), operation, ResourceType::Topic, name)
+        {
+            return Ok(());
+        }
+        Err(AdminError::Denied {
+            principal: who.principal.to_string(),
+            operation: operation.name(),
+            topic: name.to_string(),
+        })
+    }
+
+    /// CREATE on the cluster, or on the topic, as Kafka's CreateTopics and
+    /// auto-creation ask.
+    fn may_create(&self, who: &Caller, name: &str) -> Result<(), AdminError> {
+        let on_cluster = self.authorizer.decide(
+            who.authz(),
+            Operation::Create,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
+        if on_cluster {
+            Ok(())
+        } else {
+            self.authorize(who, Operation::Create, name)
+        }
+    }
+
+    fn record<T>(
+        &self,
+        who: &Caller,
+        action: &str,
+        resource: &str,
+        request: Value,
+        outcome: &Result<T, AdminError>,
+        done: impl FnOnce(&T) -> Value,
+    ) {
+        let outcome = match outcome {
+            Ok(t) => Ok(done(t)),
+            Err(e) => Err(format!("{}: {e}", e.name())),
+        };
+        self.audit.record(who, action, resource, request, outcome);
+    }
+
+    /// Validates and (unless `validate_only`) creates a topic, then serves it: for a
+    /// caller with CREATE on the cluster or on the topic. Audited.
+    pub async fn create_topic(
+        &self,
+        who: &Caller,
+        spec: NewTopicSpec,
+        validate_only: bool,
+    ) -> Result<Created, AdminError> {
+        let action = if validate_only {
+            "topic.validate"
+        } else {
+            "topic.create"
+        };
+        let resource = format!("topic:{}", spec.name);
+        let request = json!({
+            "partitions": spec.num_partitions,
+            "replication_factor": spec.replication_factor,
+            "assignments": spec.assignments.iter().cloned().collect::<BTreeMap<_, _>>(),
+            "configs": spec.configs,
+        });
+        let name = spec.name.clone();
+        let outcome = self.create_checked(who, spec, validate_only).await;
+        self.record(who, action, &resource, request, &outcome, |c| {
+            json!({
+                "name": name,
+                "topic_id": c.state.as_ref().map(|s| topic_id(&s.record.id)),
+                "partitions": c.num_partitions,
+                "replication_factor": c.replication_factor,
+            })
+        });
+        outcome
+    }
+
+    /// The topic `name`. One that does not exist is created with the defaults when
+    /// `auto_create` (Kafka's `auto.create.topics.enable`, for Metadata and the HTTP
+    /// produce), which needs CREATE as [`Admin::create_topic`] does. A topic created so
+    /// is audited (`"auto_created": true`); a refusal is not: clients ask again and
+    /// again, and the authorizer logs it.
+    pub async fn topic_or_create(
+        &self,
+        who: &Caller,
+        name: &str,
+        auto_create: bool,
+    ) -> Result<Arc<TopicState>, AdminError> {
+        if let Some(t) = self.replicas.topic(name) {
+            return Ok(t);
+        }
+        if !auto_create {
+            return Err(AdminError::UnknownTopic(format!(
+                "topic {name:?} does not exist"
+            )));
+        }
+        // Another agent may have just created it: no CREATE is needed for that one.
+        self.replicas.refresh().await.ok();
+        if let Some(t) = self.replicas.topic(name) {
+            return Ok(t);
+        }
+        let spec = NewTopicSpec {
+            name: name.to_string(),
+            ..NewTopicSpec::defaults()
+        };
+        let request = json!({ "auto_created": true });
+        match self.create_checked(who, spec, false).await {
+            Ok(created) => {
+                let resource = format!("topic:{name}");
+                let outcome = Ok(created);
+                self.record(who, "topic.create", &resource, request, &outcome, |c| {
+                    json!({
+                        "name": name,
+                        "topic_id": c.state.as_ref().map(|s| topic_id(&s.record.id)),
+                        "partitions": c.num_partitions,
+                        "replication_factor": c.replication_factor,
+                    })
+                });
+                tracing::info!(topic = name, "auto-created topic");
+                outcome?.state.ok_or_else(|| vanished(name))
+            }
+            // Someone else created it meanwhile.
+            Err(e @ AdminError::TopicExists(_)) => {
+                self.replicas.refresh().await.ok();
+                self.replicas.topic(name).ok_or(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn create_checked(
+        &self,
+        who: &Caller,
+        spec: NewTopicSpec,
+        validate_only: bool,
+    ) -> Result<Created, AdminError> {
+        self.may_create(who, &spec.name)?;
+        let name = spec.name.clone();
+        let mut created = self.create(spec, validate_only).await?;
+        let describes = self.authorizer.decide(
+            who.authz(),
+            Operation::DescribeConfigs,
+            ResourceType::Topic,
+            &name,
+        );
+        if !describes {
+            created.config = None;
+        }
+        Ok(created)
     }
 
     fn now_ms(&self) -> i64 {
@@ -131,12 +332,7 @@ impl Admin {
         rack_alternated(&live)
     }
 
-    /// Validates and (unless `validate_only`) creates a topic, then serves it.
-    pub async fn create_topic(
-        &self,
-        spec: NewTopicSpec,
-        validate_only: bool,
-    ) -> Result<Created, AdminError> {
+    async fn create(&self, spec: NewTopicSpec, validate_only: bool) -> Result<Created, AdminError> {
         validate_topic_name(&spec.name)?;
         if self.replicas.topic(&spec.name).is_some() {
             return Err(AdminError::TopicExists(format!(
@@ -209,7 +405,7 @@ impl Admin {
                 state: None,
                 num_partitions,
                 replication_factor,
-                config,
+                config: Some(config),
             });
         }
         self.replicas
@@ -247,14 +443,14 @@ impl Admin {
             state: Some(state),
             num_partitions,
             replication_factor,
-            config,
+            config: Some(config),
         })
     }
 
     /// The name and id of the topic named `name`, or (without a name) of the one with
     /// id `id`, for a deletion. The metastore is the authority: a topic this agent could
     /// not serve can still be deleted by name.
-    pub async fn find_topic(
+    async fn find_topic(
         &self,
         name: Option<&str>,
         id: &[u8; 16],
@@ -281,8 +477,44 @@ impl Admin {
         }
     }
 
-    /// Deletes topic `name` (found with [`Admin::find_topic`]) and stops serving it.
-    pub async fn delete_topic(&self, name: &str) -> Result<(), AdminError> {
+    /// Deletes the topic named `name`, or (without a name) the one with id `id`, and
+    /// stops serving it: for a caller with DELETE on it (checked before whether it
+    /// exists, for a name). Answers its name and id. Audited.
+    pub async fn delete_topic(
+        &self,
+        who: &Caller,
+        name: Option<&str>,
+        id: &[u8; 16],
+    ) -> Result<(String, [u8; 16]), AdminError> {
+        let outcome = async {
+            if let Some(name) = name {
+                self.authorize(who, Operation::Delete, name)?;
+            }
+            let (found, found_id) = self.find_topic(name, id).await?;
+            if name.is_none() {
+                self.authorize(who, Operation::Delete, &found)?;
+            }
+            self.delete(&found).await?;
+            Ok((found, found_id))
+        }
+        .await;
+        let resource = match (name, &outcome) {
+            (Some(n), _) => format!("topic:{n}"),
+            (None, Ok((n, _))) => format!("topic:{n}"),
+            (None, Err(_)) => format!("topic:{}", uuid::Uuid::from_bytes(*id)),
+        };
+        self.record(
+            who,
+            "topic.delete",
+            &resource,
+            json!({}),
+            &outcome,
+            |(n, i)| json!({ "deleted": n, "topic_id": topic_id(i) }),
+        );
+        outcome
+    }
+
+    async fn delete(&self, name: &str) -> Result<(), AdminError> {
         self.replicas
             .metastore()
             .delete_topic(name, self.now_ms())
@@ -292,8 +524,37 @@ impl Admin {
     }
 
     /// Grows topic `name` to `count` partitions, placing the new ones (or on the given
-    /// replica lists, one per new partition).
+    /// replica lists, one per new partition): for a caller with ALTER on it. Audited.
     pub async fn create_partitions(
+        &self,
+        who: &Caller,
+        name: &str,
+        count: i32,
+        assignments: Option<Vec<Vec<i32>>>,
+        validate_only: bool,
+    ) -> Result<(), AdminError> {
+        let request = json!({
+            "count": count,
+            "validate_only": validate_only,
+            "assignments": assignments,
+        });
+        let outcome = match self.authorize(who, Operation::Alter, name) {
+            Ok(()) => self.grow(name, count, assignments, validate_only).await,
+            Err(e) => Err(e),
+        };
+        let resource = format!("topic:{name}");
+        self.record(
+            who,
+            "topic.add_partitions",
+            &resource,
+            request,
+            &outcome,
+            |_| json!({ "partitions": count }),
+        );
+        outcome
+    }
+
+    async fn grow(
         &self,
         name: &str,
         count: i32,
