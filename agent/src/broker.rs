@@ -281,6 +281,15 @@ impl Broker {
         }
     }
 
+    /// Topic, broker and logger configs ([`crate::service::configs`]).
+    pub fn configs(&self) -> crate::service::configs::Configs<'_> {
+        crate::service::configs::Configs {
+            replicas: &self.replicas,
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
+    }
+
     /// Retention, DeleteRecords and archive collection
     /// ([`crate::service::lifecycle`]).
     pub fn lifecycle(&self) -> &Arc<Lifecycle> {

@@ -175,7 +175,7 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "PATCH",
             "/v1/topics/{topic}/configs",
-            topic(O::AlterConfigs),
+            InHandler("the config service: ALTER_CONFIGS on the topic"),
             patch(admin::alter_configs),
         ),
         route(

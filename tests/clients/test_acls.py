@@ -31,6 +31,9 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import (
     AclBinding,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
     AclBindingFilter,
     AclOperation,
     AclPermissionType,
@@ -535,6 +538,18 @@ def test_the_topic_service_decides_and_audits_topic_changes(acl_broker):
     assert error_code(fs[auto]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
     fs = alice.delete_topics([auto], request_timeout=TIMEOUT)
     assert error_code(fs[auto]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Configs: the config service, DESCRIBE_CONFIGS and ALTER_CONFIGS on the topic, on
+    # the cluster for a broker.
+    own = ConfigResource("topic", auto)
+    assert error_code(alice.describe_configs([own])[own]) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    change = ConfigResource("topic", auto, incremental_configs=[
+        ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    (f,) = alice.incremental_alter_configs([change]).values()
+    assert error_code(f) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    node = ConfigResource("broker", "1", incremental_configs=[
+        ConfigEntry("log.retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
+    (f,) = alice.incremental_alter_configs([node]).values()
+    assert error_code(f) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     assert len(admin.list_topics(auto, timeout=TIMEOUT).topics[auto].partitions) == 1
 
     # Over HTTP (no authentication here: the super user ANONYMOUS) the same service.
@@ -551,11 +566,16 @@ def test_the_topic_service_decides_and_audits_topic_changes(acl_broker):
         ("topic.create", f"topic:{auto}", "User:alice", "kafka", True),
         ("topic.add_partitions", f"topic:{auto}", "User:alice", "kafka", False),
         ("topic.delete", f"topic:{auto}", "User:alice", "kafka", False),
+        ("topic.alter_configs", f"topic:{auto}", "User:alice", "kafka", False),
         ("topic.create", f"topic:{prefix}http", "User:ANONYMOUS", "http", True),
     ], entries
+    (broker_change,) = [e for e in audit(b) if e["action"] == "broker.alter_configs"]
+    assert (broker_change["resource"], broker_change["principal"], broker_change["ok"]) == (
+        "broker:1", "User:alice", False), broker_change
+    assert broker_change["outcome"].startswith("CLUSTER_AUTHORIZATION_FAILED"), broker_change
     assert entries[0]["request"] == {"auto_created": True}, entries[0]
     assert entries[0]["outcome"]["partitions"] == 1, entries[0]
-    for refused in entries[1:3]:
+    for refused in entries[1:4]:
         assert refused["outcome"].startswith("TOPIC_AUTHORIZATION_FAILED"), refused
         assert "User:alice may not" in refused["outcome"], refused
     assert entries[1]["request"]["count"] == 2, entries[1]

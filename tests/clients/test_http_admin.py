@@ -837,7 +837,8 @@ def test_every_action_is_audited_in_the_log_file_and_the_api(group_broker):
     assert entries[0]["request"]["partitions"] == 2
     assert entries[0]["outcome"]["name"] == topic
     assert "already exists" in entries[1]["outcome"], entries[1]
-    assert entries[2]["request"]["set"] == {"retention.ms": "3600000"}
+    # The config service records the change as Kafka's IncrementalAlterConfigs would.
+    assert entries[2]["request"]["ops"] == [{"name": "retention.ms", "op": "set", "value": "3600000"}]
     assert entries[5]["request"] == {"reason": "audit me"}
     assert entries[5]["outcome"]["writes"] == "disabled"
     assert entries[8]["request"]["to"] == "earliest"

@@ -942,6 +942,9 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         let (path, body) = match (route.method, route.path) {
             ("POST", "/v1/topics") => (path, r#"{"name": "new", "partitions": 1}"#),
             ("POST", "/v1/topics/{topic}/partitions") => (path, r#"{"count": 4}"#),
+            ("PATCH", "/v1/topics/{topic}/configs") => {
+                (path, r#"{"set": {"retention.ms": "1000"}}"#)
+            }
             ("POST", "/v1/acls") => (
                 path,
                 r#"{"acls": [{"resource_type": "CLUSTER", "resource_name": "kafka-cluster",
@@ -987,10 +990,11 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
-                // The topic service decides, as for the Kafka APIs.
+                // The topic and config services decide, as for the Kafka APIs.
                 ("POST", "/v1/topics")
                 | ("DELETE", "/v1/topics/{topic}")
-                | ("POST", "/v1/topics/{topic}/partitions") => {
+                | ("POST", "/v1/topics/{topic}/partitions")
+                | ("PATCH", "/v1/topics/{topic}/configs") => {
                     assert_eq!(
                         (status, kafka_error),
                         (403, "TOPIC_AUTHORIZATION_FAILED"),

@@ -1,10 +1,10 @@
-//! The audit log of the Kafka API's privileged mutations: configs altered, groups and
-//! committed offsets deleted, partitions reassigned, leaders elected, records deleted,
-//! SCRAM credentials altered, ACLs created and deleted. (Topics created, deleted and
-//! grown are audited by their service, `service/admin.rs`, for both edges.) Each
-//! resource a request names is one entry, with the same actions the HTTP API records
-//! (`topic.alter_configs`, `group.delete`, ...), `via: "kafka"`, and the error name and
-//! message of a refusal.
+//! The audit log of the Kafka API's privileged mutations: groups and committed offsets
+//! deleted, partitions reassigned, leaders elected, records deleted, SCRAM credentials
+//! altered, ACLs created and deleted. (Topics created, deleted and grown, and configs
+//! altered, are audited by their services, `service/admin.rs` and
+//! `service/configs.rs`, for both edges.) Each resource a request names is one entry,
+//! with the same actions the HTTP API records (`group.delete`, ...), `via: "kafka"`, and
+//! the error name and message of a refusal.
 //!
 //! What was asked is taken from the request before its handler runs ([`asked`]); how
 //! each resource ended, from the response ([`record`]).
@@ -34,29 +34,12 @@ fn tp(topic: &str, partition: i32) -> String {
     format!("partition:{topic}-{partition}")
 }
 
-fn topic(name: impl std::fmt::Display) -> String {
-    format!("topic:{name}")
-}
-
 fn group(name: impl std::fmt::Display) -> String {
     format!("group:{name}")
 }
 
 fn user(name: &str) -> String {
     format!("user:{name}")
-}
-
-fn config_resource(resource_type: i8, name: &str) -> (&'static str, String) {
-    match resource_type {
-        2 => ("topic.alter_configs", topic(name)),
-        4 if name.is_empty() => ("broker.alter_configs", "broker:<default>".to_string()),
-        4 => ("broker.alter_configs", format!("broker:{name}")),
-        8 => (
-            "broker_logger.alter_configs",
-            format!("broker_logger:{name}"),
-        ),
-        _ => ("config.alter", format!("{resource_type}:{name}")),
-    }
 }
 
 /// A quota entity: `quota:user=alice,client-id=<default>`.
@@ -119,45 +102,6 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
         request,
     };
     let entries: Vec<Entry> = match request {
-        RequestKind::AlterConfigs(r) => r
-            .resources
-            .iter()
-            .map(|res| {
-                let (action, resource) =
-                    config_resource(res.resource_type, res.resource_name.as_str());
-                let set: BTreeMap<String, Option<String>> = res
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                    .collect();
-                let request = json!({ "replace": set, "validate_only": r.validate_only });
-                entry(action, resource, request)
-            })
-            .collect(),
-        RequestKind::IncrementalAlterConfigs(r) => r
-            .resources
-            .iter()
-            .map(|res| {
-                let (action, resource) =
-                    config_resource(res.resource_type, res.resource_name.as_str());
-                let ops: Vec<Value> = res
-                    .configs
-                    .iter()
-                    .map(|c| {
-                        let op = match c.config_operation {
-                            0 => "set",
-                            1 => "delete",
-                            2 => "append",
-                            3 => "subtract",
-                            _ => "unknown",
-                        };
-                        json!({ "name": c.name.as_str(), "op": op, "value": c.value.as_ref().map(|v| v.as_str()) })
-                    })
-                    .collect();
-                let request = json!({ "ops": ops, "validate_only": r.validate_only });
-                entry(action, resource, request)
-            })
-            .collect(),
         RequestKind::DeleteGroups(r) => r
             .groups_names
             .iter()
@@ -249,7 +193,9 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
             }
             for up in &r.upsertions {
                 let u = users.entry(up.name.to_string()).or_default();
-                u.1.push(json!({ "mechanism": mechanism(up.mechanism), "iterations": up.iterations }));
+                u.1.push(
+                    json!({ "mechanism": mechanism(up.mechanism), "iterations": up.iterations }),
+                );
             }
             users
                 .into_iter()
@@ -276,7 +222,15 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
                 } else {
                     "quota.alter"
                 };
-                entry(action, quota_resource(e.entity.iter().map(|d| (d.entity_type.as_str(), d.entity_name.as_deref()))), json!({ "set": ops }))
+                entry(
+                    action,
+                    quota_resource(
+                        e.entity
+                            .iter()
+                            .map(|d| (d.entity_type.as_str(), d.entity_name.as_deref())),
+                    ),
+                    json!({ "set": ops }),
+                )
             })
             .collect(),
         RequestKind::CreateAcls(r) => r
@@ -285,8 +239,17 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
             .map(|c| {
                 entry(
                     "acl.create",
-                    acl_resource(c.resource_type, c.resource_pattern_type, Some(&c.resource_name)),
-                    acl_request(Some(&c.principal), Some(&c.host), c.operation, c.permission_type),
+                    acl_resource(
+                        c.resource_type,
+                        c.resource_pattern_type,
+                        Some(&c.resource_name),
+                    ),
+                    acl_request(
+                        Some(&c.principal),
+                        Some(&c.host),
+                        c.operation,
+                        c.permission_type,
+                    ),
                 )
             })
             .collect(),
@@ -334,20 +297,6 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
     };
     let mut out = BTreeMap::new();
     match response {
-        ResponseKind::AlterConfigs(r) => {
-            for res in &r.responses {
-                let (_, name) = config_resource(res.resource_type, res.resource_name.as_str());
-                let o = outcome(res.error_code, res.error_message.as_deref(), json!({}));
-                out.insert(name, o);
-            }
-        }
-        ResponseKind::IncrementalAlterConfigs(r) => {
-            for res in &r.responses {
-                let (_, name) = config_resource(res.resource_type, res.resource_name.as_str());
-                let o = outcome(res.error_code, res.error_message.as_deref(), json!({}));
-                out.insert(name, o);
-            }
-        }
         ResponseKind::AlterUserScramCredentials(r) => {
             for u in &r.results {
                 let o = outcome(u.error_code, u.error_message.as_deref(), json!({}));

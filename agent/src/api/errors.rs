@@ -2,10 +2,12 @@
 
 use kafka_protocol::error::ResponseError;
 
+use crate::authz::ResourceType;
 use crate::error::Error;
 use crate::group::GroupError;
 use crate::partition::PartitionError;
 use crate::service::admin::AdminError;
+use crate::service::configs::ConfigError;
 use crate::service::security::SecurityError;
 
 /// A Kafka error code with the message sent to the client where the API has a field.
@@ -251,6 +253,31 @@ impl From<&AdminError> for ApiError {
 
 impl From<AdminError> for ApiError {
     fn from(e: AdminError) -> Self {
+        ApiError::from(&e)
+    }
+}
+
+impl From<&ConfigError> for ApiError {
+    fn from(e: &ConfigError) -> Self {
+        let code = match e {
+            ConfigError::Denied {
+                resource: ResourceType::Topic,
+                ..
+            } => ResponseError::TopicAuthorizationFailed,
+            ConfigError::Denied { .. } => ResponseError::ClusterAuthorizationFailed,
+            ConfigError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+            ConfigError::Invalid(_) => ResponseError::InvalidConfig,
+            ConfigError::InvalidRequest(_) => ResponseError::InvalidRequest,
+            ConfigError::NotApplied(_) => ResponseError::UnknownServerError,
+            ConfigError::Metastore(m) => return ApiError::from(m),
+            ConfigError::Sync(e) => return ApiError::from(e),
+        };
+        ApiError::new(code, e.to_string())
+    }
+}
+
+impl From<ConfigError> for ApiError {
+    fn from(e: ConfigError) -> Self {
         ApiError::from(&e)
     }
 }

@@ -11,10 +11,11 @@
 //! or replaced by its error (a resource it named). KIP-430's authorized-operation
 //! fields get the principal's real set.
 //!
-//! The security APIs (ACLs, SCRAM users, client quotas) and the topic APIs
-//! (CreateTopics, DeleteTopics, CreatePartitions, and Metadata's auto-creation) are not
-//! checked here: their services decide (`service/security.rs`, `service/admin.rs`), for
-//! both edges; the other APIs are to follow.
+//! The security APIs (ACLs, SCRAM users, client quotas), the topic APIs (CreateTopics,
+//! DeleteTopics, CreatePartitions, and Metadata's auto-creation) and the config APIs
+//! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) are not checked here: their
+//! services decide (`service/security.rs`, `service/admin.rs`, `service/configs.rs`),
+//! for both edges; the other APIs are to follow.
 //!
 //! With no authorizer configured nothing here runs.
 
@@ -129,9 +130,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         RequestKind::Metadata(r) => metadata(&c, r, version),
         RequestKind::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(&c, r),
         RequestKind::DeleteRecords(r) => delete_records(&c, r),
-        RequestKind::DescribeConfigs(r) => describe_configs(&c, r),
-        RequestKind::AlterConfigs(r) => alter_configs(&c, r),
-        RequestKind::IncrementalAlterConfigs(r) => incremental_alter_configs(&c, r),
         RequestKind::DescribeCluster(r) => {
             let asked = r.include_cluster_authorized_operations;
             let ops = c.cluster_ops();
@@ -528,116 +526,6 @@ fn delete_records(c: &Check, mut r: DeleteRecordsRequest) -> Gate {
                     .collect();
                 resp.topics.push(t);
             }
-        }
-    })
-}
-
-/// Config resources: topics (type 2) are checked on the topic; brokers (4) and broker
-/// loggers (8) on the cluster. `None`: any other type, left to the handler.
-fn config_denied(c: &Check, op: Operation, resource_type: i8, name: &str) -> Option<i16> {
-    let allowed = match resource_type {
-        2 => c.may(op, R::Topic, name),
-        4 | 8 => c.on_cluster(op),
-        _ => return None,
-    };
-    match (allowed, resource_type) {
-        (true, _) => None,
-        (false, 2) => Some(TOPIC_DENIED),
-        (false, _) => Some(CLUSTER_DENIED),
-    }
-}
-
-/// Takes the config resources the caller may not `op` out of `resources`, with their
-/// refusal: (type, name, code).
-fn take_denied<T>(
-    c: &Check,
-    op: Operation,
-    resources: &mut Vec<T>,
-    key: impl Fn(&T) -> (i8, &StrBytes),
-) -> Vec<(i8, StrBytes, i16)> {
-    let mut denied = Vec::new();
-    resources.retain(|res| {
-        let (resource_type, name) = key(res);
-        match config_denied(c, op, resource_type, name) {
-            Some(code) => {
-                denied.push((resource_type, name.clone(), code));
-                false
-            }
-            None => true,
-        }
-    });
-    denied
-}
-
-fn describe_configs(c: &Check, mut r: DescribeConfigsRequest) -> Gate {
-    let denied = take_denied(c, Op::DescribeConfigs, &mut r.resources, |res| {
-        (res.resource_type, &res.resource_name)
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::DescribeConfigs(resp) = resp {
-            for (resource_type, resource_name, code) in denied {
-                let mut res = describe_configs_response::DescribeConfigsResult::default();
-                res.resource_type = resource_type;
-                res.resource_name = resource_name;
-                res.error_code = code;
-                res.error_message = msg(code);
-                resp.results.push(res);
-            }
-        }
-    })
-}
-
-/// What AlterConfigs and IncrementalAlterConfigs answer a refused resource.
-fn config_refusal(
-    denied: Vec<(i8, StrBytes, i16)>,
-) -> impl Iterator<Item = alter_configs_response::AlterConfigsResourceResponse> {
-    denied
-        .into_iter()
-        .map(|(resource_type, resource_name, code)| {
-            let mut res = alter_configs_response::AlterConfigsResourceResponse::default();
-            res.resource_type = resource_type;
-            res.resource_name = resource_name;
-            res.error_code = code;
-            res.error_message = msg(code);
-            res
-        })
-}
-
-fn alter_configs(c: &Check, mut r: AlterConfigsRequest) -> Gate {
-    let denied = take_denied(c, Op::AlterConfigs, &mut r.resources, |res| {
-        (res.resource_type, &res.resource_name)
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::AlterConfigs(resp) = resp {
-            resp.responses.extend(config_refusal(denied));
-        }
-    })
-}
-
-fn incremental_alter_configs(c: &Check, mut r: IncrementalAlterConfigsRequest) -> Gate {
-    let denied = take_denied(c, Op::AlterConfigs, &mut r.resources, |res| {
-        (res.resource_type, &res.resource_name)
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::IncrementalAlterConfigs(resp) = resp {
-            resp.responses.extend(config_refusal(denied).map(|res| {
-                let mut out =
-                    incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-                out.resource_type = res.resource_type;
-                out.resource_name = res.resource_name;
-                out.error_code = res.error_code;
-                out.error_message = res.error_message;
-                out
-            }));
         }
     })
 }

@@ -176,12 +176,26 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             let who = caller(ctx);
             async move { Some(topics::create_partitions(&b, &who, req).await.into()) }.boxed()
         }
-        RequestKind::DescribeConfigs(req) => ready(configs::describe_configs(broker, req, version)),
+        RequestKind::DescribeConfigs(req) => ready(configs::describe_configs(
+            broker,
+            &caller(ctx),
+            req,
+            version,
+        )),
         RequestKind::AlterConfigs(req) => {
-            async move { Some(configs::alter_configs(&b, req).await.into()) }.boxed()
+            let who = caller(ctx);
+            async move { Some(configs::alter_configs(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::IncrementalAlterConfigs(req) => {
-            async move { Some(configs::incremental_alter_configs(&b, req).await.into()) }.boxed()
+            let who = caller(ctx);
+            async move {
+                Some(
+                    configs::incremental_alter_configs(&b, &who, req)
+                        .await
+                        .into(),
+                )
+            }
+            .boxed()
         }
         RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(
             broker,

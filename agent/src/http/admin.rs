@@ -34,6 +34,7 @@ use crate::api::errors::ApiError;
 use crate::authz::{CLUSTER_NAME, ResourceType};
 use crate::caller::Caller;
 use crate::service::admin::{AdminError, NewTopicSpec, topic_id};
+use crate::service::configs::{ConfigError, Op, Resource};
 
 /// Who sent the request, for the audit log.
 pub fn caller(extensions: &Extensions) -> Caller {
@@ -377,45 +378,35 @@ pub async fn alter_configs(
         Ok(r) => r,
         Err(p) => return p.into_response(),
     };
-    let request =
-        json!({ "set": req.set, "delete": req.delete, "validate_only": req.validate_only });
-    let outcome = async {
-        let state = fresh_topic(&http, &topic).await?;
-        if req.set.is_empty() && req.delete.is_empty() {
-            return Err(Problem::bad_request(
-                "nothing to change: give \"set\" or \"delete\"",
-            ));
-        }
-        let mut configs = state.record.configs.clone();
-        for name in &req.delete {
-            if crate::topic_config::lookup(name).is_none() {
-                return Err(Problem::kafka(
-                    ResponseError::InvalidConfig,
-                    format!("Unknown topic config name: {name}"),
-                ));
-            }
-            configs.remove(name);
-        }
-        configs.extend(req.set.iter().map(|(k, v)| (k.clone(), v.clone())));
-        crate::api::configs::store_topic_configs(
-            &http.broker,
-            &topic,
-            configs.clone(),
+    if req.set.is_empty() && req.delete.is_empty() {
+        return Problem::bad_request("nothing to change: give \"set\" or \"delete\"")
+            .into_response();
+    }
+    let ops: Vec<(String, Op)> = req
+        .delete
+        .into_iter()
+        .map(|name| (name, Op::Delete))
+        .chain(req.set.into_iter().map(|(k, v)| (k, Op::Set(v))))
+        .collect();
+    let altered = http
+        .broker
+        .configs()
+        .alter(
+            &caller,
+            &Resource::Topic(topic.clone()),
+            ops,
             req.validate_only.unwrap_or(false),
         )
-        .await
-        .map_err(Problem::from)?;
-        Ok((StatusCode::OK, json!({ "name": topic, "configs": configs })))
+        .await;
+    match altered {
+        Ok(configs) => (
+            StatusCode::OK,
+            axum::Json(json!({ "name": topic, "configs": configs.unwrap_or_default() })),
+        )
+            .into_response(),
+        Err(ConfigError::UnknownTopic(_)) => unknown_topic(&topic).into_response(),
+        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
     }
-    .await;
-    audited(
-        &http,
-        &caller,
-        "topic.alter_configs",
-        &format!("topic:{topic}"),
-        request,
-        outcome,
-    )
 }
 
 #[derive(Debug, Deserialize)]

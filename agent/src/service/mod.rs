@@ -6,6 +6,7 @@
 pub mod admin;
 pub mod agents;
 pub mod archive;
+pub mod configs;
 pub mod fetch;
 pub mod lifecycle;
 pub mod produce;
