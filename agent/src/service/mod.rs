@@ -1,7 +1,10 @@
 //! The services behind the protocol edges, in domain terms: they take topics,
 //! partitions, offsets and record batches (not Kafka's request structs) and return
-//! [`crate::error::Error`] (topic administration: [`admin::AdminError`]), so that the Kafka handlers (`api/`) and the HTTP API can
-//! share them. The edges translate wire types to these and back.
+//! domain errors ([`crate::error::Error`]; [`admin::AdminError`],
+//! [`configs::ConfigError`], [`security::SecurityError`]), so that the Kafka handlers
+//! (`api/`) and the HTTP API can share them. The edges translate wire types to these
+//! and back. The topic, config and security services also decide who may (they take
+//! the [`crate::caller::Caller`]) and audit what they change.
 
 pub mod admin;
 pub mod agents;
