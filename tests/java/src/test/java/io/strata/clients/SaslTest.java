@@ -83,10 +83,14 @@ class SaslTest {
         return Admin.create(auth(p, "SCRAM-SHA-512", password));
     }
 
-    /** kafka-configs created them (its --describe of users also asks for client quotas,
-     *  which strata does not answer yet); the admin client describes them. */
+    /** kafka-configs created them; its --describe (DescribeUserScramCredentials and
+     *  DescribeClientQuotas) and the admin client describe them. */
     @Test
     void theCredentialsKafkaConfigsCreatedAreDescribed() throws Exception {
+        String described = KafkaTool.ok(TOOL_TIMEOUT, null, KafkaTool.CONFIGS, "--bootstrap-server",
+                strata.bootstrap(), "--describe", "--entity-type", "users", "--entity-name", "alice").stdout();
+        assertTrue(described.contains("SCRAM-SHA-512=iterations=8192"), described);
+        assertTrue(described.contains("SCRAM-SHA-256=iterations=4096"), described);
         try (Admin admin = Clients.admin(strata.bootstrap())) {
             UserScramCredentialsDescription alice = Clients.get(admin.describeUserScramCredentials(List.of("alice"))
                     .description("alice"));
