@@ -240,8 +240,14 @@ impl Broker {
         &self.membership
     }
 
-    pub fn groups(&self) -> &Arc<Coordinator> {
-        &self.groups
+    /// Consumer groups ([`crate::service::groups`]), which decides who may.
+    pub fn groups(&self) -> crate::service::groups::Groups<'_> {
+        crate::service::groups::Groups {
+            coordinator: &self.groups,
+            replicas: &self.replicas,
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
     }
 
     pub fn producer_ids(&self) -> &ProducerIds {

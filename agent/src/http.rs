@@ -115,11 +115,14 @@ fn table() -> Vec<(Route, Handler)> {
         )
     };
     let topic = |op| On(op, R::Topic, "topic");
-    let group = |op| On(op, R::Group, "group");
     let cluster = |op| On(op, R::Cluster, "");
     // ACLs, users and quotas: the security service decides (as for the Kafka APIs).
     const SECURITY: Needs =
         InHandler("the security service: DESCRIBE or ALTER (quotas: _CONFIGS) on the cluster");
+    // Describing, deleting and moving the offsets of groups: the group service decides.
+    const GROUPS: Needs = InHandler(
+        "the group service: DESCRIBE or DELETE on the group; a reset DESCRIBE, then READ on the group and the topic",
+    );
     // Creating, deleting and growing topics: the topic service decides.
     const TOPICS: Needs = InHandler(
         "the topic service: CREATE on the cluster or the topic, DELETE or ALTER on the topic",
@@ -223,19 +226,19 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "GET",
             "/v1/groups/{group}",
-            group(O::Describe),
+            GROUPS,
             get(admin::describe_group),
         ),
         route(
             "DELETE",
             "/v1/groups/{group}",
-            group(O::Delete),
+            GROUPS,
             delete(admin::delete_group),
         ),
         route(
             "POST",
             "/v1/groups/{group}/offsets",
-            group(O::Read),
+            GROUPS,
             post(admin::reset_offsets),
         ),
         route(

@@ -290,7 +290,7 @@ pub async fn start_on(
     }
     tasks.spawn(
         "group coordinator",
-        Arc::clone(broker.groups()).run(shutdown.clone()),
+        Arc::clone(broker.groups().coordinator()).run(shutdown.clone()),
     );
     if let Some(worker) = broker.tiering() {
         let replicas = Arc::clone(replicas);

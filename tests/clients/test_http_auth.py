@@ -114,6 +114,14 @@ def test_each_endpoint_needs_what_its_kafka_counterpart_needs(secured):
     refused("POST", "/v1/topics/alice-orders/partitions/0/disable", "alice",
             "CLUSTER_AUTHORIZATION_FAILED", json={"reason": "no"})
     refused("GET", "/v1/audit", "bob", "CLUSTER_AUTHORIZATION_FAILED")
+    # Groups: the group service decides, as for Kafka's group APIs. Moving a group's
+    # offsets commits them, which needs READ on the topic too (as OffsetCommit does).
+    refused("GET", "/v1/groups/alice-g", "bob", "GROUP_AUTHORIZATION_FAILED")
+    refused("DELETE", "/v1/groups/alice-g", "alice", "GROUP_AUTHORIZATION_FAILED")
+    refused("POST", "/v1/groups/alice-g/offsets", "alice", "TOPIC_AUTHORIZATION_FAILED",
+            json={"topic": "secret", "to": "earliest"})
+    described = requests.get(url + "/v1/groups/alice-g", headers=basic("alice"), timeout=10)
+    assert described.status_code == 200, described.text
 
     # Listings show what the caller may describe.
     listed = requests.get(url + "/v1/topics", headers=basic("alice"), timeout=10).json()["topics"]
@@ -137,6 +145,10 @@ def test_each_endpoint_needs_what_its_kafka_counterpart_needs(secured):
     assert {e["principal"] for e in created if e["ok"]} == {"User:admin"}
     assert any(e["principal"] == "User:alice" and not e["ok"] and "may not CREATE" in str(e["outcome"])
                for e in created), created
+    deleted = [e for e in entries if e["action"] == "group.delete"]
+    assert [(e["principal"], e["resource"], e["ok"], e["via"]) for e in deleted] == [
+        ("User:alice", "group:alice-g", False, "http")], deleted
+    assert deleted[0]["outcome"].startswith("GROUP_AUTHORIZATION_FAILED"), deleted
 
     # Producing to a topic that does not exist would create it: that needs CREATE, as a
     # Kafka producer's Metadata request does. alice may write alice-* but not create.

@@ -942,6 +942,7 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         let (path, body) = match (route.method, route.path) {
             ("POST", "/v1/topics") => (path, r#"{"name": "new", "partitions": 1}"#),
             ("POST", "/v1/topics/{topic}/partitions") => (path, r#"{"count": 4}"#),
+            ("POST", "/v1/groups/{group}/offsets") => (path, r#"{"topic": "t", "to": "earliest"}"#),
             ("PATCH", "/v1/topics/{topic}/configs") => {
                 (path, r#"{"set": {"retention.ms": "1000"}}"#)
             }
@@ -1001,7 +1002,10 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
-                ("DELETE", "/v1/consumers/{consumer_id}") => {
+                // The group service decides, as for the Kafka APIs.
+                ("GET" | "DELETE", "/v1/groups/{group}")
+                | ("POST", "/v1/groups/{group}/offsets")
+                | ("DELETE", "/v1/consumers/{consumer_id}") => {
                     assert_eq!(
                         (status, kafka_error),
                         (403, "GROUP_AUTHORIZATION_FAILED"),

@@ -1,10 +1,10 @@
-//! The audit log of the Kafka API's privileged mutations: groups and committed offsets
-//! deleted, partitions reassigned, leaders elected, records deleted, SCRAM credentials
-//! altered, ACLs created and deleted. (Topics created, deleted and grown, and configs
-//! altered, are audited by their services, `service/admin.rs` and
-//! `service/configs.rs`, for both edges.) Each resource a request names is one entry,
-//! with the same actions the HTTP API records (`group.delete`, ...), `via: "kafka"`, and
-//! the error name and message of a refusal.
+//! The audit log of the Kafka API's privileged mutations: partitions reassigned, leaders
+//! elected, records deleted, SCRAM credentials altered, ACLs created and deleted.
+//! (Topics created, deleted and grown, configs altered, and groups and committed
+//! offsets deleted, are audited by their services, `service/admin.rs`, `configs.rs`
+//! and `groups.rs`, for both edges.) Each resource a request names is one entry, with
+//! the same actions the HTTP API records, `via: "kafka"`, and the error name and
+//! message of a refusal.
 //!
 //! What was asked is taken from the request before its handler runs ([`asked`]); how
 //! each resource ended, from the response ([`record`]).
@@ -32,10 +32,6 @@ pub struct Asked(Vec<Entry>);
 // Resources are named as the HTTP API's entries name them.
 fn tp(topic: &str, partition: i32) -> String {
     format!("partition:{topic}-{partition}")
-}
-
-fn group(name: impl std::fmt::Display) -> String {
-    format!("group:{name}")
 }
 
 fn user(name: &str) -> String {
@@ -102,26 +98,6 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
         request,
     };
     let entries: Vec<Entry> = match request {
-        RequestKind::DeleteGroups(r) => r
-            .groups_names
-            .iter()
-            .map(|g| entry("group.delete", group(&**g), json!({})))
-            .collect(),
-        RequestKind::OffsetDelete(r) => {
-            let partitions: BTreeMap<String, Vec<i32>> = r
-                .topics
-                .iter()
-                .map(|t| {
-                    let p = t.partitions.iter().map(|p| p.partition_index).collect();
-                    (t.name.to_string(), p)
-                })
-                .collect();
-            vec![entry(
-                "group.delete_offsets",
-                group(&*r.group_id),
-                json!({ "partitions": partitions }),
-            )]
-        }
         RequestKind::AlterPartitionReassignments(r) => r
             .topics
             .iter()
@@ -329,31 +305,6 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
                 let o = outcome(f.error_code, f.error_message.as_deref(), done);
                 out.insert(format!("#{i}"), o);
             }
-        }
-        ResponseKind::DeleteGroups(r) => {
-            for g in &r.results {
-                out.insert(group(&*g.group_id), outcome(g.error_code, None, json!({})));
-            }
-        }
-        ResponseKind::OffsetDelete(r) => {
-            let failed: Vec<String> = r
-                .topics
-                .iter()
-                .flat_map(|t| {
-                    t.partitions.iter().filter(|p| p.error_code != 0).map(|p| {
-                        let name = crate::metrics::kafka_error_name(p.error_code);
-                        format!("{}: {name}", tp(&t.name, p.partition_index))
-                    })
-                })
-                .collect();
-            let o = if r.error_code != 0 {
-                refused(r.error_code, None)
-            } else if !failed.is_empty() {
-                Err(failed.join(", "))
-            } else {
-                Ok(json!({}))
-            };
-            out.insert(String::new(), o);
         }
         ResponseKind::AlterPartitionReassignments(r) => {
             for t in &r.responses {

@@ -203,6 +203,9 @@ impl From<GroupError> for ApiError {
             GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
             GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
             GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+            GroupError::GroupAuthorizationFailed => ResponseError::GroupAuthorizationFailed,
+            GroupError::TopicAuthorizationFailed => ResponseError::TopicAuthorizationFailed,
+            GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
         };
         ApiError::new(code, e.to_string())
     }

@@ -12,10 +12,12 @@
 //! fields get the principal's real set.
 //!
 //! The security APIs (ACLs, SCRAM users, client quotas), the topic APIs (CreateTopics,
-//! DeleteTopics, CreatePartitions, and Metadata's auto-creation) and the config APIs
-//! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) are not checked here: their
-//! services decide (`service/security.rs`, `service/admin.rs`, `service/configs.rs`),
-//! for both edges; the other APIs are to follow.
+//! DeleteTopics, CreatePartitions, and Metadata's auto-creation), the config APIs
+//! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and the group APIs
+//! (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
+//! DescribeGroups, DeleteGroups, OffsetDelete) are not checked here: their services
+//! decide (`service/security.rs`, `admin.rs`, `configs.rs`, `groups.rs`), for both
+//! edges; the other APIs are to follow.
 //!
 //! With no authorizer configured nothing here runs.
 
@@ -142,37 +144,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
             })
         }
         RequestKind::FindCoordinator(r) => find_coordinator(&c, r, version),
-        RequestKind::JoinGroup(r) => {
-            if c.may(Op::Read, R::Group, &r.group_id) {
-                return Gate::Proceed(r.into(), None);
-            }
-            let mut resp = JoinGroupResponse::default();
-            resp.error_code = GROUP_DENIED;
-            resp.generation_id = -1;
-            resp.member_id = r.member_id;
-            Gate::Refused(resp.into())
-        }
-        RequestKind::SyncGroup(r) => group_or(&c, &r.group_id.clone(), r, || {
-            let mut resp = SyncGroupResponse::default();
-            resp.error_code = GROUP_DENIED;
-            resp.into()
-        }),
-        RequestKind::Heartbeat(r) => group_or(&c, &r.group_id.clone(), r, || {
-            let mut resp = HeartbeatResponse::default();
-            resp.error_code = GROUP_DENIED;
-            resp.into()
-        }),
-        RequestKind::LeaveGroup(r) => group_or(&c, &r.group_id.clone(), r, || {
-            let mut resp = LeaveGroupResponse::default();
-            resp.error_code = GROUP_DENIED;
-            resp.into()
-        }),
-        RequestKind::OffsetCommit(r) => offset_commit(&c, r),
-        RequestKind::OffsetFetch(r) => offset_fetch(&c, r, version),
-        RequestKind::ListGroups(r) => list_groups(&c, r),
-        RequestKind::DescribeGroups(r) => describe_groups(&c, r),
-        RequestKind::DeleteGroups(r) => delete_groups(&c, r),
-        RequestKind::OffsetDelete(r) => offset_delete(&c, r),
         RequestKind::AlterPartitionReassignments(r) => {
             if c.on_cluster(Op::Alter) {
                 return Gate::Proceed(r.into(), None);
@@ -261,19 +232,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         // ApiVersions and the SASL exchange need no authorization; any other API has
         // no handler and closes the connection.
         other => Gate::Proceed(other, None),
-    }
-}
-
-fn group_or(
-    c: &Check,
-    group: &str,
-    request: impl Into<RequestKind>,
-    refused: impl FnOnce() -> ResponseKind,
-) -> Gate {
-    if c.may(Op::Read, R::Group, group) {
-        Gate::Proceed(request.into(), None)
-    } else {
-        Gate::Refused(refused())
     }
 }
 
@@ -571,224 +529,6 @@ fn find_coordinator(c: &Check, mut r: FindCoordinatorRequest, version: i16) -> G
                 co.error_code = code;
                 co.error_message = msg(code);
                 resp.coordinators.push(co);
-            }
-        }
-    })
-}
-
-fn offset_commit(c: &Check, mut r: OffsetCommitRequest) -> Gate {
-    use offset_commit_response::{OffsetCommitResponsePartition, OffsetCommitResponseTopic};
-    let answer = |topics: Vec<(TopicName, Vec<i32>)>, code: i16| {
-        topics.into_iter().map(move |(name, partitions)| {
-            let mut t = OffsetCommitResponseTopic::default();
-            t.name = name;
-            t.partitions = partitions
-                .into_iter()
-                .map(|i| {
-                    let mut p = OffsetCommitResponsePartition::default();
-                    p.partition_index = i;
-                    p.error_code = code;
-                    p
-                })
-                .collect();
-            t
-        })
-    };
-    let listed = |t: &offset_commit_request::OffsetCommitRequestTopic| {
-        (
-            t.name.clone(),
-            t.partitions
-                .iter()
-                .map(|p| p.partition_index)
-                .collect::<Vec<_>>(),
-        )
-    };
-    if !c.may(Op::Read, R::Group, &r.group_id) {
-        let mut resp = OffsetCommitResponse::default();
-        resp.topics = answer(r.topics.iter().map(listed).collect(), GROUP_DENIED).collect();
-        return Gate::Refused(resp.into());
-    }
-    let mut denied = Vec::new();
-    r.topics.retain(|t| {
-        let ok = c.may(Op::Read, R::Topic, &t.name);
-        if !ok {
-            denied.push(listed(t));
-        }
-        ok
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::OffsetCommit(resp) = resp {
-            resp.topics.extend(answer(denied, TOPIC_DENIED));
-        }
-    })
-}
-
-fn offset_fetch(c: &Check, r: OffsetFetchRequest, version: i16) -> Gate {
-    // Changes nothing: the answer is filtered. A group the caller may not describe is
-    // GROUP_AUTHORIZATION_FAILED; a topic it may not describe is hidden from a listing
-    // of all of a group's offsets, and TOPIC_AUTHORIZATION_FAILED where it was named.
-    let single = (r.group_id.to_string(), r.topics.is_none());
-    let listing: std::collections::HashMap<String, bool> = r
-        .groups
-        .iter()
-        .map(|g| (g.group_id.to_string(), g.topics.is_none()))
-        .collect();
-    let c = c.clone();
-    proceed(r, move |resp| {
-        let ResponseKind::OffsetFetch(resp) = resp else {
-            return;
-        };
-        if version < 8 {
-            let (group, list_all) = &single;
-            if !c.may(Op::Describe, R::Group, group) {
-                resp.error_code = GROUP_DENIED;
-                for t in &mut resp.topics {
-                    for p in &mut t.partitions {
-                        p.error_code = GROUP_DENIED;
-                        p.committed_offset = -1;
-                        p.metadata = None;
-                    }
-                }
-                if version >= 2 {
-                    resp.topics.clear();
-                }
-                return;
-            }
-            if *list_all {
-                resp.topics
-                    .retain(|t| c.sees(Op::Describe, R::Topic, &t.name));
-            }
-            for t in &mut resp.topics {
-                if !c.may(Op::Describe, R::Topic, &t.name) {
-                    for p in &mut t.partitions {
-                        p.error_code = TOPIC_DENIED;
-                        p.committed_offset = -1;
-                        p.metadata = None;
-                    }
-                }
-            }
-            return;
-        }
-        for g in &mut resp.groups {
-            if !c.may(Op::Describe, R::Group, &g.group_id) {
-                g.error_code = GROUP_DENIED;
-                g.topics.clear();
-                continue;
-            }
-            if listing.get(g.group_id.as_str()).copied().unwrap_or(false) {
-                g.topics.retain(|t| c.sees(Op::Describe, R::Topic, &t.name));
-            }
-            for t in &mut g.topics {
-                if !c.may(Op::Describe, R::Topic, &t.name) {
-                    for p in &mut t.partitions {
-                        p.error_code = TOPIC_DENIED;
-                        p.committed_offset = -1;
-                        p.metadata = None;
-                    }
-                }
-            }
-        }
-    })
-}
-
-fn list_groups(c: &Check, r: ListGroupsRequest) -> Gate {
-    // DESCRIBE on the cluster lists every group; without it, the groups the caller may
-    // describe.
-    if c.sees(Op::Describe, R::Cluster, CLUSTER_NAME) {
-        return Gate::Proceed(r.into(), None);
-    }
-    let c = c.clone();
-    proceed(r, move |resp| {
-        if let ResponseKind::ListGroups(resp) = resp {
-            resp.groups
-                .retain(|g| c.sees(Op::Describe, R::Group, &g.group_id));
-        }
-    })
-}
-
-fn describe_groups(c: &Check, r: DescribeGroupsRequest) -> Gate {
-    let asked = r.include_authorized_operations;
-    let c = c.clone();
-    proceed(r, move |resp| {
-        if let ResponseKind::DescribeGroups(resp) = resp {
-            for g in &mut resp.groups {
-                if !c.may(Op::Describe, R::Group, &g.group_id) {
-                    let id = std::mem::take(&mut g.group_id);
-                    *g = describe_groups_response::DescribedGroup::default();
-                    g.group_id = id;
-                    g.error_code = GROUP_DENIED;
-                    g.authorized_operations = i32::MIN;
-                } else if asked {
-                    g.authorized_operations = c.ops(R::Group, &g.group_id);
-                }
-            }
-        }
-    })
-}
-
-fn delete_groups(c: &Check, mut r: DeleteGroupsRequest) -> Gate {
-    let mut denied: Vec<GroupId> = Vec::new();
-    r.groups_names.retain(|g| {
-        let ok = c.may(Op::Delete, R::Group, g);
-        if !ok {
-            denied.push(g.clone());
-        }
-        ok
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::DeleteGroups(resp) = resp {
-            for g in denied {
-                let mut res = delete_groups_response::DeletableGroupResult::default();
-                res.group_id = g;
-                res.error_code = GROUP_DENIED;
-                resp.results.push(res);
-            }
-        }
-    })
-}
-
-fn offset_delete(c: &Check, mut r: OffsetDeleteRequest) -> Gate {
-    use offset_delete_response::{OffsetDeleteResponsePartition, OffsetDeleteResponseTopic};
-    if !c.may(Op::Delete, R::Group, &r.group_id) {
-        let mut resp = OffsetDeleteResponse::default();
-        resp.error_code = GROUP_DENIED;
-        return Gate::Refused(resp.into());
-    }
-    let mut denied: Vec<(TopicName, Vec<i32>)> = Vec::new();
-    r.topics.retain(|t| {
-        let ok = c.may(Op::Read, R::Topic, &t.name);
-        if !ok {
-            denied.push((
-                t.name.clone(),
-                t.partitions.iter().map(|p| p.partition_index).collect(),
-            ));
-        }
-        ok
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::OffsetDelete(resp) = resp {
-            for (name, partitions) in denied {
-                let mut t = OffsetDeleteResponseTopic::default();
-                t.name = name;
-                t.partitions = partitions
-                    .into_iter()
-                    .map(|i| {
-                        let mut p = OffsetDeleteResponsePartition::default();
-                        p.partition_index = i;
-                        p.error_code = TOPIC_DENIED;
-                        p
-                    })
-                    .collect();
-                resp.topics.push(t);
             }
         }
     })

@@ -36,12 +36,11 @@ use strata_metastore::{CommittedOffset, TopicPartition};
 
 use crate::api::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::clock::now_ms;
 use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
-
-/// Kafka's `offset.metadata.max.bytes`.
-const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+use crate::service::groups::{Member, Offsets};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -114,6 +113,7 @@ pub fn find_coordinator(
 
 pub async fn join_group(
     broker: &Broker,
+    who: &Caller,
     req: JoinGroupRequest,
     version: i16,
     client_id: &str,
@@ -149,7 +149,10 @@ pub async fn join_group(
         require_known_member_id: version >= 4,
         fresh_member_id: fresh,
     };
-    let r = broker.groups().join(req.group_id.0.as_str(), join).await;
+    let r = broker
+        .groups()
+        .join(who, req.group_id.0.as_str(), join)
+        .await;
     response.error_code = code(r.error);
     response.generation_id = r.generation_id;
     if version >= 7 {
@@ -179,7 +182,12 @@ pub async fn join_group(
     response
 }
 
-pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) -> SyncGroupResponse {
+pub async fn sync_group(
+    broker: &Broker,
+    who: &Caller,
+    req: SyncGroupRequest,
+    version: i16,
+) -> SyncGroupResponse {
     let assignments: Vec<(String, Bytes)> = req
         .assignments
         .iter()
@@ -188,10 +196,13 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) ->
     let r = broker
         .groups()
         .sync(
+            who,
             req.group_id.0.as_str(),
-            req.member_id.as_str(),
-            req.group_instance_id.as_ref().map(|i| i.as_str()),
-            req.generation_id,
+            Member {
+                member_id: req.member_id.as_str(),
+                group_instance_id: req.group_instance_id.as_ref().map(|i| i.as_str()),
+                generation_id: req.generation_id,
+            },
             req.protocol_type.as_ref().map(|p| p.as_str()),
             req.protocol_name.as_ref().map(|p| p.as_str()),
             assignments,
@@ -207,23 +218,28 @@ pub async fn sync_group(broker: &Broker, req: SyncGroupRequest, version: i16) ->
     response
 }
 
-pub fn heartbeat(broker: &Broker, req: HeartbeatRequest) -> HeartbeatResponse {
+pub fn heartbeat(broker: &Broker, who: &Caller, req: HeartbeatRequest) -> HeartbeatResponse {
     let mut response = HeartbeatResponse::default();
+    let member = Member {
+        member_id: req.member_id.as_str(),
+        group_instance_id: req.group_instance_id.as_ref().map(|i| i.as_str()),
+        generation_id: req.generation_id,
+    };
     response.error_code = code(
         broker
             .groups()
-            .heartbeat(
-                req.group_id.0.as_str(),
-                req.member_id.as_str(),
-                req.group_instance_id.as_ref().map(|i| i.as_str()),
-                req.generation_id,
-            )
+            .heartbeat(who, req.group_id.0.as_str(), member)
             .err(),
     );
     response
 }
 
-pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> LeaveGroupResponse {
+pub fn leave_group(
+    broker: &Broker,
+    who: &Caller,
+    req: LeaveGroupRequest,
+    version: i16,
+) -> LeaveGroupResponse {
     let leaving: Vec<Leaving> = if version >= 3 {
         req.members
             .iter()
@@ -238,8 +254,17 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
             group_instance_id: None,
         }]
     };
-    let results = broker.groups().leave(req.group_id.0.as_str(), &leaving);
     let mut response = LeaveGroupResponse::default();
+    let results = match broker
+        .groups()
+        .leave(who, req.group_id.0.as_str(), &leaving)
+    {
+        Ok(results) => results,
+        Err(e) => {
+            response.error_code = group_code(e);
+            return response;
+        }
+    };
     if version >= 3 {
         response.members = leaving
             .into_iter()
@@ -260,68 +285,45 @@ pub fn leave_group(broker: &Broker, req: LeaveGroupRequest, version: i16) -> Lea
 
 pub async fn offset_commit(
     broker: &Broker,
+    who: &Caller,
     req: OffsetCommitRequest,
-    _version: i16,
 ) -> OffsetCommitResponse {
     let now = now_ms();
-    // Per-partition problems first; then the group decides for the rest.
-    let mut errors: BTreeMap<TopicPartition, GroupError> = BTreeMap::new();
-    let mut offsets = Vec::new();
-    for t in &req.topics {
-        let topic = broker.replicas().topic(t.name.0.as_str());
-        for p in &t.partitions {
-            let tp = (t.name.0.to_string(), p.partition_index);
-            // The partition may be led by another agent: offsets live in the metastore.
-            if !topic
-                .as_ref()
-                .is_some_and(|x| x.has_partition(p.partition_index))
-            {
-                errors.insert(tp, GroupError::UnknownTopicOrPartition);
-            } else if p
-                .committed_metadata
-                .as_ref()
-                .is_some_and(|m| m.len() > OFFSET_METADATA_MAX_BYTES)
-            {
-                errors.insert(tp, GroupError::OffsetMetadataTooLarge);
-            } else {
-                offsets.push((
-                    tp,
+    let offsets = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(move |p| {
+                (
+                    (t.name.0.to_string(), p.partition_index),
                     CommittedOffset {
                         offset: p.committed_offset,
                         leader_epoch: p.committed_leader_epoch,
                         metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
                         commit_timestamp_ms: now,
                     },
-                ));
-            }
-        }
-    }
-    let group_error = if req.group_id.0.is_empty() {
-        Some(GroupError::InvalidGroupId)
-    } else if offsets.is_empty() {
-        None
-    } else {
-        broker
-            .groups()
-            .commit(
-                req.group_id.0.as_str(),
-                req.member_id.as_str(),
-                req.group_instance_id.as_ref().map(|i| i.as_str()),
-                req.generation_id_or_member_epoch,
-                offsets,
-            )
-            .await
-            .err()
+                )
+            })
+        })
+        .collect();
+    let member = Member {
+        member_id: req.member_id.as_str(),
+        group_instance_id: req.group_instance_id.as_ref().map(|i| i.as_str()),
+        generation_id: req.generation_id_or_member_epoch,
     };
+    let outcomes = broker
+        .groups()
+        .commit(who, req.group_id.0.as_str(), member, offsets)
+        .await;
     let mut response = OffsetCommitResponse::default();
     for t in req.topics {
         let mut out = OffsetCommitResponseTopic::default();
         out.name = t.name.clone();
         for p in t.partitions {
-            let tp = (t.name.0.to_string(), p.partition_index);
+            let tp: TopicPartition = (t.name.0.to_string(), p.partition_index);
             let mut r = OffsetCommitResponsePartition::default();
             r.partition_index = p.partition_index;
-            r.error_code = code(errors.get(&tp).copied().or(group_error));
+            r.error_code = code(outcomes.get(&tp).and_then(|o| o.err()));
             out.partitions.push(r);
         }
         response.topics.push(out);
@@ -329,55 +331,44 @@ pub async fn offset_commit(
     response
 }
 
-/// One group's fetched offsets: `(topic, [(partition, offset)])`, for the requested
-/// partitions or all committed ones.
-async fn fetch_group(
-    broker: &Broker,
-    group: &str,
-    wanted: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Vec<(String, Vec<(i32, Option<CommittedOffset>)>)>, GroupError> {
-    if group.is_empty() {
-        return Err(GroupError::InvalidGroupId);
+/// A committed offset as OffsetFetch answers it: offset, leader epoch, metadata, code.
+fn fetched(offset: Result<Option<CommittedOffset>, GroupError>) -> (i64, i32, String, i16) {
+    match offset {
+        Ok(o) => (
+            o.as_ref().map_or(-1, |o| o.offset),
+            o.as_ref().map_or(-1, |o| o.leader_epoch),
+            o.and_then(|o| o.metadata).unwrap_or_default(),
+            0,
+        ),
+        Err(e) => (-1, -1, String::new(), group_code(e)),
     }
-    let stored = broker.groups().offsets(group).await?;
-    Ok(match wanted {
-        Some(topics) => topics
-            .into_iter()
-            .map(|(topic, partitions)| {
-                let found = partitions
-                    .into_iter()
-                    .map(|p| (p, stored.get(&(topic.clone(), p)).cloned()))
-                    .collect();
-                (topic, found)
-            })
-            .collect(),
-        None => {
-            let mut by_topic: BTreeMap<String, Vec<(i32, Option<CommittedOffset>)>> =
-                BTreeMap::new();
-            for ((topic, p), o) in stored {
-                by_topic.entry(topic).or_default().push((p, Some(o)));
-            }
-            by_topic.into_iter().collect()
-        }
-    })
+}
+
+fn wanted<T>(
+    topics: Option<Vec<T>>,
+    name: impl Fn(&T) -> String,
+    partitions: impl Fn(T) -> Vec<i32>,
+) -> Option<Vec<(String, Vec<i32>)>> {
+    topics.map(|ts| ts.into_iter().map(|t| (name(&t), partitions(t))).collect())
 }
 
 pub async fn offset_fetch(
     broker: &Broker,
+    who: &Caller,
     req: OffsetFetchRequest,
     version: i16,
 ) -> OffsetFetchResponse {
     let mut response = OffsetFetchResponse::default();
     if version >= 8 {
         for g in req.groups {
-            let wanted = g.topics.map(|ts| {
-                ts.into_iter()
-                    .map(|t| (t.name.0.to_string(), t.partition_indexes))
-                    .collect()
-            });
+            let wanted = wanted(g.topics, |t| t.name.0.to_string(), |t| t.partition_indexes);
             let mut out = OffsetFetchResponseGroup::default();
             out.group_id = g.group_id.clone();
-            match fetch_group(broker, g.group_id.0.as_str(), wanted).await {
+            let offsets = broker
+                .groups()
+                .offsets(who, g.group_id.0.as_str(), wanted, req.require_stable)
+                .await;
+            match offsets {
                 Ok(topics) => {
                     out.topics = topics
                         .into_iter()
@@ -387,13 +378,13 @@ pub async fn offset_fetch(
                             t.partitions = parts
                                 .into_iter()
                                 .map(|(p, o)| {
+                                    let (offset, epoch, metadata, code) = fetched(o);
                                     let mut r = OffsetFetchResponsePartitions::default();
                                     r.partition_index = p;
-                                    r.committed_offset = o.as_ref().map_or(-1, |o| o.offset);
-                                    r.committed_leader_epoch =
-                                        o.as_ref().map_or(-1, |o| o.leader_epoch);
-                                    r.metadata =
-                                        Some(s(o.and_then(|o| o.metadata).unwrap_or_default()));
+                                    r.committed_offset = offset;
+                                    r.committed_leader_epoch = epoch;
+                                    r.metadata = Some(s(metadata));
+                                    r.error_code = code;
                                     r
                                 })
                                 .collect();
@@ -403,89 +394,72 @@ pub async fn offset_fetch(
                 }
                 Err(e) => out.error_code = group_code(e),
             }
-            if req.require_stable {
-                mark_unstable(broker, &mut out).await;
-            }
             response.groups.push(out);
         }
         return response;
     }
     let require_stable = version >= 7 && req.require_stable;
-    let group_id = req.group_id.0.to_string();
-    let wanted = req.topics.map(|ts| {
-        ts.into_iter()
-            .map(|t| (t.name.0.to_string(), t.partition_indexes))
-            .collect()
-    });
-    match fetch_group(broker, req.group_id.0.as_str(), wanted).await {
-        Ok(topics) => {
-            response.topics = topics
+    let wanted = wanted(
+        req.topics,
+        |t| t.name.0.to_string(),
+        |t| t.partition_indexes,
+    );
+    let asked = wanted.clone();
+    let offsets = broker
+        .groups()
+        .offsets(who, req.group_id.0.as_str(), wanted, require_stable)
+        .await;
+    let topics: Offsets = match offsets {
+        Ok(topics) => topics,
+        Err(e) => {
+            if version >= 2 {
+                response.error_code = group_code(e);
+            }
+            // Before v2 there is no top-level code: a refused group's partitions carry
+            // it (other errors answer no partitions, as before).
+            match (e, asked) {
+                (GroupError::GroupAuthorizationFailed, Some(asked)) if version < 2 => asked
+                    .into_iter()
+                    .map(|(t, ps)| (t, ps.into_iter().map(|p| (p, Err(e))).collect()))
+                    .collect(),
+                _ => Vec::new(),
+            }
+        }
+    };
+    response.topics = topics
+        .into_iter()
+        .map(|(topic, parts)| {
+            let mut t = OffsetFetchResponseTopic::default();
+            t.name = TopicName(s(topic));
+            t.partitions = parts
                 .into_iter()
-                .map(|(topic, parts)| {
-                    let mut t = OffsetFetchResponseTopic::default();
-                    t.name = TopicName(s(topic));
-                    t.partitions = parts
-                        .into_iter()
-                        .map(|(p, o)| {
-                            let mut r = OffsetFetchResponsePartition::default();
-                            r.partition_index = p;
-                            r.committed_offset = o.as_ref().map_or(-1, |o| o.offset);
-                            if version >= 5 {
-                                r.committed_leader_epoch =
-                                    o.as_ref().map_or(-1, |o| o.leader_epoch);
-                            }
-                            r.metadata = Some(s(o.and_then(|o| o.metadata).unwrap_or_default()));
-                            r
-                        })
-                        .collect();
-                    t
+                .map(|(p, o)| {
+                    let (offset, epoch, metadata, code) = fetched(o);
+                    let mut r = OffsetFetchResponsePartition::default();
+                    r.partition_index = p;
+                    r.committed_offset = offset;
+                    if version >= 5 {
+                        r.committed_leader_epoch = epoch;
+                    }
+                    r.metadata = Some(s(metadata));
+                    r.error_code = code;
+                    r
                 })
                 .collect();
-        }
-        Err(e) if version >= 2 => response.error_code = group_code(e),
-        Err(_) => {}
-    }
-    if require_stable && let Ok(unstable) = broker.groups().unstable_partitions(&group_id).await {
-        for t in &mut response.topics {
-            for p in &mut t.partitions {
-                if unstable.contains(&(t.name.0.to_string(), p.partition_index)) {
-                    p.error_code = ResponseError::UnstableOffsetCommit.code();
-                    p.committed_offset = -1;
-                }
-            }
-        }
-    }
+            t
+        })
+        .collect();
     response
-}
-
-/// KIP-447: with `require_stable`, a partition whose offset an open transaction has
-/// staged answers UNSTABLE_OFFSET_COMMIT (retriable) rather than an offset that may be
-/// about to change.
-async fn mark_unstable(broker: &Broker, group: &mut OffsetFetchResponseGroup) {
-    let Ok(unstable) = broker
-        .groups()
-        .unstable_partitions(group.group_id.0.as_str())
-        .await
-    else {
-        return;
-    };
-    for t in &mut group.topics {
-        for p in &mut t.partitions {
-            if unstable.contains(&(t.name.0.to_string(), p.partition_index)) {
-                p.error_code = ResponseError::UnstableOffsetCommit.code();
-                p.committed_offset = -1;
-            }
-        }
-    }
 }
 
 pub async fn list_groups(
     broker: &Broker,
+    who: &Caller,
     req: ListGroupsRequest,
     version: i16,
 ) -> ListGroupsResponse {
     let mut response = ListGroupsResponse::default();
-    match broker.groups().list().await {
+    match broker.groups().list(who).await {
         Ok(groups) => {
             for (id, protocol_type, state) in groups {
                 if !req.states_filter.is_empty()
@@ -523,6 +497,7 @@ pub async fn list_groups(
 
 pub async fn describe_groups(
     broker: &Broker,
+    who: &Caller,
     req: DescribeGroupsRequest,
     version: i16,
 ) -> DescribeGroupsResponse {
@@ -530,13 +505,18 @@ pub async fn describe_groups(
     for id in req.groups {
         let mut g = DescribedGroup::default();
         g.group_id = id.clone();
+        let described = broker.groups().describe(who, id.0.as_str()).await;
         if version >= 3 {
+            // KIP-430: the caller's own operations; none told for a group it may not
+            // describe.
+            let asked = req.include_authorized_operations
+                && !matches!(described, Err(GroupError::GroupAuthorizationFailed));
             g.authorized_operations = super::authorized::if_asked(
-                req.include_authorized_operations,
-                super::authorized::GROUP,
+                asked,
+                broker.groups().authorized_operations(who, id.0.as_str()),
             );
         }
-        match broker.groups().describe(id.0.as_str()).await {
+        match described {
             Ok(Some(summary)) => {
                 g.group_state = StrBytes::from_static_str(summary.state);
                 g.protocol_type = s(summary.protocol_type);
@@ -566,18 +546,26 @@ pub async fn describe_groups(
     response
 }
 
-pub async fn delete_groups(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn delete_groups(
+    broker: &Broker,
+    who: &Caller,
+    req: DeleteGroupsRequest,
+) -> DeleteGroupsResponse {
     let mut response = DeleteGroupsResponse::default();
     for id in req.groups_names {
         let mut r = DeletableGroupResult::default();
         r.group_id = id.clone();
-        r.error_code = code(broker.groups().delete(id.0.as_str()).await.err());
+        r.error_code = code(broker.groups().delete(who, id.0.as_str()).await.err());
         response.results.push(r);
     }
     response
 }
 
-pub async fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn offset_delete(
+    broker: &Broker,
+    who: &Caller,
+    req: OffsetDeleteRequest,
+) -> OffsetDeleteResponse {
     let mut response = OffsetDeleteResponse::default();
     let partitions: Vec<TopicPartition> = req
         .topics
@@ -590,7 +578,7 @@ pub async fn offset_delete(broker: &Broker, req: OffsetDeleteRequest) -> OffsetD
         .collect();
     match broker
         .groups()
-        .delete_offsets(req.group_id.0.as_str(), partitions)
+        .delete_offsets(who, req.group_id.0.as_str(), partitions)
         .await
     {
         Ok(results) => {

@@ -132,6 +132,7 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
     let client_id = ctx.client_id.clone();
     let client_host = ctx.client_host();
     let deadline = ctx.deadline;
+    let who = caller(ctx);
     Some(match request {
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
         RequestKind::Produce(req) => produce::produce(broker, req, version, deadline).await,
@@ -154,7 +155,6 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::Metadata(req) => {
             let listener = ctx.connection.listener.name.clone();
-            let who = caller(ctx);
             async move {
                 Some(
                     metadata::metadata(&b, &who, req, version, &listener)
@@ -165,38 +165,28 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             .boxed()
         }
         RequestKind::CreateTopics(req) => {
-            let who = caller(ctx);
             async move { Some(topics::create_topics(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::DeleteTopics(req) => {
-            let who = caller(ctx);
             async move { Some(topics::delete_topics(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::CreatePartitions(req) => {
-            let who = caller(ctx);
             async move { Some(topics::create_partitions(&b, &who, req).await.into()) }.boxed()
         }
-        RequestKind::DescribeConfigs(req) => ready(configs::describe_configs(
-            broker,
-            &caller(ctx),
-            req,
-            version,
-        )),
+        RequestKind::DescribeConfigs(req) => {
+            ready(configs::describe_configs(broker, &who, req, version))
+        }
         RequestKind::AlterConfigs(req) => {
-            let who = caller(ctx);
             async move { Some(configs::alter_configs(&b, &who, req).await.into()) }.boxed()
         }
-        RequestKind::IncrementalAlterConfigs(req) => {
-            let who = caller(ctx);
-            async move {
-                Some(
-                    configs::incremental_alter_configs(&b, &who, req)
-                        .await
-                        .into(),
-                )
-            }
-            .boxed()
+        RequestKind::IncrementalAlterConfigs(req) => async move {
+            Some(
+                configs::incremental_alter_configs(&b, &who, req)
+                    .await
+                    .into(),
+            )
         }
+        .boxed(),
         RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(
             broker,
             req,
@@ -210,34 +200,35 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         )),
         RequestKind::JoinGroup(req) => async move {
             Some(
-                groups::join_group(&b, req, version, &client_id, &client_host)
+                groups::join_group(&b, &who, req, version, &client_id, &client_host)
                     .await
                     .into(),
             )
         }
         .boxed(),
         RequestKind::SyncGroup(req) => {
-            async move { Some(groups::sync_group(&b, req, version).await.into()) }.boxed()
+            async move { Some(groups::sync_group(&b, &who, req, version).await.into()) }.boxed()
         }
-        RequestKind::Heartbeat(req) => ready(groups::heartbeat(broker, req)),
-        RequestKind::LeaveGroup(req) => ready(groups::leave_group(broker, req, version)),
+        RequestKind::Heartbeat(req) => ready(groups::heartbeat(broker, &who, req)),
+        RequestKind::LeaveGroup(req) => ready(groups::leave_group(broker, &who, req, version)),
         RequestKind::OffsetCommit(req) => {
-            async move { Some(groups::offset_commit(&b, req, version).await.into()) }.boxed()
+            async move { Some(groups::offset_commit(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::OffsetFetch(req) => {
-            async move { Some(groups::offset_fetch(&b, req, version).await.into()) }.boxed()
+            async move { Some(groups::offset_fetch(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::ListGroups(req) => {
-            async move { Some(groups::list_groups(&b, req, version).await.into()) }.boxed()
+            async move { Some(groups::list_groups(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::DescribeGroups(req) => {
-            async move { Some(groups::describe_groups(&b, req, version).await.into()) }.boxed()
+            async move { Some(groups::describe_groups(&b, &who, req, version).await.into()) }
+                .boxed()
         }
         RequestKind::DeleteGroups(req) => {
-            async move { Some(groups::delete_groups(&b, req).await.into()) }.boxed()
+            async move { Some(groups::delete_groups(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::OffsetDelete(req) => {
-            async move { Some(groups::offset_delete(&b, req).await.into()) }.boxed()
+            async move { Some(groups::offset_delete(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::AlterPartitionReassignments(req) => async move {
             Some(

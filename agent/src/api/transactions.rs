@@ -296,6 +296,7 @@ pub async fn txn_offset_commit(
     if failed.is_none() && !offsets.is_empty() {
         let staged = broker
             .groups()
+            .coordinator()
             .stage_txn_commit(
                 group,
                 req.member_id.as_str(),

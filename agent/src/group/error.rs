@@ -36,4 +36,41 @@ pub enum GroupError {
     OffsetMetadataTooLarge,
     #[error("no such topic or partition")]
     UnknownTopicOrPartition,
+    /// The caller may not do this to the group (its ACLs).
+    #[error(
+        "not authorized for this group: it needs READ on it (DESCRIBE to read offsets, DELETE to delete)"
+    )]
+    GroupAuthorizationFailed,
+    /// The caller may not do this to the topic (its ACLs).
+    #[error("not authorized for this topic: a commit needs READ on it, reading offsets DESCRIBE")]
+    TopicAuthorizationFailed,
+    /// An open transaction has staged an offset for the partition (KIP-447): ask again.
+    #[error("an open transaction has staged an offset for this partition")]
+    UnstableOffsetCommit,
+}
+
+impl GroupError {
+    /// Kafka's name for it (the audit log puts it before the message).
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupError::NotCoordinator => "NOT_COORDINATOR",
+            GroupError::CoordinatorNotAvailable => "COORDINATOR_NOT_AVAILABLE",
+            GroupError::UnknownMemberId => "UNKNOWN_MEMBER_ID",
+            GroupError::IllegalGeneration => "ILLEGAL_GENERATION",
+            GroupError::RebalanceInProgress => "REBALANCE_IN_PROGRESS",
+            GroupError::MemberIdRequired => "MEMBER_ID_REQUIRED",
+            GroupError::FencedInstanceId => "FENCED_INSTANCE_ID",
+            GroupError::InconsistentGroupProtocol => "INCONSISTENT_GROUP_PROTOCOL",
+            GroupError::InvalidSessionTimeout => "INVALID_SESSION_TIMEOUT",
+            GroupError::GroupIdNotFound => "GROUP_ID_NOT_FOUND",
+            GroupError::NonEmptyGroup => "NON_EMPTY_GROUP",
+            GroupError::GroupSubscribedToTopic => "GROUP_SUBSCRIBED_TO_TOPIC",
+            GroupError::InvalidGroupId => "INVALID_GROUP_ID",
+            GroupError::OffsetMetadataTooLarge => "OFFSET_METADATA_TOO_LARGE",
+            GroupError::UnknownTopicOrPartition => "UNKNOWN_TOPIC_OR_PARTITION",
+            GroupError::GroupAuthorizationFailed => "GROUP_AUTHORIZATION_FAILED",
+            GroupError::TopicAuthorizationFailed => "TOPIC_AUTHORIZATION_FAILED",
+            GroupError::UnstableOffsetCommit => "UNSTABLE_OFFSET_COMMIT",
+        }
+    }
 }

@@ -121,7 +121,7 @@ pub struct JoinResponse {
 }
 
 impl JoinResponse {
-    fn error(error: GroupError, member_id: &str) -> JoinResponse {
+    pub(crate) fn error(error: GroupError, member_id: &str) -> JoinResponse {
         JoinResponse {
             error: Some(error),
             generation_id: -1,
@@ -145,7 +145,7 @@ pub struct SyncResponse {
 }
 
 impl SyncResponse {
-    fn error(error: GroupError) -> SyncResponse {
+    pub(crate) fn error(error: GroupError) -> SyncResponse {
         SyncResponse {
             error: Some(error),
             protocol_type: None,

@@ -33,8 +33,10 @@ use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
 use crate::authz::{CLUSTER_NAME, ResourceType};
 use crate::caller::Caller;
+use crate::group::GroupError;
 use crate::service::admin::{AdminError, NewTopicSpec, topic_id};
 use crate::service::configs::{ConfigError, Op, Resource};
+use crate::service::groups::Member;
 
 /// Who sent the request, for the audit log.
 pub fn caller(extensions: &Extensions) -> Caller {
@@ -458,22 +460,41 @@ pub async fn add_partitions(
 }
 
 pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
+    let who = caller(&extensions);
     let mut groups: BTreeMap<String, Value> = BTreeMap::new();
     let mut unreachable = Vec::new();
     let membership = http.broker.membership();
+    let listed = |id: String, protocol_type: String, state: String, node_id: i32| {
+        let entry = json!({
+            "group_id": id,
+            "protocol_type": protocol_type,
+            "state": state,
+            "coordinator": node_id,
+        });
+        (id, entry)
+    };
     for agent in membership.live() {
+        if agent.node_id == http.broker.node_id() {
+            // This agent's own groups: the group service shows what the caller may see.
+            match http.broker.groups().list(&who).await {
+                Ok(own) => groups.extend(own.into_iter().map(|(id, protocol_type, state)| {
+                    listed(id, protocol_type, state.to_string(), agent.node_id)
+                })),
+                Err(e) => unreachable.push(json!({ "node_id": agent.node_id, "error": e.name() })),
+            }
+            continue;
+        }
+        // Another agent's, over its Kafka listener (as this agent's principal): shown
+        // as its own listing would be.
         let mut request = ListGroupsRequest::default();
         request.states_filter = Vec::new();
-        let response = if agent.node_id == http.broker.node_id() {
-            Ok(crate::api::groups::list_groups(&http.broker, request, 4).await)
-        } else {
-            http.peers
-                .send(membership, agent.node_id, 4, &request)
-                .await
-        };
-        match response {
+        match http
+            .peers
+            .send(membership, agent.node_id, 4, &request)
+            .await
+        {
             Ok(r) if r.error_code == 0 => {
-                let listed = r.groups.into_iter().filter(|g| {
+                let shown = r.groups.into_iter().filter(|g| {
                     super::auth::sees(
                         &http.broker,
                         &extensions,
@@ -486,17 +507,14 @@ pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extension
                         &g.group_id,
                     )
                 });
-                for g in listed {
-                    groups.insert(
+                groups.extend(shown.map(|g| {
+                    listed(
                         g.group_id.to_string(),
-                        json!({
-                            "group_id": g.group_id.to_string(),
-                            "protocol_type": g.protocol_type.to_string(),
-                            "state": g.group_state.to_string(),
-                            "coordinator": agent.node_id,
-                        }),
-                    );
-                }
+                        g.protocol_type.to_string(),
+                        g.group_state.to_string(),
+                        agent.node_id,
+                    )
+                }));
             }
             Ok(r) => unreachable.push(json!({
                 "node_id": agent.node_id,
@@ -535,6 +553,7 @@ fn coordinator_elsewhere(http: &HttpApi, group: &str) -> Option<strata_metastore
 /// the committed offset, the high watermark and the lag between them.
 pub async fn describe_group(
     State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
     group: Extracted<String>,
     uri: Uri,
 ) -> Response {
@@ -548,20 +567,20 @@ pub async fn describe_group(
     if let Some(agent) = coordinator_elsewhere(&http, &group) {
         return redirect(&agent, &uri);
     }
-    match describe_group_here(&http, &group).await {
+    match describe_group_here(&http, &caller(&extensions), &group).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(p) => p.into_response(),
     }
 }
 
-async fn describe_group_here(http: &HttpApi, group: &str) -> Result<Value, Problem> {
-    let coordinator = http.broker.groups();
-    let summary = coordinator
-        .describe(group)
+async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Result<Value, Problem> {
+    let groups = http.broker.groups();
+    let summary = groups
+        .describe(who, group)
         .await
         .map_err(|e| Problem::from(ApiError::from(e)))?;
-    let offsets = coordinator
-        .offsets(group)
+    let offsets = groups
+        .committed(who, group)
         .await
         .map_err(|e| Problem::from(ApiError::from(e)))?;
     let Some(summary) = summary.or_else(|| {
@@ -678,21 +697,10 @@ pub async fn delete_group(
     if let Some(agent) = coordinator_elsewhere(&http, &group) {
         return redirect(&agent, &uri);
     }
-    let outcome = http
-        .broker
-        .groups()
-        .delete(&group)
-        .await
-        .map(|()| (StatusCode::OK, json!({ "deleted": group })))
-        .map_err(|e| Problem::from(ApiError::from(e)));
-    audited(
-        &http,
-        &caller,
-        "group.delete",
-        &format!("group:{group}"),
-        json!({}),
-        outcome,
-    )
+    match http.broker.groups().delete(&caller, &group).await {
+        Ok(()) => (StatusCode::OK, axum::Json(json!({ "deleted": group }))).into_response(),
+        Err(e) => Problem::from(ApiError::from(e)).into_response(),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -745,7 +753,7 @@ pub async fn reset_offsets(
     });
     let dry_run = req.dry_run.unwrap_or(false);
     let resource = format!("group:{group}");
-    let outcome = reset(&http, &group, req).await;
+    let outcome = reset(&http, &caller, &group, req).await;
     let action = if dry_run {
         "group.reset_offsets.dry_run"
     } else {
@@ -756,6 +764,7 @@ pub async fn reset_offsets(
 
 async fn reset(
     http: &HttpApi,
+    who: &Caller,
     group: &str,
     req: ResetOffsets,
 ) -> Result<(StatusCode, Value), Problem> {
@@ -824,7 +833,7 @@ async fn reset(
     let current = http
         .broker
         .groups()
-        .offsets(group)
+        .committed(who, group)
         .await
         .map_err(|e| Problem::from(ApiError::from(e)))?;
     let mut plan = Vec::new();
@@ -862,21 +871,24 @@ async fn reset(
     let dry_run = req.dry_run.unwrap_or(false);
     if !dry_run {
         // As a commit from outside the group (no member id, generation -1), which the
-        // coordinator accepts only while the group has no members.
-        http.broker
+        // coordinator accepts only while the group has no members; READ on the group
+        // and the topic, as Kafka's OffsetCommit.
+        let outcomes = http
+            .broker
             .groups()
-            .commit(group, "", None, -1, commits)
-            .await
-            .map_err(|e| match e {
-                crate::group::GroupError::IllegalGeneration
-                | crate::group::GroupError::UnknownMemberId => Problem::kafka(
+            .commit(who, group, Member::OUTSIDE, commits)
+            .await;
+        if let Some(e) = outcomes.into_values().find_map(Result::err) {
+            return Err(match e {
+                GroupError::IllegalGeneration | GroupError::UnknownMemberId => Problem::kafka(
                     ResponseError::NonEmptyGroup,
                     format!(
                         "group {group:?} has active members: stop its consumers first (offsets of a live group are the members' to commit)"
                     ),
                 ),
                 e => Problem::from(ApiError::from(e)),
-            })?;
+            });
+        }
     }
     Ok((
         StatusCode::OK,

@@ -42,10 +42,12 @@ use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
 use super::produce::Encoding;
 use crate::api::errors::ApiError;
+use crate::caller::Caller;
 use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
 use crate::partition::Offsets;
 use crate::service::fetch::Reader;
+use crate::service::groups::Member as GroupMember;
 
 /// An instance without calls for this long leaves its group.
 pub const INSTANCE_TIMEOUT: Duration = Duration::from_secs(300);
@@ -79,6 +81,9 @@ struct Member {
 /// One HTTP consumer.
 pub struct Instance {
     id: String,
+    /// Who created it: the group service decides its joins, heartbeats and commits by
+    /// this caller's ACLs, as a Kafka consumer's are decided by its connection's.
+    owner: Caller,
     group: String,
     topic: String,
     reset: Reset,
@@ -335,7 +340,15 @@ async fn consume_inner(
             instance
         }
         None if body.new_consumer => {
-            create(http, &body.group_id, topic, reset, read_committed).await?
+            create(
+                http,
+                super::admin::caller(extensions),
+                &body.group_id,
+                topic,
+                reset,
+                read_committed,
+            )
+            .await?
         }
         None => {
             let key = implicit_key(extensions, &body.group_id, topic);
@@ -344,8 +357,15 @@ async fn consume_inner(
             match id.as_deref().and_then(|id| http.consumers.get(id)) {
                 Some(instance) => instance,
                 None => {
-                    let instance =
-                        create(http, &body.group_id, topic, reset, read_committed).await?;
+                    let instance = create(
+                        http,
+                        super::admin::caller(extensions),
+                        &body.group_id,
+                        topic,
+                        reset,
+                        read_committed,
+                    )
+                    .await?;
                     *id = Some(instance.id.clone());
                     instance
                 }
@@ -393,6 +413,7 @@ fn implicit_key(extensions: &Extensions, group: &str, topic: &str) -> ImplicitKe
 
 async fn create(
     http: &Arc<HttpApi>,
+    owner: Caller,
     group: &str,
     topic: &str,
     reset: Reset,
@@ -405,6 +426,7 @@ async fn create(
     );
     let instance = Arc::new(Instance {
         id: id.clone(),
+        owner,
         group: group.to_string(),
         topic: topic.to_string(),
         reset,
@@ -433,6 +455,7 @@ async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
     for _ in 0..5 {
         let joined = groups
             .join(
+                &instance.owner,
                 &instance.group,
                 JoinRequest {
                     member_id: member_id.clone(),
@@ -465,10 +488,13 @@ async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
         };
         let synced = groups
             .sync(
+                &instance.owner,
                 &instance.group,
-                &member_id,
-                None,
-                joined.generation_id,
+                GroupMember {
+                    member_id: &member_id,
+                    group_instance_id: None,
+                    generation_id: joined.generation_id,
+                },
                 Some("consumer"),
                 joined.protocol_name.as_deref(),
                 assignments,
@@ -514,7 +540,15 @@ async fn heartbeat(http: Arc<HttpApi>, instance: Arc<Instance>) {
         let Some(member) = instance.member() else {
             break;
         };
-        let beat = groups.heartbeat(&instance.group, &member.member_id, None, member.generation);
+        let beat = groups.heartbeat(
+            &instance.owner,
+            &instance.group,
+            GroupMember {
+                member_id: &member.member_id,
+                group_instance_id: None,
+                generation_id: member.generation,
+            },
+        );
         let rejoin = match beat {
             Ok(()) => false,
             Err(GroupError::RebalanceInProgress) => true,
@@ -544,6 +578,7 @@ fn leave(http: &HttpApi, instance: &Instance) {
         .take()
     {
         let _ = http.broker.groups().leave(
+            &instance.owner,
             &instance.group,
             &[Leaving {
                 member_id: member.member_id,
@@ -772,7 +807,7 @@ async fn poll(
             let committed = http
                 .broker
                 .groups()
-                .offsets(&instance.group)
+                .committed(&instance.owner, &instance.group)
                 .await
                 .map_err(|e| Problem::from(ApiError::from(e)))?;
             for p in missing {
@@ -1069,11 +1104,24 @@ async fn commit_inner(
             )
         }
     };
-    http.broker
+    let member = GroupMember {
+        member_id: &member_id,
+        group_instance_id: None,
+        generation_id: generation,
+    };
+    let outcomes = http
+        .broker
         .groups()
-        .commit(&body.group_id, &member_id, None, generation, offsets)
-        .await
-        .map_err(|e| Problem::from(ApiError::from(e)))?;
+        .commit(
+            &super::admin::caller(extensions),
+            &body.group_id,
+            member,
+            offsets,
+        )
+        .await;
+    if let Some(e) = outcomes.into_values().find_map(Result::err) {
+        return Err(Problem::from(ApiError::from(e)));
+    }
     Ok(axum::Json(serde_json::json!({
         "group_id": body.group_id,
         "generation_id": generation,

@@ -11,6 +11,7 @@ pub mod agents;
 pub mod archive;
 pub mod configs;
 pub mod fetch;
+pub mod groups;
 pub mod lifecycle;
 pub mod produce;
 pub mod security;
