@@ -287,6 +287,24 @@ impl Broker {
         }
     }
 
+    /// DeleteRecords for a caller ([`crate::service::lifecycle::Records`]).
+    pub fn records(&self) -> crate::service::lifecycle::Records<'_> {
+        crate::service::lifecycle::Records {
+            lifecycle: &self.lifecycle,
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
+    }
+
+    /// Reassigning replicas and electing leaders ([`crate::service::placement`]).
+    pub fn placement(&self) -> crate::service::placement::Placement<'_> {
+        crate::service::placement::Placement {
+            replicas: &self.replicas,
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
+    }
+
     /// Topic, broker and logger configs ([`crate::service::configs`]).
     pub fn configs(&self) -> crate::service::configs::Configs<'_> {
         crate::service::configs::Configs {

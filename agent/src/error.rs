@@ -6,6 +6,15 @@ use crate::partition::PartitionError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The caller may not do this to the resource (Kafka's TOPIC_, GROUP_, CLUSTER_ or
+    /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED, by `resource`).
+    #[error("{principal} may not {operation} {} {name}", .resource.name())]
+    Denied {
+        principal: String,
+        operation: &'static str,
+        resource: crate::authz::ResourceType,
+        name: String,
+    },
     #[error("topic-partition {topic}-{partition} does not exist")]
     UnknownTopicOrPartition { topic: String, partition: i32 },
     /// The partition exists, but another agent leads it.

@@ -29,6 +29,7 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
+from confluent_kafka import ElectionType
 from confluent_kafka.admin import (
     AclBinding,
     AlterConfigOpType,
@@ -512,11 +513,12 @@ def test_acl_changes_are_audited(acl_broker):
     assert d["outcome"] == {"deleted": 1}, d
 
 
-def test_the_topic_service_decides_and_audits_topic_changes(acl_broker):
-    """Creating (auto-creation too), growing and deleting topics are authorized and
-    audited by the topic service, whichever edge asked: a producer's auto-creation
-    needs CREATE even with DESCRIBE and WRITE, a topic created so is audited, and
-    refused changes are audited with Kafka's error name."""
+def test_the_services_decide_and_audit_changes(acl_broker):
+    """Creating (auto-creation too), growing and deleting topics, configs, deleted
+    records and leader elections are authorized and audited by their services,
+    whichever edge asked: a producer's auto-creation needs CREATE even with DESCRIBE
+    and WRITE, a topic created so is audited, and refused changes are audited with
+    Kafka's error name."""
     b = acl_broker
     admin = admin_as(b, "admin")
     prefix = unique_topic("svc") + "-"
@@ -546,6 +548,11 @@ def test_the_topic_service_decides_and_audits_topic_changes(acl_broker):
         ConfigEntry("retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
     (f,) = alice.incremental_alter_configs([change]).values()
     assert error_code(f) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    # Records and leaders: DELETE on the topic, ALTER on the cluster.
+    (f,) = alice.delete_records([TopicPartition(auto, 0, 1)]).values()
+    assert error_code(f) == KafkaError.TOPIC_AUTHORIZATION_FAILED
+    f = alice.elect_leaders(ElectionType.PREFERRED, [TopicPartition(auto, 0)])
+    assert error_code(f) == KafkaError.CLUSTER_AUTHORIZATION_FAILED
     node = ConfigResource("broker", "1", incremental_configs=[
         ConfigEntry("log.retention.ms", "60000", incremental_operation=AlterConfigOpType.SET)])
     (f,) = alice.incremental_alter_configs([node]).values()
@@ -569,6 +576,12 @@ def test_the_topic_service_decides_and_audits_topic_changes(acl_broker):
         ("topic.alter_configs", f"topic:{auto}", "User:alice", "kafka", False),
         ("topic.create", f"topic:{prefix}http", "User:ANONYMOUS", "http", True),
     ], entries
+    moves = [(e["action"], e["resource"], e["principal"], e["ok"]) for e in audit(b)
+             if e["resource"].startswith(f"partition:{auto}")]
+    assert moves == [
+        ("partition.delete_records", f"partition:{auto}-0", "User:alice", False),
+        ("partition.elect_leader", f"partition:{auto}-0", "User:alice", False),
+    ], moves
     (broker_change,) = [e for e in audit(b) if e["action"] == "broker.alter_configs"]
     assert (broker_change["resource"], broker_change["principal"], broker_change["ok"]) == (
         "broker:1", "User:alice", False), broker_change

@@ -1,9 +1,9 @@
-//! The audit log of the Kafka API's privileged mutations: partitions reassigned, leaders
-//! elected, records deleted, SCRAM credentials altered, ACLs created and deleted.
-//! (Topics created, deleted and grown, configs altered, and groups and committed
-//! offsets deleted, are audited by their services, `service/admin.rs`, `configs.rs`
-//! and `groups.rs`, for both edges.) Each resource a request names is one entry, with
-//! the same actions the HTTP API records, `via: "kafka"`, and the error name and
+//! The audit log of the Kafka API's security mutations: SCRAM credentials altered,
+//! client quotas altered, ACLs created and deleted. (Every other privileged change is
+//! audited by its service, for both edges: topics in `service/admin.rs`, configs in
+//! `configs.rs`, groups in `groups.rs`, reassignments and elections in `placement.rs`,
+//! deleted records in `lifecycle.rs`.) Each resource a request names is one entry,
+//! with the same actions the HTTP API records, `via: "kafka"`, and the error name and
 //! message of a refusal.
 //!
 //! What was asked is taken from the request before its handler runs ([`asked`]); how
@@ -30,10 +30,6 @@ struct Entry {
 pub struct Asked(Vec<Entry>);
 
 // Resources are named as the HTTP API's entries name them.
-fn tp(topic: &str, partition: i32) -> String {
-    format!("partition:{topic}-{partition}")
-}
-
 fn user(name: &str) -> String {
     format!("user:{name}")
 }
@@ -98,62 +94,6 @@ pub fn asked(request: &RequestKind) -> Option<Asked> {
         request,
     };
     let entries: Vec<Entry> = match request {
-        RequestKind::AlterPartitionReassignments(r) => r
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(|p| {
-                    let replicas = p
-                        .replicas
-                        .as_ref()
-                        .map(|r| r.iter().map(|b| b.0).collect::<Vec<_>>());
-                    entry(
-                        "partition.reassign",
-                        tp(&t.name, p.partition_index),
-                        json!({ "replicas": replicas }),
-                    )
-                })
-            })
-            .collect(),
-        RequestKind::ElectLeaders(r) => {
-            let kind = if r.election_type == 1 {
-                "unclean"
-            } else {
-                "preferred"
-            };
-            match &r.topic_partitions {
-                Some(tps) => tps
-                    .iter()
-                    .flat_map(|t| {
-                        t.partitions.iter().map(|p| {
-                            entry(
-                                "partition.elect_leader",
-                                tp(&t.topic, *p),
-                                json!({ "election": kind }),
-                            )
-                        })
-                    })
-                    .collect(),
-                None => vec![entry(
-                    "partition.elect_leader",
-                    "partition:<all>".to_string(),
-                    json!({ "election": kind }),
-                )],
-            }
-        }
-        RequestKind::DeleteRecords(r) => r
-            .topics
-            .iter()
-            .flat_map(|t| {
-                t.partitions.iter().map(|p| {
-                    entry(
-                        "partition.delete_records",
-                        tp(&t.name, p.partition_index),
-                        json!({ "before_offset": p.offset }),
-                    )
-                })
-            })
-            .collect(),
         RequestKind::AlterUserScramCredentials(r) => {
             // Per user, the mechanisms changed and the iteration counts; never the salt
             // or the salted password.
@@ -304,38 +244,6 @@ fn answered(response: &ResponseKind) -> BTreeMap<String, Result<Value, String>> 
                 let done = json!({ "deleted": f.matching_acls.len() });
                 let o = outcome(f.error_code, f.error_message.as_deref(), done);
                 out.insert(format!("#{i}"), o);
-            }
-        }
-        ResponseKind::AlterPartitionReassignments(r) => {
-            for t in &r.responses {
-                for p in &t.partitions {
-                    let o = if r.error_code != 0 {
-                        refused(r.error_code, r.error_message.as_deref())
-                    } else {
-                        outcome(p.error_code, p.error_message.as_deref(), json!({}))
-                    };
-                    out.insert(tp(&t.name, p.partition_index), o);
-                }
-            }
-        }
-        ResponseKind::ElectLeaders(r) => {
-            for t in &r.replica_election_results {
-                for p in &t.partition_result {
-                    let o = outcome(p.error_code, p.error_message.as_deref(), json!({}));
-                    out.insert(tp(&t.topic, p.partition_id), o);
-                }
-            }
-            if r.error_code != 0 {
-                out.insert(String::new(), refused(r.error_code, None));
-            }
-        }
-        ResponseKind::DeleteRecords(r) => {
-            for t in &r.topics {
-                for p in &t.partitions {
-                    let done = json!({ "low_watermark": p.low_watermark });
-                    let o = outcome(p.error_code, None, done);
-                    out.insert(tp(&t.name, p.partition_index), o);
-                }
             }
         }
         _ => {}

@@ -8,6 +8,7 @@ use crate::group::GroupError;
 use crate::partition::PartitionError;
 use crate::service::admin::AdminError;
 use crate::service::configs::ConfigError;
+use crate::service::placement::PlacementError;
 use crate::service::security::SecurityError;
 
 /// A Kafka error code with the message sent to the client where the API has a field.
@@ -128,6 +129,7 @@ impl From<PartitionError> for ApiError {
 impl From<&Error> for ApiError {
     fn from(e: &Error) -> Self {
         match e {
+            Error::Denied { resource, .. } => ApiError::new(denied(*resource), e.to_string()),
             Error::UnknownTopicOrPartition { .. } => ApiError::new(
                 ResponseError::UnknownTopicOrPartition,
                 "This server does not host this topic-partition.",
@@ -158,6 +160,16 @@ impl From<&Error> for ApiError {
             Error::Metastore(e) => ApiError::from(e),
             Error::Sync(e) => ApiError::from(e),
         }
+    }
+}
+
+/// The code of a refusal by the ACLs of a resource of this kind.
+pub fn denied(resource: ResourceType) -> ResponseError {
+    match resource {
+        ResourceType::Topic => ResponseError::TopicAuthorizationFailed,
+        ResourceType::Group => ResponseError::GroupAuthorizationFailed,
+        ResourceType::Cluster => ResponseError::ClusterAuthorizationFailed,
+        ResourceType::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
     }
 }
 
@@ -263,11 +275,7 @@ impl From<AdminError> for ApiError {
 impl From<&ConfigError> for ApiError {
     fn from(e: &ConfigError) -> Self {
         let code = match e {
-            ConfigError::Denied {
-                resource: ResourceType::Topic,
-                ..
-            } => ResponseError::TopicAuthorizationFailed,
-            ConfigError::Denied { .. } => ResponseError::ClusterAuthorizationFailed,
+            ConfigError::Denied { resource, .. } => denied(*resource),
             ConfigError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
             ConfigError::Invalid(_) => ResponseError::InvalidConfig,
             ConfigError::InvalidRequest(_) => ResponseError::InvalidRequest,
@@ -282,6 +290,27 @@ impl From<&ConfigError> for ApiError {
 impl From<ConfigError> for ApiError {
     fn from(e: ConfigError) -> Self {
         ApiError::from(&e)
+    }
+}
+
+impl From<&PlacementError> for ApiError {
+    fn from(e: &PlacementError) -> Self {
+        let code = match e {
+            PlacementError::Denied { .. } => ResponseError::ClusterAuthorizationFailed,
+            PlacementError::UnknownPartition(_) => ResponseError::UnknownTopicOrPartition,
+            PlacementError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+            PlacementError::NoReassignmentInProgress => ResponseError::NoReassignmentInProgress,
+            PlacementError::ElectionNotNeeded(_) => ResponseError::ElectionNotNeeded,
+            PlacementError::EligibleLeadersNotAvailable => {
+                ResponseError::EligibleLeadersNotAvailable
+            }
+            PlacementError::PreferredLeaderNotAvailable => {
+                ResponseError::PreferredLeaderNotAvailable
+            }
+            PlacementError::Metastore(m) => return ApiError::from(m),
+            PlacementError::Sync(e) => return ApiError::from(e),
+        };
+        ApiError::new(code, e.to_string())
     }
 }
 

@@ -15,8 +15,10 @@
 //! DeleteTopics, CreatePartitions, and Metadata's auto-creation), the config APIs
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and the group APIs
 //! (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
-//! DescribeGroups, DeleteGroups, OffsetDelete) are not checked here: their services
-//! decide (`service/security.rs`, `admin.rs`, `configs.rs`, `groups.rs`), for both
+//! DescribeGroups, DeleteGroups, OffsetDelete) and the placement APIs
+//! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders) and
+//! DeleteRecords are not checked here: their services decide (`service/security.rs`,
+//! `admin.rs`, `configs.rs`, `groups.rs`, `placement.rs`, `lifecycle.rs`), for both
 //! edges; the other APIs are to follow.
 //!
 //! With no authorizer configured nothing here runs.
@@ -131,7 +133,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         RequestKind::ListOffsets(r) => list_offsets(&c, r),
         RequestKind::Metadata(r) => metadata(&c, r, version),
         RequestKind::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(&c, r),
-        RequestKind::DeleteRecords(r) => delete_records(&c, r),
         RequestKind::DescribeCluster(r) => {
             let asked = r.include_cluster_authorized_operations;
             let ops = c.cluster_ops();
@@ -144,25 +145,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
             })
         }
         RequestKind::FindCoordinator(r) => find_coordinator(&c, r, version),
-        RequestKind::AlterPartitionReassignments(r) => {
-            if c.on_cluster(Op::Alter) {
-                return Gate::Proceed(r.into(), None);
-            }
-            let mut resp = AlterPartitionReassignmentsResponse::default();
-            resp.error_code = CLUSTER_DENIED;
-            resp.error_message = msg(CLUSTER_DENIED);
-            Gate::Refused(resp.into())
-        }
-        RequestKind::ListPartitionReassignments(r) => {
-            if c.on_cluster(Op::Describe) {
-                return Gate::Proceed(r.into(), None);
-            }
-            let mut resp = ListPartitionReassignmentsResponse::default();
-            resp.error_code = CLUSTER_DENIED;
-            resp.error_message = msg(CLUSTER_DENIED);
-            Gate::Refused(resp.into())
-        }
-        RequestKind::ElectLeaders(r) => elect_leaders(&c, r),
         RequestKind::InitProducerId(r) => init_producer_id(&c, r),
         RequestKind::AddPartitionsToTxn(r) => add_partitions_to_txn(&c, r, version),
         RequestKind::AddOffsetsToTxn(r) => {
@@ -451,43 +433,6 @@ fn offset_for_leader_epoch(c: &Check, r: OffsetForLeaderEpochRequest) -> Gate {
     })
 }
 
-fn delete_records(c: &Check, mut r: DeleteRecordsRequest) -> Gate {
-    let mut denied: Vec<(TopicName, Vec<i32>)> = Vec::new();
-    r.topics.retain(|t| {
-        let ok = c.may(Op::Delete, R::Topic, &t.name);
-        if !ok {
-            denied.push((
-                t.name.clone(),
-                t.partitions.iter().map(|p| p.partition_index).collect(),
-            ));
-        }
-        ok
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::DeleteRecords(resp) = resp {
-            for (name, partitions) in denied {
-                let mut t = delete_records_response::DeleteRecordsTopicResult::default();
-                t.name = name;
-                t.partitions = partitions
-                    .into_iter()
-                    .map(|i| {
-                        let mut p =
-                            delete_records_response::DeleteRecordsPartitionResult::default();
-                        p.partition_index = i;
-                        p.low_watermark = -1;
-                        p.error_code = TOPIC_DENIED;
-                        p
-                    })
-                    .collect();
-                resp.topics.push(t);
-            }
-        }
-    })
-}
-
 fn find_coordinator(c: &Check, mut r: FindCoordinatorRequest, version: i16) -> Gate {
     // Key type 0: a group (DESCRIBE on it); 1: a transactional id (DESCRIBE on it).
     let denied_code = |key: &str| match r.key_type {
@@ -532,37 +477,6 @@ fn find_coordinator(c: &Check, mut r: FindCoordinatorRequest, version: i16) -> G
             }
         }
     })
-}
-
-fn elect_leaders(c: &Check, r: ElectLeadersRequest) -> Gate {
-    if c.on_cluster(Op::Alter) {
-        return Gate::Proceed(r.into(), None);
-    }
-    let mut resp = ElectLeadersResponse::default();
-    resp.error_code = CLUSTER_DENIED;
-    // v0 has no top-level error: each partition named carries it.
-    resp.replica_election_results = r
-        .topic_partitions
-        .unwrap_or_default()
-        .into_iter()
-        .map(|t| {
-            let mut res = elect_leaders_response::ReplicaElectionResult::default();
-            res.topic = t.topic;
-            res.partition_result = t
-                .partitions
-                .into_iter()
-                .map(|p| {
-                    let mut pr = elect_leaders_response::PartitionResult::default();
-                    pr.partition_id = p;
-                    pr.error_code = CLUSTER_DENIED;
-                    pr.error_message = msg(CLUSTER_DENIED);
-                    pr
-                })
-                .collect();
-            res
-        })
-        .collect();
-    Gate::Refused(resp.into())
 }
 
 fn init_producer_id(c: &Check, r: InitProducerIdRequest) -> Gate {

@@ -151,7 +151,7 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()
         }
         RequestKind::DeleteRecords(req) => {
-            async move { Some(records::delete_records(&b, req).await.into()) }.boxed()
+            async move { Some(records::delete_records(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::Metadata(req) => {
             let listener = ctx.connection.listener.name.clone();
@@ -232,18 +232,22 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         }
         RequestKind::AlterPartitionReassignments(req) => async move {
             Some(
-                reassign::alter_partition_reassignments(&b, req)
+                reassign::alter_partition_reassignments(&b, &who, req)
                     .await
                     .into(),
             )
         }
         .boxed(),
-        RequestKind::ListPartitionReassignments(req) => {
-            async move { Some(reassign::list_partition_reassignments(&b, req).await.into()) }
-                .boxed()
+        RequestKind::ListPartitionReassignments(req) => async move {
+            Some(
+                reassign::list_partition_reassignments(&b, &who, req)
+                    .await
+                    .into(),
+            )
         }
+        .boxed(),
         RequestKind::ElectLeaders(req) => {
-            async move { Some(reassign::elect_leaders(&b, req).await.into()) }.boxed()
+            async move { Some(reassign::elect_leaders(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::OffsetForLeaderEpoch(req) => {
             ready(leader_epochs::offset_for_leader_epoch(broker, req))

@@ -1,6 +1,6 @@
 //! DeleteRecords: moves the log start of partitions this agent leads (the lifecycle
-//! service does it; see `service/lifecycle.rs`). The low watermark answered is the log
-//! start afterwards, as the metastore has it.
+//! service does it, deciding who may and auditing; see `service/lifecycle.rs`). The low
+//! watermark answered is the log start afterwards, as the metastore has it.
 
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -9,8 +9,13 @@ use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
 use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
 
-pub async fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> DeleteRecordsResponse {
+pub async fn delete_records(
+    broker: &Broker,
+    who: &Caller,
+    req: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
     let mut response = DeleteRecordsResponse::default();
     for t in req.topics {
         let mut out = DeleteRecordsTopicResult::default();
@@ -19,8 +24,8 @@ pub async fn delete_records(broker: &Broker, req: DeleteRecordsRequest) -> Delet
             let mut r = DeleteRecordsPartitionResult::default();
             r.partition_index = p.partition_index;
             match broker
-                .lifecycle()
-                .delete_records(t.name.0.as_str(), p.partition_index, p.offset)
+                .records()
+                .delete_records(who, t.name.0.as_str(), p.partition_index, p.offset)
                 .await
             {
                 Ok(low_watermark) => r.low_watermark = low_watermark,

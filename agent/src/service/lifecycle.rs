@@ -20,7 +20,12 @@ use std::time::Duration;
 
 use strata_compactor::{Policy, Unit, retention_start};
 
-use crate::error::Result;
+use serde_json::json;
+
+use crate::audit::Audit;
+use crate::authz::{Authorizer, Operation, ResourceType};
+use crate::caller::Caller;
+use crate::error::{Error, Result};
 use crate::partition::{Partition, PartitionError};
 use crate::replicas::{ReplicaManager, TopicState};
 use crate::service::archive::{ArchiveConfig, ArchiveWork};
@@ -75,6 +80,56 @@ pub struct PartitionLifecycle {
     /// Small archived objects merged into bigger ones since the agent started.
     pub objects_merged: u64,
     pub last_error: Option<String>,
+}
+
+/// DeleteRecords for a caller, on what it borrows from the broker (`Broker::records`).
+#[derive(Clone, Copy)]
+pub struct Records<'a> {
+    pub lifecycle: &'a Lifecycle,
+    pub authorizer: &'a Authorizer,
+    pub audit: &'a Audit,
+}
+
+impl Records<'_> {
+    /// Deletes the records of `topic`-`partition` before `offset` (-1: the high
+    /// watermark), for a caller with DELETE on the topic; answers the new log start.
+    /// Audited (`partition.delete_records`), refusals included.
+    pub async fn delete_records(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+    ) -> Result<i64> {
+        let outcome =
+            if self
+                .authorizer
+                .allows(who.authz(), Operation::Delete, ResourceType::Topic, topic)
+            {
+                self.lifecycle
+                    .delete_records(topic, partition, offset)
+                    .await
+            } else {
+                Err(Error::Denied {
+                    principal: who.principal.to_string(),
+                    operation: Operation::Delete.name(),
+                    resource: ResourceType::Topic,
+                    name: topic.to_string(),
+                })
+            };
+        let recorded = match &outcome {
+            Ok(start) => Ok(json!({ "low_watermark": start })),
+            Err(e) => Err(e.to_string()),
+        };
+        self.audit.record(
+            who,
+            "partition.delete_records",
+            &format!("partition:{topic}-{partition}"),
+            json!({ "before_offset": offset }),
+            recorded,
+        );
+        outcome
+    }
 }
 
 pub struct Lifecycle {
@@ -138,7 +193,8 @@ impl Lifecycle {
     /// DeleteRecords: moves the log start of a partition this agent leads up to
     /// `offset` (-1: the high watermark). Returns the log start afterwards (Kafka's low
     /// watermark). An offset beyond the high watermark, or below -1, is out of range.
-    pub async fn delete_records(&self, topic: &str, partition: i32, offset: i64) -> Result<i64> {
+    /// Callers come through [`Records::delete_records`], which decides who may.
+    async fn delete_records(&self, topic: &str, partition: i32, offset: i64) -> Result<i64> {
         let state = self.replicas.topic(topic);
         let p = TopicState::served_in(state.as_ref(), topic, partition)?;
         let hw = p.high_watermark();

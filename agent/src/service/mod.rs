@@ -13,5 +13,6 @@ pub mod configs;
 pub mod fetch;
 pub mod groups;
 pub mod lifecycle;
+pub mod placement;
 pub mod produce;
 pub mod security;
