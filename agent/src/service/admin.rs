@@ -257,9 +257,9 @@ impl Admin<'_> {
                 "topic {name:?} does not exist"
             )));
         }
-        // Another agent may have just created it: no CREATE is needed for that one.
-        self.replicas.refresh().await.ok();
-        if let Some(t) = self.replicas.topic(name) {
+        // Another agent may have just created it: no CREATE is needed for that one. One
+        // read of that topic's record, not of every topic.
+        if let Ok(Some(t)) = self.replicas.sync_topic(name).await {
             return Ok(t);
         }
         let spec = NewTopicSpec {
@@ -283,10 +283,10 @@ impl Admin<'_> {
                 outcome?.state.ok_or_else(|| vanished(name))
             }
             // Someone else created it meanwhile.
-            Err(e @ AdminError::TopicExists(_)) => {
-                self.replicas.refresh().await.ok();
-                self.replicas.topic(name).ok_or(e)
-            }
+            Err(e @ AdminError::TopicExists(_)) => match self.replicas.sync_topic(name).await {
+                Ok(Some(t)) => Ok(t),
+                _ => Err(e),
+            },
             Err(e) => Err(e),
         }
     }
