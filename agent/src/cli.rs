@@ -368,13 +368,20 @@ async fn health(conn: &Conn) -> anyhow::Result<()> {
 #[derive(Debug, Args)]
 pub struct ConsumeArgs {
     pub topic: String,
-    /// The consumer group (default: a new one, strata-cli-<random>, that commits
-    /// nothing).
+    /// Consume as a member of this consumer group, committing what was printed
+    /// (without one: read the partitions directly, as kcat does; nothing is committed).
     #[arg(long, short = 'g')]
     pub group: Option<String>,
-    /// Without committed offsets, start at the earliest offset (default: the latest).
+    /// Start at the earliest offset (default: the latest); in a group, where it has no
+    /// committed offset.
     #[arg(long)]
     pub from_beginning: bool,
+    /// Without a group: read only this partition (repeatable).
+    #[arg(long, short = 'p', conflicts_with = "group")]
+    pub partition: Vec<i32>,
+    /// Without a group: start each partition given at this offset.
+    #[arg(long, requires = "partition", conflicts_with = "from_beginning")]
+    pub offset: Option<i64>,
     /// Stop after this many records.
     #[arg(long)]
     pub max_messages: Option<u64>,
@@ -1297,106 +1304,19 @@ async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
 
 async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     let api = Api::new(&args.conn)?;
-    let (group, commit) = match &args.group {
-        Some(g) => (g.clone(), !args.no_commit),
-        None => (
-            format!("strata-cli-{}", uuid::Uuid::new_v4().simple()),
-            false,
-        ),
-    };
-    let path = format!("/v1/topics/{}/consume", seg(&args.topic));
-    let commit_path = format!("/v1/topics/{}/commit", seg(&args.topic));
     let tty = std::io::stderr().is_terminal();
-    let mut consumer_id: Option<String> = None;
     let mut printed = 0u64;
-    let mut idle_since = crate::clock::instant();
-    let consuming = async {
-        loop {
-            if args.max_messages.is_some_and(|m| printed >= m) {
-                return Ok(());
-            }
-            let want = args.max_messages.map_or(500, |m| (m - printed).min(500));
-            let mut body = json!({
-                "group_id": group,
-                "max_messages": want,
-                "timeout_ms": 1000,
-                "auto_offset_reset": if args.from_beginning { "earliest" } else { "latest" },
-            });
-            // A member of its own (deleted at the end), never the caller's implicit
-            // instance, which another consumer of the same user may be using.
-            match &consumer_id {
-                Some(id) => body["consumer_id"] = id.clone().into(),
-                None => body["new_consumer"] = true.into(),
-            }
-            let v = api.post(&path, body).await?;
-            consumer_id = v["consumer_id"].as_str().map(str::to_string);
-            let messages = v["messages"].as_array().cloned().unwrap_or_default();
-            if messages.is_empty() {
-                if args
-                    .timeout_ms
-                    .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
-                {
-                    return Ok(());
-                }
-                continue;
-            }
-            idle_since = crate::clock::instant();
-            let mut next: BTreeMap<String, i64> = BTreeMap::new();
-            {
-                let mut out = std::io::stdout().lock();
-                for m in &messages {
-                    if args.conn.output == Output::Json {
-                        writeln!(out, "{m}")?;
-                    } else {
-                        if args.print_offset {
-                            write!(
-                                out,
-                                "{}:{}{}",
-                                cell(&m["partition"]),
-                                cell(&m["offset"]),
-                                args.key_separator
-                            )?;
-                        }
-                        if args.print_key {
-                            write!(
-                                out,
-                                "{}{}",
-                                m["key"].as_str().unwrap_or(""),
-                                args.key_separator
-                            )?;
-                        }
-                        writeln!(out, "{}", m["value"].as_str().unwrap_or(""))?;
-                    }
-                    if let (Some(p), Some(o)) = (m["partition"].as_i64(), m["offset"].as_i64()) {
-                        next.insert(p.to_string(), o + 1);
-                    }
-                }
-                out.flush()?;
-            }
-            printed += messages.len() as u64;
-            if commit {
-                api.post(
-                    &commit_path,
-                    json!({
-                        "group_id": group,
-                        "consumer_id": consumer_id,
-                        "offsets": next,
-                    }),
-                )
-                .await?;
-            }
-            if tty {
-                match args.max_messages {
-                    Some(m) => eprint!("\rconsumed {printed} of {m} records"),
-                    None => eprint!("\rconsumed {printed} records"),
-                }
-            }
-        }
-    };
-    // Ctrl-C ends the run as its end would: the instance leaves its group below.
-    let outcome: anyhow::Result<()> = tokio::select! {
-        r = consuming => r,
-        _ = tokio::signal::ctrl_c() => Ok(()),
+    let mut consumer_id: Option<String> = None;
+    let outcome: anyhow::Result<()> = match args.group.clone() {
+        // Ctrl-C ends the run as its end would (a member leaves its group below).
+        Some(group) => tokio::select! {
+            r = consume_in_group(&api, &args, &group, &mut consumer_id, &mut printed, tty) => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        },
+        None => tokio::select! {
+            r = read_directly(&api, &args, &mut printed, tty) => r,
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        },
     };
     if tty {
         eprintln!();
@@ -1406,6 +1326,172 @@ async fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
         let _ = api.delete(&format!("/v1/consumers/{}", seg(&id))).await;
     }
     outcome
+}
+
+/// How many records the next call asks for: what is left of --max-messages, at most
+/// 500 at a time.
+fn wanted(args: &ConsumeArgs, printed: u64) -> u64 {
+    args.max_messages.map_or(500, |m| (m - printed).min(500))
+}
+
+/// Prints `messages` as --print-key, --print-offset and --output ask; answers where
+/// each partition continues.
+fn print_messages(args: &ConsumeArgs, messages: &[Value]) -> anyhow::Result<BTreeMap<String, i64>> {
+    let mut next: BTreeMap<String, i64> = BTreeMap::new();
+    let mut out = std::io::stdout().lock();
+    for m in messages {
+        if args.conn.output == Output::Json {
+            writeln!(out, "{m}")?;
+        } else {
+            if args.print_offset {
+                write!(
+                    out,
+                    "{}:{}{}",
+                    cell(&m["partition"]),
+                    cell(&m["offset"]),
+                    args.key_separator
+                )?;
+            }
+            if args.print_key {
+                write!(
+                    out,
+                    "{}{}",
+                    m["key"].as_str().unwrap_or(""),
+                    args.key_separator
+                )?;
+            }
+            writeln!(out, "{}", m["value"].as_str().unwrap_or(""))?;
+        }
+        if let (Some(p), Some(o)) = (m["partition"].as_i64(), m["offset"].as_i64()) {
+            next.insert(p.to_string(), o + 1);
+        }
+    }
+    out.flush()?;
+    Ok(next)
+}
+
+fn progress(args: &ConsumeArgs, printed: u64, tty: bool) {
+    if tty {
+        match args.max_messages {
+            Some(m) => eprint!("\rconsumed {printed} of {m} records"),
+            None => eprint!("\rconsumed {printed} records"),
+        }
+    }
+}
+
+/// Without a group: `POST /v1/topics/{topic}/read`, carrying each answer's
+/// `next_offsets` into the next call. Nothing to join, nothing committed.
+async fn read_directly(
+    api: &Api,
+    args: &ConsumeArgs,
+    printed: &mut u64,
+    tty: bool,
+) -> anyhow::Result<()> {
+    let path = format!("/v1/topics/{}/read", seg(&args.topic));
+    let mut offsets: Option<Value> = args.offset.map(|o| {
+        args.partition
+            .iter()
+            .map(|p| (p.to_string(), Value::from(o)))
+            .collect::<serde_json::Map<_, _>>()
+            .into()
+    });
+    let mut idle_since = crate::clock::instant();
+    loop {
+        if args.max_messages.is_some_and(|m| *printed >= m) {
+            return Ok(());
+        }
+        let mut body = json!({
+            "max_messages": wanted(args, *printed),
+            "timeout_ms": 1000,
+            "from": if args.from_beginning { "earliest" } else { "latest" },
+        });
+        match &offsets {
+            Some(o) => body["offsets"] = o.clone(),
+            None if !args.partition.is_empty() => body["partitions"] = json!(args.partition),
+            None => {}
+        }
+        let v = api.post(&path, body).await?;
+        if let Some(next) = v
+            .get("next_offsets")
+            .filter(|n| n.as_object().is_some_and(|o| !o.is_empty()))
+        {
+            offsets = Some(next.clone());
+        }
+        let messages = v["messages"].as_array().cloned().unwrap_or_default();
+        if messages.is_empty() {
+            if args
+                .timeout_ms
+                .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
+            {
+                return Ok(());
+            }
+            continue;
+        }
+        idle_since = crate::clock::instant();
+        print_messages(args, &messages)?;
+        *printed += messages.len() as u64;
+        progress(args, *printed, tty);
+    }
+}
+
+/// As a member of `group`: an instance of its own (deleted at the end by the caller),
+/// committing what was printed unless --no-commit.
+async fn consume_in_group(
+    api: &Api,
+    args: &ConsumeArgs,
+    group: &str,
+    consumer_id: &mut Option<String>,
+    printed: &mut u64,
+    tty: bool,
+) -> anyhow::Result<()> {
+    let path = format!("/v1/topics/{}/consume", seg(&args.topic));
+    let commit_path = format!("/v1/topics/{}/commit", seg(&args.topic));
+    let commit = !args.no_commit;
+    let mut idle_since = crate::clock::instant();
+    loop {
+        if args.max_messages.is_some_and(|m| *printed >= m) {
+            return Ok(());
+        }
+        let mut body = json!({
+            "group_id": group,
+            "max_messages": wanted(args, *printed),
+            "timeout_ms": 1000,
+            "auto_offset_reset": if args.from_beginning { "earliest" } else { "latest" },
+        });
+        // A member of its own (deleted at the end), never the caller's implicit
+        // instance, which another consumer of the same user may be using.
+        match consumer_id.as_ref() {
+            Some(id) => body["consumer_id"] = id.clone().into(),
+            None => body["new_consumer"] = true.into(),
+        }
+        let v = api.post(&path, body).await?;
+        *consumer_id = v["consumer_id"].as_str().map(str::to_string);
+        let messages = v["messages"].as_array().cloned().unwrap_or_default();
+        if messages.is_empty() {
+            if args
+                .timeout_ms
+                .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
+            {
+                return Ok(());
+            }
+            continue;
+        }
+        idle_since = crate::clock::instant();
+        let next = print_messages(args, &messages)?;
+        *printed += messages.len() as u64;
+        if commit {
+            api.post(
+                &commit_path,
+                json!({
+                    "group_id": group,
+                    "consumer_id": consumer_id,
+                    "offsets": next,
+                }),
+            )
+            .await?;
+        }
+        progress(args, *printed, tty);
+    }
 }
 
 #[cfg(test)]

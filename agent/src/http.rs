@@ -23,6 +23,7 @@ mod operate;
 mod partitioner;
 mod problem;
 mod produce;
+mod read;
 mod security;
 
 use std::sync::Arc;
@@ -143,6 +144,12 @@ fn table() -> Vec<(Route, Handler)> {
             "/v1/topics/{topic}/consume",
             topic(O::Read),
             post(consume::consume),
+        ),
+        route(
+            "POST",
+            "/v1/topics/{topic}/read",
+            topic(O::Read),
+            post(read::read_records),
         ),
         route(
             "POST",

@@ -707,3 +707,15 @@ async fn run(args: AgentArgs, mode: Mode) -> anyhow::Result<()> {
     agent.shutdown().await;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// clap checks its definitions only when a command is parsed: a clash (two flags
+    /// with one short name) would otherwise panic in the hands of a user.
+    #[test]
+    fn every_command_line_definition_is_valid() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -764,3 +764,65 @@ def test_cluster_health_says_what_needs_attention(short_lease_cluster):
     # Back: healthy again once it has caught up.
     agents[3].start()
     wait_until(lambda: health(1).returncode == 0, 60, "healthy again")
+
+
+def test_consume_without_a_group_reads_the_partitions_directly(group_broker):
+    """`strata consume` without --group reads partitions as kcat does
+    (`POST /v1/topics/{topic}/read`): no group is joined or left behind, nothing is
+    committed, --partition and --offset pick where to start, and the API's long poll
+    answers a record produced while it waits."""
+    http, b = group_broker.http_url, group_broker.bootstrap
+    topic = unique_topic("cli-read")
+    create_topic(b, topic, 2)
+    produce_confluent(b, topic, [Out(i % 2, f"k{i}".encode(), f"v{i}".encode(), [], BASE_TS + i)
+                                 for i in range(10)])
+    groups_before = {g.group_id for g in admin(b).list_consumer_groups().result(timeout=30).valid}
+
+    out = ok(strata("consume", topic, "--from-beginning", "--max-messages", "10", "--print-offset",
+                    http=http))
+    assert sorted(line.split("\t")[0] for line in out.splitlines()) == sorted(
+        [f"0:{o}" for o in range(5)] + [f"1:{o}" for o in range(5)]), out
+    out = ok(strata("consume", topic, "-p", "1", "--offset", "2", "--max-messages", "3", "--print-offset",
+                    "--print-key", http=http))
+    assert out.splitlines() == ["1:2\tk5\tv5", "1:3\tk7\tv7", "1:4\tk9\tv9"], out
+    # From the latest offset (the default): nothing new, so nothing printed.
+    assert ok(strata("consume", topic, "--timeout-ms", "300", http=http)) == ""
+    # No group was made for any of it (the group-less consume used to join one).
+    groups_after = {g.group_id for g in admin(b).list_consumer_groups().result(timeout=30).valid}
+    assert groups_after == groups_before, groups_after - groups_before
+
+    # Wrong input.
+    fails(strata("consume", topic, "--offset", "2", http=http), USAGE, "--partition")
+    fails(strata("consume", topic, "-g", "g", "-p", "0", http=http), USAGE, "cannot be used with")
+    fails(strata("consume", topic, "-p", "7", "--max-messages", "1", http=http), REFUSED,
+          "UNKNOWN_TOPIC_OR_PARTITION")
+    url = f"{http}/v1/topics/{topic}/read"
+    for body, says in [({"from": "middle"}, "from must be"),
+                       ({"partitions": [9]}, "not one of them"),
+                       ({"offsets": {"0": -3}}, "not an offset"),
+                       ({"max_messages": 0}, "max_messages"),
+                       ({"group_id": "g"}, "group_id")]:
+        r = requests.post(url, json=body, timeout=30)
+        assert r.status_code in (400, 404) and says in r.json()["detail"], (body, r.text)
+
+    # The API directly: where each partition continues, and a long poll that answers a
+    # record produced while it waits.
+    r = requests.post(url, json={"offsets": {"0": 3}, "max_messages": 100}, timeout=30)
+    assert r.status_code == 200, r.text
+    answer = r.json()
+    assert [m["offset"] for m in answer["messages"]] == [3, 4]
+    assert answer["next_offsets"] == {"0": 5} and answer["has_more"] is False, answer
+    # Offsets for some partitions, `from` for others.
+    r = requests.post(url, json={"offsets": {"0": 4}, "partitions": [1], "from": "latest"}, timeout=30)
+    answer = r.json()
+    assert [(m["partition"], m["offset"]) for m in answer["messages"]] == [(0, 4)], answer
+    assert answer["next_offsets"] == {"0": 5, "1": 5}, answer
+    import threading
+    waited: dict = {}
+    reader = threading.Thread(target=lambda: waited.update(
+        requests.post(url, json={"offsets": {"0": 5}, "timeout_ms": 20000}, timeout=60).json()))
+    reader.start()
+    produce_confluent(b, topic, [Out(0, b"late", b"late", [], BASE_TS + 99)])
+    reader.join(60)
+    assert [m["value"] for m in waited["messages"]] == ["late"], waited
+    assert waited["next_offsets"] == {"0": 6}, waited

@@ -65,7 +65,7 @@ const PARTITION_READ_BYTES: usize = 1024 * 1024;
 const REMOTE_WAIT: Duration = Duration::from_secs(5);
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Reset {
+pub(super) enum Reset {
     Earliest,
     Latest,
 }
@@ -613,23 +613,23 @@ pub async fn delete(
 }
 
 /// What a read of one partition gave.
-struct Read {
+pub(super) struct Read {
     records: Bytes,
-    high_watermark: i64,
+    pub(super) high_watermark: i64,
     /// `(producer id, first offset)` of aborted transactions in the records.
     aborted: Vec<(i64, i64)>,
 }
 
 /// Why a read gave nothing, with the partition's bounds where known.
-struct Unread {
-    error: ApiError,
-    high_watermark: i64,
-    log_start_offset: i64,
+pub(super) struct Unread {
+    pub(super) error: ApiError,
+    pub(super) high_watermark: i64,
+    pub(super) log_start_offset: i64,
 }
 
 /// Reads `partition` from `offset` at its leader; locally, `watch` is set to a receiver
 /// that changes when the partition's offsets do.
-async fn read(
+pub(super) async fn read(
     http: &HttpApi,
     topic: &str,
     partition: i32,
@@ -755,11 +755,22 @@ async fn read(
 
 /// Where a partition without a committed offset starts.
 async fn reset_position(http: &HttpApi, instance: &Instance, partition: i32) -> Option<i64> {
+    start_at(http, &instance.topic, partition, instance.reset).await
+}
+
+/// A partition's log start (`Earliest`) or high watermark (`Latest`), asked of its
+/// leader; `None` if it cannot be read.
+pub(super) async fn start_at(
+    http: &HttpApi,
+    topic: &str,
+    partition: i32,
+    reset: Reset,
+) -> Option<i64> {
     // A read past any log end answers OFFSET_OUT_OF_RANGE with both bounds.
     let mut watch = None;
     let bounds = match read(
         http,
-        &instance.topic,
+        topic,
         partition,
         i64::MAX,
         false,
@@ -771,7 +782,7 @@ async fn reset_position(http: &HttpApi, instance: &Instance, partition: i32) -> 
         Ok(r) => (r.high_watermark, -1),
         Err(u) => (u.high_watermark, u.log_start_offset),
     };
-    match instance.reset {
+    match reset {
         Reset::Latest => (bounds.0 >= 0).then_some(bounds.0),
         Reset::Earliest => (bounds.1 >= 0).then_some(bounds.1),
     }
@@ -882,37 +893,53 @@ async fn poll(
         }
         // Nothing yet: wait for an append here, a remote leader's data, a rebalance or
         // the deadline, then read again.
-        let mut waits: Vec<futures::future::BoxFuture<'_, ()>> = Vec::new();
-        for mut w in watches {
-            waits.push(Box::pin(async move {
-                let _ = w.changed().await;
-            }));
-        }
-        let left = deadline - now;
-        for (p, offset) in remote {
-            let wait = left.min(REMOTE_WAIT);
-            waits.push(Box::pin(async move {
-                let mut none = None;
-                let _ = read(
-                    http,
-                    &instance.topic,
-                    p,
-                    offset,
-                    instance.read_committed,
-                    wait,
-                    &mut none,
-                )
-                .await;
-            }));
-        }
-        waits.push(Box::pin(rebalanced));
-        let _ = tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await;
+        let read_committed = instance.read_committed;
+        let topic = &instance.topic;
+        wait_for_data(
+            http,
+            topic,
+            read_committed,
+            watches,
+            remote,
+            deadline,
+            rebalanced,
+        )
+        .await;
     }
+}
+
+/// Waits until an append here changes one of `watches`, a remote leader has data at
+/// one of the `remote` positions, `also` completes, or `deadline` passes.
+pub(super) async fn wait_for_data(
+    http: &HttpApi,
+    topic: &str,
+    read_committed: bool,
+    watches: Vec<watch::Receiver<Offsets>>,
+    remote: Vec<(i32, i64)>,
+    deadline: tokio::time::Instant,
+    also: impl std::future::Future<Output = ()> + Send,
+) {
+    let mut waits: Vec<futures::future::BoxFuture<'_, ()>> = Vec::new();
+    for mut w in watches {
+        waits.push(Box::pin(async move {
+            let _ = w.changed().await;
+        }));
+    }
+    let left = deadline.saturating_duration_since(crate::clock::instant());
+    for (p, offset) in remote {
+        let wait = left.min(REMOTE_WAIT);
+        waits.push(Box::pin(async move {
+            let mut none = None;
+            let _ = read(http, topic, p, offset, read_committed, wait, &mut none).await;
+        }));
+    }
+    waits.push(Box::pin(also));
+    let _ = tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await;
 }
 
 /// Appends the records of `read` at or after `position` (at most `room`) to `out`; the
 /// next position.
-fn take(
+pub(super) fn take(
     read: &Read,
     partition: i32,
     mut position: i64,

@@ -1,0 +1,248 @@
+//! `POST /v1/topics/{topic}/read`: records read straight from partitions, without a
+//! consumer group, as kcat reads them. The caller says where each partition starts
+//! (`offsets`; those in `partitions`, or all, `from` the earliest or latest offset)
+//! and carries the answer's
+//! `next_offsets` into its next call: nothing is kept on the agent, nothing is
+//! committed, and the first call answers at once (no group to join). Needs READ on the
+//! topic, as a Kafka Fetch does; reads count against the caller's consumer quota.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::Extensions;
+use axum::response::{IntoResponse, Response};
+use kafka_protocol::error::ResponseError;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::HttpApi;
+use super::consume::{Reset, read, start_at, take, wait_for_data};
+use super::json::{self, whole};
+use super::problem::{Body, Extracted, Problem, extract};
+use super::produce::Encoding;
+
+const DEFAULT_MAX_MESSAGES: usize = 100;
+const MAX_MESSAGES: usize = 10_000;
+const MAX_TIMEOUT_MS: u64 = 30_000;
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ReadBody {
+    /// Partitions to read from an offset each.
+    #[serde(default)]
+    offsets: Option<BTreeMap<String, serde_json::Number>>,
+    /// Partitions to read from `from`. Neither these nor `offsets`: every partition.
+    #[serde(default)]
+    partitions: Option<Vec<serde_json::Number>>,
+    /// Where a partition without an offset starts, and where one whose offset is out
+    /// of range starts again: `earliest` (the default) or `latest`.
+    #[serde(default)]
+    from: Option<String>,
+    #[serde(default, deserialize_with = "json::opt")]
+    max_messages: Option<usize>,
+    #[serde(default, deserialize_with = "json::opt")]
+    timeout_ms: Option<u64>,
+    #[serde(default)]
+    isolation_level: Option<String>,
+    #[serde(default)]
+    encoding: Option<String>,
+}
+
+pub async fn read_records(
+    State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
+    topic: Extracted<String>,
+    body: Body,
+) -> Response {
+    let (topic, body) = match extract(topic, body) {
+        Ok(parts) => parts,
+        Err(problem) => return problem.into_response(),
+    };
+    match answer(&http, &extensions, &topic, &body).await {
+        Ok(r) => r,
+        Err(p) => p.into_response(),
+    }
+}
+
+async fn answer(
+    http: &HttpApi,
+    extensions: &Extensions,
+    topic: &str,
+    body: &[u8],
+) -> Result<Response, Problem> {
+    let body: ReadBody = json::parse(body, "read")?;
+    let max = body.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
+    if max == 0 || max > MAX_MESSAGES {
+        return Err(Problem::bad_request(format!(
+            "max_messages must be 1 to {MAX_MESSAGES}, not {max}"
+        )));
+    }
+    let timeout_ms = body.timeout_ms.unwrap_or(0);
+    if timeout_ms > MAX_TIMEOUT_MS {
+        return Err(Problem::bad_request(format!(
+            "timeout_ms must be 0 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
+        )));
+    }
+    let from = match body.from.as_deref() {
+        None | Some("earliest") => Reset::Earliest,
+        Some("latest") => Reset::Latest,
+        Some(other) => {
+            return Err(Problem::bad_request(format!(
+                "from must be \"earliest\" or \"latest\", not {other:?}"
+            )));
+        }
+    };
+    let read_committed = match body.isolation_level.as_deref() {
+        None | Some("read_uncommitted") => false,
+        Some("read_committed") => true,
+        Some(other) => {
+            return Err(Problem::bad_request(format!(
+                "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
+            )));
+        }
+    };
+    let encoding = Encoding::parse(body.encoding.as_deref())?;
+    let Some(state) = http.broker.replicas().topic(topic) else {
+        return Err(Problem::kafka(
+            ResponseError::UnknownTopicOrPartition,
+            format!("topic {topic:?} does not exist"),
+        ));
+    };
+    let count = state.record.partitions.len() as i32;
+    let partition = |p: &str| {
+        p.parse::<i32>()
+            .ok()
+            .filter(|p| (0..count).contains(p))
+            .ok_or_else(|| {
+                Problem::kafka(
+                    ResponseError::UnknownTopicOrPartition,
+                    format!(
+                        "topic {topic} has partitions 0 to {}; {p} is not one of them",
+                        count - 1
+                    ),
+                )
+            })
+    };
+    // Each partition read, with where it starts (None: at `from`): those `offsets`
+    // names at their offset, those `partitions` names at `from`; neither: all.
+    let mut positions: BTreeMap<i32, Option<i64>> = BTreeMap::new();
+    for p in body.partitions.iter().flatten() {
+        positions.insert(partition(&p.to_string())?, None);
+    }
+    for (p, offset) in body.offsets.iter().flatten() {
+        let Some(offset) = whole(offset).filter(|o| *o >= 0) else {
+            return Err(Problem::bad_request(format!(
+                "offset {offset} for partition {p} is not an offset (an integer, 0 or more)"
+            )));
+        };
+        positions.insert(partition(p)?, Some(offset));
+    }
+    if positions.is_empty() {
+        positions.extend((0..count).map(|p| (p, None)));
+    }
+    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    for (&p, start) in &positions {
+        let start = match start {
+            Some(o) => Some(*o),
+            None => start_at(http, topic, p, from).await,
+        };
+        if let Some(o) = start {
+            next.insert(p, o);
+        }
+    }
+    let deadline = crate::clock::instant() + Duration::from_millis(timeout_ms);
+    let (messages, has_more) = loop {
+        let mut messages = Vec::new();
+        let mut has_more = false;
+        let mut moved = false;
+        let mut watches = Vec::new();
+        let mut remote = Vec::new();
+        for (&p, position) in next.iter_mut() {
+            if messages.len() >= max {
+                has_more = true;
+                break;
+            }
+            let mut watch = None;
+            match read(
+                http,
+                topic,
+                p,
+                *position,
+                read_committed,
+                Duration::ZERO,
+                &mut watch,
+            )
+            .await
+            {
+                Ok(r) => {
+                    *position = take(
+                        &r,
+                        p,
+                        *position,
+                        max - messages.len(),
+                        encoding,
+                        &mut messages,
+                    );
+                    has_more |= *position < r.high_watermark;
+                    match watch {
+                        Some(w) => watches.push(w),
+                        None => remote.push((p, *position)),
+                    }
+                }
+                Err(u) if u.error.code == ResponseError::OffsetOutOfRange => {
+                    let to = match from {
+                        Reset::Earliest => u.log_start_offset,
+                        Reset::Latest => u.high_watermark,
+                    };
+                    if to >= 0 {
+                        *position = to;
+                        moved = true;
+                    }
+                }
+                Err(u) => {
+                    tracing::debug!(topic, partition = p, error = %u.error.message, "HTTP read could not read a partition");
+                }
+            }
+        }
+        if !messages.is_empty() || has_more || crate::clock::instant() >= deadline {
+            break (messages, has_more);
+        }
+        if moved {
+            // Read again at once from where the out-of-range partitions start now.
+            continue;
+        }
+        wait_for_data(
+            http,
+            topic,
+            read_committed,
+            watches,
+            remote,
+            deadline,
+            futures::future::pending(),
+        )
+        .await;
+    };
+    let answer = json!({
+        "messages": messages,
+        "next_offsets": next.iter().map(|(p, o)| (p.to_string(), *o)).collect::<BTreeMap<_, _>>(),
+        "has_more": has_more,
+    })
+    .to_string();
+    // The answer counts against the caller's consumer_byte_rate, as a consume's does.
+    let throttle = crate::quota::edge::http_throttle(
+        http.broker.quotas(),
+        crate::quota::QuotaKind::Fetch,
+        &super::auth::authenticated(extensions).name,
+        answer.len(),
+    );
+    if !throttle.is_zero() {
+        crate::clock::pause(throttle).await;
+    }
+    Ok((
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        answer,
+    )
+        .into_response())
+}
