@@ -627,6 +627,13 @@ pub(super) struct Unread {
     pub(super) log_start_offset: i64,
 }
 
+impl Unread {
+    /// The offset read is outside the log (the bounds say where it is).
+    pub(super) fn out_of_range(&self) -> bool {
+        self.error.code == ResponseError::OffsetOutOfRange
+    }
+}
+
 /// Reads `partition` from `offset` at its leader; locally, `watch` is set to a receiver
 /// that changes when the partition's offsets do.
 pub(super) async fn read(
@@ -871,7 +878,7 @@ async fn poll(
                         None => remote.push((p, next)),
                     }
                 }
-                Err(u) if u.error.code == ResponseError::OffsetOutOfRange => {
+                Err(u) if u.out_of_range() => {
                     let to = match instance.reset {
                         Reset::Earliest => u.log_start_offset,
                         Reset::Latest => u.high_watermark,

@@ -30,6 +30,11 @@ impl Problem {
         Problem::new(StatusCode::BAD_REQUEST, detail)
     }
 
+    /// A topic or partition that does not exist (404, UNKNOWN_TOPIC_OR_PARTITION).
+    pub fn unknown_topic_or_partition(detail: impl Into<String>) -> Problem {
+        Problem::kafka(ResponseError::UnknownTopicOrPartition, detail)
+    }
+
     /// A Kafka error, with the status an HTTP client should act on.
     pub fn kafka(code: ResponseError, detail: impl Into<String>) -> Problem {
         Problem {

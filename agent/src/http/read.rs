@@ -13,7 +13,6 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::Extensions;
 use axum::response::{IntoResponse, Response};
-use kafka_protocol::error::ResponseError;
 use serde::Deserialize;
 use serde_json::json;
 
@@ -104,25 +103,20 @@ async fn answer(
         }
     };
     let encoding = Encoding::parse(body.encoding.as_deref())?;
-    let Some(state) = http.broker.replicas().topic(topic) else {
-        return Err(Problem::kafka(
-            ResponseError::UnknownTopicOrPartition,
-            format!("topic {topic:?} does not exist"),
-        ));
+    let Some(count) = http.broker.fetching().partitions(topic) else {
+        return Err(Problem::unknown_topic_or_partition(format!(
+            "topic {topic:?} does not exist"
+        )));
     };
-    let count = state.record.partitions.len() as i32;
     let partition = |p: &str| {
         p.parse::<i32>()
             .ok()
             .filter(|p| (0..count).contains(p))
             .ok_or_else(|| {
-                Problem::kafka(
-                    ResponseError::UnknownTopicOrPartition,
-                    format!(
-                        "topic {topic} has partitions 0 to {}; {p} is not one of them",
-                        count - 1
-                    ),
-                )
+                Problem::unknown_topic_or_partition(format!(
+                    "topic {topic} has partitions 0 to {}; {p} is not one of them",
+                    count - 1
+                ))
             })
     };
     // Each partition read, with where it starts (None: at `from`): those `offsets`
@@ -191,7 +185,7 @@ async fn answer(
                         None => remote.push((p, *position)),
                     }
                 }
-                Err(u) if u.error.code == ResponseError::OffsetOutOfRange => {
+                Err(u) if u.out_of_range() => {
                     let to = match from {
                         Reset::Earliest => u.log_start_offset,
                         Reset::Latest => u.high_watermark,

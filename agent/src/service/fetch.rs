@@ -43,6 +43,14 @@ impl Fetching {
         Fetching { replicas }
     }
 
+    /// How many partitions `topic` has, as this agent knows it; `None` if it knows no
+    /// such topic.
+    pub fn partitions(&self, topic: &str) -> Option<i32> {
+        self.replicas
+            .topic(topic)
+            .map(|t| t.record.partitions.len() as i32)
+    }
+
     /// The replica to read `partition` of `topic` from (this agent must lead it), and a
     /// receiver, subscribed before any read, that changes when its offsets do (for long
     /// polls: no append between a read and the wait is missed).
