@@ -1370,6 +1370,12 @@ fn print_messages(args: &ConsumeArgs, messages: &[Value]) -> anyhow::Result<BTre
     Ok(next)
 }
 
+/// --timeout-ms has passed since the last record.
+fn idle_too_long(args: &ConsumeArgs, idle_since: tokio::time::Instant) -> bool {
+    args.timeout_ms
+        .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
+}
+
 fn progress(args: &ConsumeArgs, printed: u64, tty: bool) {
     if tty {
         match args.max_messages {
@@ -1419,10 +1425,7 @@ async fn read_directly(
         }
         let messages = v["messages"].as_array().cloned().unwrap_or_default();
         if messages.is_empty() {
-            if args
-                .timeout_ms
-                .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
-            {
+            if idle_too_long(args, idle_since) {
                 return Ok(());
             }
             continue;
@@ -1468,10 +1471,7 @@ async fn consume_in_group(
         *consumer_id = v["consumer_id"].as_str().map(str::to_string);
         let messages = v["messages"].as_array().cloned().unwrap_or_default();
         if messages.is_empty() {
-            if args
-                .timeout_ms
-                .is_some_and(|t| idle_since.elapsed() >= Duration::from_millis(t))
-            {
+            if idle_too_long(args, idle_since) {
                 return Ok(());
             }
             continue;

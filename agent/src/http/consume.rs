@@ -284,37 +284,19 @@ async fn consume_inner(
     let body: ConsumeBody = json::parse(body, "consume")?;
     check_group_id(&body.group_id)?;
     may_read_group(http, extensions, &body.group_id)?;
-    let max_messages = body.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
-    if max_messages == 0 || max_messages > MAX_MESSAGES {
-        return Err(Problem::bad_request(format!(
-            "max_messages must be 1 to {MAX_MESSAGES}, not {max_messages}"
-        )));
-    }
-    let timeout_ms = body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-    if timeout_ms > MAX_TIMEOUT_MS {
-        return Err(Problem::bad_request(format!(
-            "timeout_ms must be 0 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
-        )));
-    }
-    let reset = match body.auto_offset_reset.as_deref() {
-        None | Some("earliest") => Reset::Earliest,
-        Some("latest") => Reset::Latest,
-        Some(other) => {
-            return Err(Problem::bad_request(format!(
-                "auto_offset_reset must be \"earliest\" or \"latest\", not {other:?}"
-            )));
-        }
-    };
-    let read_committed = match body.isolation_level.as_deref() {
-        None | Some("read_uncommitted") => false,
-        Some("read_committed") => true,
-        Some(other) => {
-            return Err(Problem::bad_request(format!(
-                "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
-            )));
-        }
-    };
-    let encoding = Encoding::parse(body.encoding.as_deref())?;
+    let limits = Limits::parse(
+        body.max_messages,
+        body.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+        body.isolation_level.as_deref(),
+        body.encoding.as_deref(),
+    )?;
+    let (max_messages, timeout_ms, read_committed, encoding) = (
+        limits.max_messages,
+        limits.timeout_ms,
+        limits.read_committed,
+        limits.encoding,
+    );
+    let reset = Reset::parse("auto_offset_reset", body.auto_offset_reset.as_deref())?;
     if let Some(agent) = elsewhere(http, &body.group_id, body.consumer_id.as_deref()) {
         return Ok(redirect(&agent, uri));
     }
@@ -324,6 +306,10 @@ async fn consume_inner(
             format!("topic {topic:?} does not exist"),
         ));
     }
+    let fresh = || {
+        let owner = super::admin::caller(extensions);
+        create(http, owner, &body.group_id, topic, reset, read_committed)
+    };
     let instance = match &body.consumer_id {
         Some(id) => {
             let instance = http.consumers.get(id).ok_or_else(|| gone(id))?;
@@ -339,17 +325,7 @@ async fn consume_inner(
             }
             instance
         }
-        None if body.new_consumer => {
-            create(
-                http,
-                super::admin::caller(extensions),
-                &body.group_id,
-                topic,
-                reset,
-                read_committed,
-            )
-            .await?
-        }
+        None if body.new_consumer => fresh().await?,
         None => {
             let key = implicit_key(extensions, &body.group_id, topic);
             let slot = http.consumers.implicit_slot(key);
@@ -357,15 +333,7 @@ async fn consume_inner(
             match id.as_deref().and_then(|id| http.consumers.get(id)) {
                 Some(instance) => instance,
                 None => {
-                    let instance = create(
-                        http,
-                        super::admin::caller(extensions),
-                        &body.group_id,
-                        topic,
-                        reset,
-                        read_committed,
-                    )
-                    .await?;
+                    let instance = fresh().await?;
                     *id = Some(instance.id.clone());
                     instance
                 }
@@ -385,8 +353,16 @@ async fn consume_inner(
         "has_more": has_more,
     })
     .to_string();
-    // The answer counts against the caller's consumer_byte_rate, and waits out any
-    // throttle (its messages are delivered: the positions have moved past them).
+    Ok(throttled_answer(http, extensions, answer).await)
+}
+
+/// Messages read: the answer counts against the caller's consumer_byte_rate, and waits
+/// out any throttle (its messages are delivered: the positions have moved past them).
+pub(super) async fn throttled_answer(
+    http: &HttpApi,
+    extensions: &Extensions,
+    answer: String,
+) -> Response {
     let throttle = crate::quota::edge::http_throttle(
         http.broker.quotas(),
         crate::quota::QuotaKind::Fetch,
@@ -396,11 +372,69 @@ async fn consume_inner(
     if !throttle.is_zero() {
         crate::clock::pause(throttle).await;
     }
-    Ok((
+    (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
         answer,
     )
-        .into_response())
+        .into_response()
+}
+
+/// What a read asks, checked: how many messages, how long to wait for a first one,
+/// which isolation, which encoding.
+pub(super) struct Limits {
+    pub(super) max_messages: usize,
+    pub(super) timeout_ms: u64,
+    pub(super) read_committed: bool,
+    pub(super) encoding: Encoding,
+}
+
+impl Limits {
+    pub(super) fn parse(
+        max_messages: Option<usize>,
+        timeout_ms: u64,
+        isolation_level: Option<&str>,
+        encoding: Option<&str>,
+    ) -> Result<Limits, Problem> {
+        let max_messages = max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
+        if max_messages == 0 || max_messages > MAX_MESSAGES {
+            return Err(Problem::bad_request(format!(
+                "max_messages must be 1 to {MAX_MESSAGES}, not {max_messages}"
+            )));
+        }
+        if timeout_ms > MAX_TIMEOUT_MS {
+            return Err(Problem::bad_request(format!(
+                "timeout_ms must be 0 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
+            )));
+        }
+        let read_committed = match isolation_level {
+            None | Some("read_uncommitted") => false,
+            Some("read_committed") => true,
+            Some(other) => {
+                return Err(Problem::bad_request(format!(
+                    "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
+                )));
+            }
+        };
+        Ok(Limits {
+            max_messages,
+            timeout_ms,
+            read_committed,
+            encoding: Encoding::parse(encoding)?,
+        })
+    }
+}
+
+impl Reset {
+    /// `field` (`auto_offset_reset`, `from`): `earliest` (the default) or `latest`.
+    pub(super) fn parse(field: &str, value: Option<&str>) -> Result<Reset, Problem> {
+        match value {
+            None | Some("earliest") => Ok(Reset::Earliest),
+            Some("latest") => Ok(Reset::Latest),
+            Some(other) => Err(Problem::bad_request(format!(
+                "{field} must be \"earliest\" or \"latest\", not {other:?}"
+            ))),
+        }
+    }
 }
 
 fn implicit_key(extensions: &Extensions, group: &str, topic: &str) -> ImplicitKey {

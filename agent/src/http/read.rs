@@ -17,14 +17,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::HttpApi;
-use super::consume::{Reset, read, start_at, take, wait_for_data};
+use super::consume::{Limits, Reset, read, start_at, take, throttled_answer, wait_for_data};
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
-use super::produce::Encoding;
-
-const DEFAULT_MAX_MESSAGES: usize = 100;
-const MAX_MESSAGES: usize = 10_000;
-const MAX_TIMEOUT_MS: u64 = 30_000;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -72,37 +67,15 @@ async fn answer(
     body: &[u8],
 ) -> Result<Response, Problem> {
     let body: ReadBody = json::parse(body, "read")?;
-    let max = body.max_messages.unwrap_or(DEFAULT_MAX_MESSAGES);
-    if max == 0 || max > MAX_MESSAGES {
-        return Err(Problem::bad_request(format!(
-            "max_messages must be 1 to {MAX_MESSAGES}, not {max}"
-        )));
-    }
-    let timeout_ms = body.timeout_ms.unwrap_or(0);
-    if timeout_ms > MAX_TIMEOUT_MS {
-        return Err(Problem::bad_request(format!(
-            "timeout_ms must be 0 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
-        )));
-    }
-    let from = match body.from.as_deref() {
-        None | Some("earliest") => Reset::Earliest,
-        Some("latest") => Reset::Latest,
-        Some(other) => {
-            return Err(Problem::bad_request(format!(
-                "from must be \"earliest\" or \"latest\", not {other:?}"
-            )));
-        }
-    };
-    let read_committed = match body.isolation_level.as_deref() {
-        None | Some("read_uncommitted") => false,
-        Some("read_committed") => true,
-        Some(other) => {
-            return Err(Problem::bad_request(format!(
-                "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
-            )));
-        }
-    };
-    let encoding = Encoding::parse(body.encoding.as_deref())?;
+    let limits = Limits::parse(
+        body.max_messages,
+        body.timeout_ms.unwrap_or(0),
+        body.isolation_level.as_deref(),
+        body.encoding.as_deref(),
+    )?;
+    let (max, read_committed, encoding) =
+        (limits.max_messages, limits.read_committed, limits.encoding);
+    let from = Reset::parse("from", body.from.as_deref())?;
     let Some(count) = http.broker.fetching().partitions(topic) else {
         return Err(Problem::unknown_topic_or_partition(format!(
             "topic {topic:?} does not exist"
@@ -146,7 +119,7 @@ async fn answer(
             next.insert(p, o);
         }
     }
-    let deadline = crate::clock::instant() + Duration::from_millis(timeout_ms);
+    let deadline = crate::clock::instant() + Duration::from_millis(limits.timeout_ms);
     let (messages, has_more) = loop {
         let mut messages = Vec::new();
         let mut has_more = false;
@@ -224,19 +197,5 @@ async fn answer(
         "has_more": has_more,
     })
     .to_string();
-    // The answer counts against the caller's consumer_byte_rate, as a consume's does.
-    let throttle = crate::quota::edge::http_throttle(
-        http.broker.quotas(),
-        crate::quota::QuotaKind::Fetch,
-        &super::auth::authenticated(extensions).name,
-        answer.len(),
-    );
-    if !throttle.is_zero() {
-        crate::clock::pause(throttle).await;
-    }
-    Ok((
-        [(axum::http::header::CONTENT_TYPE, "application/json")],
-        answer,
-    )
-        .into_response())
+    Ok(throttled_answer(http, extensions, answer).await)
 }
