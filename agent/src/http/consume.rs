@@ -872,76 +872,34 @@ async fn poll(
                 }
             }
         }
-        let mut messages = Vec::new();
-        let mut has_more = false;
-        let mut watches = Vec::new();
-        let mut remote = Vec::new();
-        for &p in &member.assignment {
-            let Some(&position) = positions.1.get(&p) else {
-                continue;
-            };
-            if messages.len() >= max {
-                has_more = true;
-                break;
-            }
-            let mut watch = None;
-            match read(
-                http,
-                &instance.topic,
-                p,
-                position,
-                instance.read_committed,
-                Duration::ZERO,
-                &mut watch,
-            )
-            .await
-            {
-                Ok(r) => {
-                    let next = take(
-                        &r,
-                        p,
-                        position,
-                        max - messages.len(),
-                        encoding,
-                        &mut messages,
-                    );
-                    positions.1.insert(p, next);
-                    has_more |= next < r.high_watermark;
-                    match watch {
-                        Some(w) => watches.push(w),
-                        None => remote.push((p, next)),
-                    }
-                }
-                Err(u) if u.out_of_range() => {
-                    let to = match instance.reset {
-                        Reset::Earliest => u.log_start_offset,
-                        Reset::Latest => u.high_watermark,
-                    };
-                    tracing::info!(group = %instance.group, partition = p, position, to, "HTTP consumer's position is out of range; reset");
-                    if to >= 0 {
-                        positions.1.insert(p, to);
-                    }
-                    has_more = true;
-                }
-                Err(u) => {
-                    tracing::debug!(group = %instance.group, partition = p, error = %u.error.message, "HTTP consumer could not read a partition");
-                }
-            }
-        }
-        let now = crate::clock::instant();
-        if !messages.is_empty() || has_more || now >= deadline {
-            return Ok((messages, has_more));
+        // The assigned partitions' positions, in assignment order; written back after.
+        let mut order: Vec<(i32, i64)> = member
+            .assignment
+            .iter()
+            .filter_map(|p| positions.1.get(p).map(|o| (*p, *o)))
+            .collect();
+        let pass = read_pass(
+            http,
+            &instance.topic,
+            &mut order,
+            instance.read_committed,
+            instance.reset,
+            max,
+            encoding,
+        )
+        .await;
+        positions.1.extend(order);
+        // A position was out of range: the caller reads on at once.
+        let has_more = pass.has_more || pass.out_of_range;
+        if !pass.messages.is_empty() || has_more || crate::clock::instant() >= deadline {
+            return Ok((pass.messages, has_more));
         }
         // Nothing yet: wait for an append here, a remote leader's data, a rebalance or
         // the deadline, then read again.
-        let read_committed = instance.read_committed;
-        let topic = &instance.topic;
-        wait_for_data(
+        pass.wait(
             http,
-            topic,
-            read_committed,
-            watches,
-            remote,
+            &instance.topic,
+            instance.read_committed,
             deadline,
             rebalanced,
         )
@@ -949,33 +907,121 @@ async fn poll(
     }
 }
 
-/// Waits until an append here changes one of `watches`, a remote leader has data at
-/// one of the `remote` positions, `also` completes, or `deadline` passes.
-pub(super) async fn wait_for_data(
+/// What one pass over a caller's positions read.
+pub(super) struct Pass {
+    pub(super) messages: Vec<serde_json::Value>,
+    /// More are already there: read again at once.
+    pub(super) has_more: bool,
+    /// A position was out of range (`moved`: and moved to where the reset said).
+    pub(super) out_of_range: bool,
+    pub(super) moved: bool,
+    /// Receivers of the partitions read here, which change at an append.
+    watches: Vec<watch::Receiver<Offsets>>,
+    /// Positions read at other agents, for a long poll there.
+    remote: Vec<(i32, i64)>,
+}
+
+/// Reads each partition once from its position (at most `max` messages in all), moving
+/// each position past what it took; a position out of range moves to the log start or
+/// the end, as `reset` says.
+pub(super) async fn read_pass(
     http: &HttpApi,
     topic: &str,
+    positions: &mut [(i32, i64)],
     read_committed: bool,
-    watches: Vec<watch::Receiver<Offsets>>,
-    remote: Vec<(i32, i64)>,
-    deadline: tokio::time::Instant,
-    also: impl std::future::Future<Output = ()> + Send,
-) {
-    let mut waits: Vec<futures::future::BoxFuture<'_, ()>> = Vec::new();
-    for mut w in watches {
-        waits.push(Box::pin(async move {
-            let _ = w.changed().await;
-        }));
+    reset: Reset,
+    max: usize,
+    encoding: Encoding,
+) -> Pass {
+    let mut pass = Pass {
+        messages: Vec::new(),
+        has_more: false,
+        out_of_range: false,
+        moved: false,
+        watches: Vec::new(),
+        remote: Vec::new(),
+    };
+    for (p, position) in positions.iter_mut() {
+        let p = *p;
+        if pass.messages.len() >= max {
+            pass.has_more = true;
+            break;
+        }
+        let mut watch = None;
+        let room = max - pass.messages.len();
+        match read(
+            http,
+            topic,
+            p,
+            *position,
+            read_committed,
+            Duration::ZERO,
+            &mut watch,
+        )
+        .await
+        {
+            Ok(r) => {
+                *position = take(&r, p, *position, room, encoding, &mut pass.messages);
+                pass.has_more |= *position < r.high_watermark;
+                match watch {
+                    Some(w) => pass.watches.push(w),
+                    None => pass.remote.push((p, *position)),
+                }
+            }
+            Err(u) if u.out_of_range() => {
+                let to = match reset {
+                    Reset::Earliest => u.log_start_offset,
+                    Reset::Latest => u.high_watermark,
+                };
+                tracing::info!(
+                    topic,
+                    partition = p,
+                    position = *position,
+                    to,
+                    "HTTP read position is out of range; reset"
+                );
+                pass.out_of_range = true;
+                if to >= 0 {
+                    *position = to;
+                    pass.moved = true;
+                }
+            }
+            Err(u) => {
+                tracing::debug!(topic, partition = p, error = %u.error.message, "HTTP read could not read a partition");
+            }
+        }
     }
-    let left = deadline.saturating_duration_since(crate::clock::instant());
-    for (p, offset) in remote {
-        let wait = left.min(REMOTE_WAIT);
-        waits.push(Box::pin(async move {
-            let mut none = None;
-            let _ = read(http, topic, p, offset, read_committed, wait, &mut none).await;
-        }));
+    pass
+}
+
+impl Pass {
+    /// Waits until an append here changes a partition read, a remote leader has data
+    /// at a position read there, `also` completes, or `deadline` passes.
+    pub(super) async fn wait(
+        self,
+        http: &HttpApi,
+        topic: &str,
+        read_committed: bool,
+        deadline: tokio::time::Instant,
+        also: impl std::future::Future<Output = ()> + Send,
+    ) {
+        let mut waits: Vec<futures::future::BoxFuture<'_, ()>> = Vec::new();
+        for mut w in self.watches {
+            waits.push(Box::pin(async move {
+                let _ = w.changed().await;
+            }));
+        }
+        let left = deadline.saturating_duration_since(crate::clock::instant());
+        for (p, offset) in self.remote {
+            let wait = left.min(REMOTE_WAIT);
+            waits.push(Box::pin(async move {
+                let mut none = None;
+                let _ = read(http, topic, p, offset, read_committed, wait, &mut none).await;
+            }));
+        }
+        waits.push(Box::pin(also));
+        let _ = tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await;
     }
-    waits.push(Box::pin(also));
-    let _ = tokio::time::timeout_at(deadline, futures::future::select_all(waits)).await;
 }
 
 /// Appends the records of `read` at or after `position` (at most `room`) to `out`; the

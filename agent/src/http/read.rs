@@ -17,7 +17,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::HttpApi;
-use super::consume::{Limits, Reset, read, start_at, take, throttled_answer, wait_for_data};
+use super::consume::{Limits, Reset, read_pass, start_at, throttled_answer};
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
 
@@ -109,92 +109,34 @@ async fn answer(
     if positions.is_empty() {
         positions.extend((0..count).map(|p| (p, None)));
     }
-    let mut next: BTreeMap<i32, i64> = BTreeMap::new();
+    let mut next: Vec<(i32, i64)> = Vec::with_capacity(positions.len());
     for (&p, start) in &positions {
         let start = match start {
             Some(o) => Some(*o),
             None => start_at(http, topic, p, from).await,
         };
         if let Some(o) = start {
-            next.insert(p, o);
+            next.push((p, o));
         }
     }
     let deadline = crate::clock::instant() + Duration::from_millis(limits.timeout_ms);
-    let (messages, has_more) = loop {
-        let mut messages = Vec::new();
-        let mut has_more = false;
-        let mut moved = false;
-        let mut watches = Vec::new();
-        let mut remote = Vec::new();
-        for (&p, position) in next.iter_mut() {
-            if messages.len() >= max {
-                has_more = true;
-                break;
-            }
-            let mut watch = None;
-            match read(
-                http,
-                topic,
-                p,
-                *position,
-                read_committed,
-                Duration::ZERO,
-                &mut watch,
-            )
-            .await
-            {
-                Ok(r) => {
-                    *position = take(
-                        &r,
-                        p,
-                        *position,
-                        max - messages.len(),
-                        encoding,
-                        &mut messages,
-                    );
-                    has_more |= *position < r.high_watermark;
-                    match watch {
-                        Some(w) => watches.push(w),
-                        None => remote.push((p, *position)),
-                    }
-                }
-                Err(u) if u.out_of_range() => {
-                    let to = match from {
-                        Reset::Earliest => u.log_start_offset,
-                        Reset::Latest => u.high_watermark,
-                    };
-                    if to >= 0 {
-                        *position = to;
-                        moved = true;
-                    }
-                }
-                Err(u) => {
-                    tracing::debug!(topic, partition = p, error = %u.error.message, "HTTP read could not read a partition");
-                }
-            }
+    let pass = loop {
+        let pass = read_pass(http, topic, &mut next, read_committed, from, max, encoding).await;
+        if !pass.messages.is_empty() || pass.has_more || crate::clock::instant() >= deadline {
+            break pass;
         }
-        if !messages.is_empty() || has_more || crate::clock::instant() >= deadline {
-            break (messages, has_more);
-        }
-        if moved {
+        if pass.moved {
             // Read again at once from where the out-of-range partitions start now.
             continue;
         }
-        wait_for_data(
-            http,
-            topic,
-            read_committed,
-            watches,
-            remote,
-            deadline,
-            futures::future::pending(),
-        )
-        .await;
+        let never = futures::future::pending();
+        pass.wait(http, topic, read_committed, deadline, never)
+            .await;
     };
     let answer = json!({
-        "messages": messages,
+        "messages": pass.messages,
         "next_offsets": next.iter().map(|(p, o)| (p.to_string(), *o)).collect::<BTreeMap<_, _>>(),
-        "has_more": has_more,
+        "has_more": pass.has_more,
     })
     .to_string();
     Ok(throttled_answer(http, extensions, answer).await)
