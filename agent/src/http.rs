@@ -136,19 +136,19 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "POST",
             "/v1/topics/{topic}/produce",
-            topic(O::Write),
+            InHandler("the produce service: WRITE on the topic (and CREATE to create it)"),
             post(produce::produce),
         ),
         route(
             "POST",
             "/v1/topics/{topic}/consume",
-            topic(O::Read),
+            InHandler("the fetch service: READ on the topic (then READ on the group)"),
             post(consume::consume),
         ),
         route(
             "POST",
             "/v1/topics/{topic}/read",
-            topic(O::Read),
+            InHandler("the fetch service: READ on the topic"),
             post(read::read_records),
         ),
         route(

@@ -991,8 +991,12 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
-                // The topic and config services decide, as for the Kafka APIs.
+                // The topic, config, produce and fetch services decide, as for the Kafka
+                // APIs.
                 ("POST", "/v1/topics")
+                | ("POST", "/v1/topics/{topic}/produce")
+                | ("POST", "/v1/topics/{topic}/consume")
+                | ("POST", "/v1/topics/{topic}/read")
                 | ("DELETE", "/v1/topics/{topic}")
                 | ("POST", "/v1/topics/{topic}/partitions")
                 | ("PATCH", "/v1/topics/{topic}/configs") => {

@@ -13,6 +13,11 @@
 //! A fetch with a `replica_id` of 0 or more (v9+) comes from a follower (`fetcher.rs`);
 //! what that changes, and the epoch checks, are the fetch service's
 //! ([`crate::service::fetch`]); this module is the wire side and the long poll.
+//!
+//! The fetch service decides, per topic and once per request, whether the caller may
+//! read it (session partitions included: an ACL deleted since an earlier fetch counts);
+//! a refused topic's partitions are answered TOPIC_AUTHORIZATION_FAILED and do not end
+//! the long poll early.
 
 use futures::future::select_all;
 use kafka_protocol::error::ResponseError;
@@ -26,18 +31,20 @@ use tokio::time::Instant;
 
 use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
+use crate::error::Error;
 use crate::partition::Offsets;
-use crate::service::fetch::Reader;
+use crate::service::fetch::{Permit, Reader};
 
-/// `owner`: the principal asking, as `type:name`; `deadline`: when the request's
-/// `max_wait_ms` runs out.
+/// `deadline`: when the request's `max_wait_ms` runs out.
 pub async fn fetch(
     broker: &Broker,
+    who: &Caller,
     req: FetchRequest,
     version: i16,
-    owner: &str,
     deadline: Instant,
 ) -> FetchResponse {
+    let owner = &who.principal.to_string();
     let sessions = broker.fetch_sessions();
     let begun = match sessions.begin(&req, version, owner) {
         Ok(begun) => begun,
@@ -47,7 +54,19 @@ pub async fn fetch(
             return response;
         }
     };
-    let mut response = long_poll(broker, &req, begun.topics(&req), version, deadline).await;
+    let topics = begun.topics(&req);
+    // Followers send v9+ (they must name their leader epoch); an older fetch naming a
+    // replica is served as a consumer's.
+    let reader = match (version >= 9).then_some(req.replica_id.0) {
+        Some(id) if id >= 0 => Reader::Follower(id),
+        _ => Reader::Consumer,
+    };
+    let fetching = broker.fetching();
+    let permits: Vec<_> = topics
+        .iter()
+        .map(|t| fetching.permit(who, reader, t.topic.0.as_str()))
+        .collect();
+    let mut response = long_poll(broker, &req, topics, &permits, version, deadline).await;
     sessions.finish(begun, &req, version, owner, &mut response);
     response
 }
@@ -57,13 +76,15 @@ async fn long_poll(
     broker: &Broker,
     req: &FetchRequest,
     topics: &[FetchTopic],
+    permits: &[Result<Permit, Error>],
     version: i16,
     deadline: Instant,
 ) -> FetchResponse {
     let min_bytes = req.min_bytes.max(0) as usize;
     loop {
         let mut watches = Vec::new();
-        let (response, bytes, errors) = read_once(broker, req, topics, version, &mut watches).await;
+        let (response, bytes, errors) =
+            read_once(broker, req, topics, permits, version, &mut watches).await;
         if bytes >= min_bytes || errors || crate::clock::instant() >= deadline || watches.is_empty()
         {
             if bytes > 0 {
@@ -103,6 +124,7 @@ async fn read_once(
     broker: &Broker,
     req: &FetchRequest,
     topics: &[FetchTopic],
+    permits: &[Result<Permit, Error>],
     version: i16,
     watches: &mut Vec<watch::Receiver<Offsets>>,
 ) -> (FetchResponse, usize, bool) {
@@ -113,18 +135,25 @@ async fn read_once(
     };
     let mut total = 0usize;
     let mut errors = false;
-    // Followers send v9+ (they must name their leader epoch); an older fetch naming a
-    // replica is served as a consumer's.
-    let reader = match (version >= 9).then_some(req.replica_id.0) {
-        Some(id) if id >= 0 => Reader::Follower(id),
-        _ => Reader::Consumer,
-    };
     let fetching = broker.fetching();
     let mut response = FetchResponse::default();
-    for t in topics {
+    for (t, permit) in topics.iter().zip(permits) {
         let mut out = FetchableTopicResponse::default();
         out.topic = t.topic.clone();
         out.topic_id = t.topic_id;
+        let permit = match permit {
+            Ok(permit) => permit,
+            Err(e) => {
+                let code = ApiError::from(e).code();
+                out.partitions = t
+                    .partitions
+                    .iter()
+                    .map(|p| unread(p.partition, code))
+                    .collect();
+                response.responses.push(out);
+                continue;
+            }
+        };
         // At v13+ the topic must still be the one the id named.
         let replaced = version >= 13
             && broker
@@ -139,7 +168,7 @@ async fn read_once(
                 out.partitions.push(data);
                 continue;
             }
-            let (partition, rx) = match fetching.subscribe(t.topic.0.as_str(), p.partition) {
+            let (partition, rx) = match fetching.subscribe(permit, p.partition) {
                 Ok(served) => served,
                 Err(e) => {
                     data.error_code = ApiError::from(&e).code();
@@ -158,7 +187,7 @@ async fn read_once(
             let read = fetching
                 .read(
                     &partition,
-                    reader,
+                    permit,
                     epoch,
                     p.fetch_offset,
                     limit,

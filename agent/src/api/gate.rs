@@ -11,15 +11,16 @@
 //! or replaced by its error (a resource it named). KIP-430's authorized-operation
 //! fields get the principal's real set.
 //!
-//! The security APIs (ACLs, SCRAM users, client quotas), the topic APIs (CreateTopics,
+//! Produce and Fetch (the produce and fetch services' permits), the security APIs
+//! (ACLs, SCRAM users, client quotas), the topic APIs (CreateTopics,
 //! DeleteTopics, CreatePartitions, and Metadata's auto-creation), the config APIs
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and the group APIs
 //! (JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, ListGroups,
 //! DescribeGroups, DeleteGroups, OffsetDelete) and the placement APIs
 //! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders) and
-//! DeleteRecords are not checked here: their services decide (`service/security.rs`,
-//! `admin.rs`, `configs.rs`, `groups.rs`, `placement.rs`, `lifecycle.rs`), for both
-//! edges; the other APIs are to follow.
+//! DeleteRecords are not checked here: their services decide (`service/produce.rs`,
+//! `fetch.rs`, `security.rs`, `admin.rs`, `configs.rs`, `groups.rs`, `placement.rs`,
+//! `lifecycle.rs`), for both edges; the other APIs are to follow.
 //!
 //! With no authorizer configured nothing here runs.
 
@@ -31,7 +32,6 @@ use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::ApiError;
 use crate::authz::{Authorizer, CLUSTER_NAME, Caller, Operation, ResourceType};
 use crate::broker::Broker;
 use crate::context::{Principal, RequestContext};
@@ -128,8 +128,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
     };
     let version = ctx.api_version;
     match request {
-        RequestKind::Produce(r) => produce(&c, r, version),
-        RequestKind::Fetch(r) => fetch(&c, r),
         RequestKind::ListOffsets(r) => list_offsets(&c, r),
         RequestKind::Metadata(r) => metadata(&c, r, version),
         RequestKind::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(&c, r),
@@ -215,98 +213,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         // no handler and closes the connection.
         other => Gate::Proceed(other, None),
     }
-}
-
-fn produce(c: &Check, mut r: ProduceRequest, version: i16) -> Gate {
-    use produce_response::TopicProduceResponse;
-    let failed = move |index: i32, code: i16| {
-        let code = ResponseError::try_from_code(code).unwrap_or(ResponseError::UnknownServerError);
-        super::produce::failed(index, ApiError::new(code, code.to_string()), version)
-    };
-    let txn_denied = r
-        .transactional_id
-        .as_ref()
-        .is_some_and(|id| !id.is_empty() && !c.may(Op::Write, R::TransactionalId, id));
-    let mut denied: Vec<(TopicName, uuid::Uuid, Vec<i32>, i16)> = Vec::new();
-    r.topic_data.retain(|t| {
-        let code = if txn_denied {
-            TXN_DENIED
-        } else if !c.may(Op::Write, R::Topic, &t.name) {
-            TOPIC_DENIED
-        } else {
-            return true;
-        };
-        let partitions = t.partition_data.iter().map(|p| p.index).collect();
-        denied.push((t.name.clone(), t.topic_id, partitions, code));
-        false
-    });
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    proceed(r, move |resp| {
-        if let ResponseKind::Produce(resp) = resp {
-            for (name, topic_id, partitions, code) in denied {
-                let mut t = TopicProduceResponse::default();
-                t.name = name;
-                t.topic_id = topic_id;
-                t.partition_responses = partitions.into_iter().map(|p| failed(p, code)).collect();
-                resp.responses.push(t);
-            }
-        }
-    })
-}
-
-fn fetch(c: &Check, mut r: FetchRequest) -> Gate {
-    use fetch_response::FetchableTopicResponse;
-    let failed = |index: i32| super::fetch::unread(index, TOPIC_DENIED);
-    // A follower's fetch needs CLUSTER_ACTION; without it every partition is denied
-    // (as Kafka), whatever the topics' ACLs.
-    let follower = r.replica_id.0 >= 0;
-    let as_replica = follower && c.on_cluster(Op::ClusterAction);
-    let readable = |c: &Check, name: &str| {
-        if follower {
-            as_replica
-        } else {
-            c.may(Op::Read, R::Topic, name)
-        }
-    };
-    let mut denied: Vec<(TopicName, uuid::Uuid, Vec<i32>)> = Vec::new();
-    r.topics.retain(|t| {
-        if readable(c, &t.topic) {
-            return true;
-        }
-        denied.push((
-            t.topic.clone(),
-            t.topic_id,
-            t.partitions.iter().map(|p| p.partition).collect(),
-        ));
-        false
-    });
-    // A fetch session may answer partitions it holds from an earlier request: each
-    // topic of the answer is checked again (an ACL may have been deleted since).
-    let c = c.clone();
-    proceed(r, move |resp| {
-        if let ResponseKind::Fetch(resp) = resp {
-            for t in &mut resp.responses {
-                if !(if follower {
-                    as_replica
-                } else {
-                    c.sees(Op::Read, R::Topic, &t.topic)
-                }) {
-                    for p in &mut t.partitions {
-                        *p = failed(p.partition_index);
-                    }
-                }
-            }
-            for (name, topic_id, partitions) in denied {
-                let mut t = FetchableTopicResponse::default();
-                t.topic = name;
-                t.topic_id = topic_id;
-                t.partitions = partitions.into_iter().map(failed).collect();
-                resp.responses.push(t);
-            }
-        }
-    })
 }
 
 fn list_offsets(c: &Check, r: ListOffsetsRequest) -> Gate {

@@ -135,17 +135,9 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
     let who = caller(ctx);
     Some(match request {
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
-        RequestKind::Produce(req) => produce::produce(broker, req, version, deadline).await,
+        RequestKind::Produce(req) => produce::produce(broker, &who, req, version, deadline).await,
         RequestKind::Fetch(req) => {
-            let owner = ctx.connection.principal.to_string();
-            async move {
-                Some(
-                    fetch::fetch(&b, req, version, &owner, deadline)
-                        .await
-                        .into(),
-                )
-            }
-            .boxed()
+            async move { Some(fetch::fetch(&b, &who, req, version, deadline).await.into()) }.boxed()
         }
         RequestKind::ListOffsets(req) => {
             async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()

@@ -2,6 +2,10 @@
 //! ([`crate::service::produce`]) before [`produce`] returns, so pipelined requests
 //! append in arrival order; the reply then waits, for acks=all, until each partition's
 //! write is committed, with one deadline (the request's `timeout_ms`) for all of them.
+//! The service decides, per topic, whether the caller may write it
+//! ([`Producing::permit`](crate::service::produce::Producing::permit)); a topic it
+//! refuses is answered with the refusal for each of its partitions, and the rest
+//! proceed.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,9 +22,10 @@ use uuid::Uuid;
 use super::Reply;
 use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::clock::now_ms;
 use crate::error::Error;
-use crate::service::produce::{Acks, Commit};
+use crate::service::produce::{Acks, Commit, Permit};
 
 /// A partition's answer so far, and the commit to wait for when acks=all.
 struct Appended {
@@ -79,10 +84,16 @@ type Verified = HashMap<(usize, usize), Result<(i64, u64), ApiError>>;
 /// producer's transaction this is, whether the partition is in the transaction (v2
 /// producers, Produce v12+: adds it). Awaited before anything is appended, so the
 /// connection's next request waits too and pipelined writes keep their order.
-async fn verify(broker: &Broker, req: &ProduceRequest, version: i16) -> Verified {
+async fn verify(
+    broker: &Broker,
+    req: &ProduceRequest,
+    permits: &[Result<Permit, Error>],
+    version: i16,
+) -> Verified {
     let mut verified = Verified::new();
     let transactional_id = req.transactional_id.as_ref().map(|t| t.as_str());
-    for (ti, t) in req.topic_data.iter().enumerate() {
+    for (ti, (t, permit)) in req.topic_data.iter().zip(permits).enumerate() {
+        let Ok(permit) = permit else { continue };
         for (pi, p) in t.partition_data.iter().enumerate() {
             let topic = t.name.0.as_str();
             let records = p.records.as_deref();
@@ -104,7 +115,7 @@ async fn verify(broker: &Broker, req: &ProduceRequest, version: i16) -> Verified
             };
             let Some((producer_id, producer_epoch, replica)) = broker
                 .producing()
-                .needs_verification(topic, p.index, records)
+                .needs_verification(permit, p.index, records)
             else {
                 continue;
             };
@@ -148,15 +159,26 @@ fn produce_error(e: crate::txn::TxnError) -> ApiError {
 /// `deadline`: when the request's `timeout_ms` runs out.
 pub async fn produce(
     broker: &Arc<Broker>,
+    who: &Caller,
     req: ProduceRequest,
     version: i16,
     deadline: tokio::time::Instant,
 ) -> Reply {
     let acks = Acks::from_kafka(req.acks);
-    let mut verified = verify(broker, &req, version).await;
+    let transactional_id = req.transactional_id.as_ref().map(|t| t.as_str());
+    let permits: Vec<Result<Permit, Error>> = req
+        .topic_data
+        .iter()
+        .map(|t| {
+            broker
+                .producing()
+                .permit(who, transactional_id, t.name.0.as_str())
+        })
+        .collect();
+    let mut verified = verify(broker, &req, &permits, version).await;
     let now = now_ms();
     let mut topics: Vec<(TopicName, Uuid, Vec<Appended>)> = Vec::new();
-    for (ti, t) in req.topic_data.iter().enumerate() {
+    for (ti, (t, permit)) in req.topic_data.iter().zip(&permits).enumerate() {
         let mut results = Vec::with_capacity(t.partition_data.len());
         for (pi, p) in t.partition_data.iter().enumerate() {
             let guard = match verified.remove(&(ti, pi)) {
@@ -164,12 +186,13 @@ pub async fn produce(
                 Some(Err(e)) => Err(e),
                 None => Ok(None),
             };
-            let outcome = acks.as_ref().map_err(ApiError::from).and_then(|acks| {
+            let outcome = permit.as_ref().map_err(ApiError::from).and_then(|permit| {
+                let acks = acks.as_ref().map_err(ApiError::from)?;
                 let guard = guard?;
                 broker
                     .producing()
                     .append(
-                        t.name.0.as_str(),
+                        permit,
                         p.index,
                         p.records.as_ref(),
                         *acks,

@@ -46,7 +46,7 @@ use crate::caller::Caller;
 use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
 use crate::partition::Offsets;
-use crate::service::fetch::Reader;
+use crate::service::fetch::{Permit, Reader};
 use crate::service::groups::Member as GroupMember;
 
 /// An instance without calls for this long leaves its group.
@@ -197,7 +197,8 @@ struct CommitBody {
 }
 
 /// Consuming, committing and leaving need READ on the group (as JoinGroup and
-/// OffsetCommit do); the topic's READ was checked before the handler.
+/// OffsetCommit do); consuming READ on the topic too (the fetch service's permit), and
+/// committing READ on the topic before the handler.
 fn may_read_group(http: &HttpApi, extensions: &Extensions, group: &str) -> Result<(), Problem> {
     let principal = super::auth::authenticated(extensions);
     let host = super::auth::peer_of(extensions);
@@ -281,6 +282,13 @@ async fn consume_inner(
     uri: &Uri,
     body: &[u8],
 ) -> Result<Response, Problem> {
+    // READ on the topic (the fetch service's leave to read it) before anything else,
+    // then on the group.
+    let permit = http
+        .broker
+        .fetching()
+        .permit(&super::admin::caller(extensions), Reader::Consumer, topic)
+        .map_err(|e| Problem::from(&e))?;
     let body: ConsumeBody = json::parse(body, "consume")?;
     check_group_id(&body.group_id)?;
     may_read_group(http, extensions, &body.group_id)?;
@@ -342,7 +350,8 @@ async fn consume_inner(
     };
     instance.touch();
     let deadline = crate::clock::instant() + Duration::from_millis(timeout_ms);
-    let (messages, has_more) = poll(http, &instance, max_messages, encoding, deadline).await?;
+    let (messages, has_more) =
+        poll(http, &permit, &instance, max_messages, encoding, deadline).await?;
     instance.touch();
     let member = instance.member();
     let answer = serde_json::json!({
@@ -672,7 +681,7 @@ impl Unread {
 /// that changes when the partition's offsets do.
 pub(super) async fn read(
     http: &HttpApi,
-    topic: &str,
+    permit: &Permit,
     partition: i32,
     offset: i64,
     read_committed: bool,
@@ -680,6 +689,7 @@ pub(super) async fn read(
     watch: &mut Option<watch::Receiver<Offsets>>,
 ) -> Result<Read, Unread> {
     let broker = &http.broker;
+    let topic = permit.topic();
     let leader = broker
         .replicas()
         .topic(topic)
@@ -698,13 +708,13 @@ pub(super) async fn read(
     if leader == broker.node_id() {
         let fetching = broker.fetching();
         let (replica, rx) = fetching
-            .subscribe(topic, partition)
+            .subscribe(permit, partition)
             .map_err(|e| unread(ApiError::from(&e)))?;
         *watch = Some(rx);
         return match fetching
             .read(
                 &replica,
-                Reader::Consumer,
+                permit,
                 -1,
                 offset,
                 PARTITION_READ_BYTES,
@@ -795,15 +805,20 @@ pub(super) async fn read(
 }
 
 /// Where a partition without a committed offset starts.
-async fn reset_position(http: &HttpApi, instance: &Instance, partition: i32) -> Option<i64> {
-    start_at(http, &instance.topic, partition, instance.reset).await
+async fn reset_position(
+    http: &HttpApi,
+    permit: &Permit,
+    instance: &Instance,
+    partition: i32,
+) -> Option<i64> {
+    start_at(http, permit, partition, instance.reset).await
 }
 
 /// A partition's log start (`Earliest`) or high watermark (`Latest`), asked of its
 /// leader; `None` if it cannot be read.
 pub(super) async fn start_at(
     http: &HttpApi,
-    topic: &str,
+    permit: &Permit,
     partition: i32,
     reset: Reset,
 ) -> Option<i64> {
@@ -811,7 +826,7 @@ pub(super) async fn start_at(
     let mut watch = None;
     let bounds = match read(
         http,
-        topic,
+        permit,
         partition,
         i64::MAX,
         false,
@@ -833,6 +848,7 @@ pub(super) async fn start_at(
 /// for the first; answers them and whether more are already there.
 async fn poll(
     http: &HttpApi,
+    permit: &Permit,
     instance: &Instance,
     max: usize,
     encoding: Encoding,
@@ -865,7 +881,7 @@ async fn poll(
             for p in missing {
                 let start = match committed.get(&(instance.topic.clone(), p)) {
                     Some(c) if c.offset >= 0 => Some(c.offset),
-                    _ => reset_position(http, instance, p).await,
+                    _ => reset_position(http, permit, instance, p).await,
                 };
                 if let Some(start) = start {
                     positions.1.insert(p, start);
@@ -880,7 +896,7 @@ async fn poll(
             .collect();
         let pass = read_pass(
             http,
-            &instance.topic,
+            permit,
             &mut order,
             instance.read_committed,
             instance.reset,
@@ -896,14 +912,8 @@ async fn poll(
         }
         // Nothing yet: wait for an append here, a remote leader's data, a rebalance or
         // the deadline, then read again.
-        pass.wait(
-            http,
-            &instance.topic,
-            instance.read_committed,
-            deadline,
-            rebalanced,
-        )
-        .await;
+        pass.wait(http, permit, instance.read_committed, deadline, rebalanced)
+            .await;
     }
 }
 
@@ -926,13 +936,14 @@ pub(super) struct Pass {
 /// the end, as `reset` says.
 pub(super) async fn read_pass(
     http: &HttpApi,
-    topic: &str,
+    permit: &Permit,
     positions: &mut [(i32, i64)],
     read_committed: bool,
     reset: Reset,
     max: usize,
     encoding: Encoding,
 ) -> Pass {
+    let topic = permit.topic();
     let mut pass = Pass {
         messages: Vec::new(),
         has_more: false,
@@ -951,7 +962,7 @@ pub(super) async fn read_pass(
         let room = max - pass.messages.len();
         match read(
             http,
-            topic,
+            permit,
             p,
             *position,
             read_committed,
@@ -1000,7 +1011,7 @@ impl Pass {
     pub(super) async fn wait(
         self,
         http: &HttpApi,
-        topic: &str,
+        permit: &Permit,
         read_committed: bool,
         deadline: tokio::time::Instant,
         also: impl std::future::Future<Output = ()> + Send,
@@ -1016,7 +1027,7 @@ impl Pass {
             let wait = left.min(REMOTE_WAIT);
             waits.push(Box::pin(async move {
                 let mut none = None;
-                let _ = read(http, topic, p, offset, read_committed, wait, &mut none).await;
+                let _ = read(http, permit, p, offset, read_committed, wait, &mut none).await;
             }));
         }
         waits.push(Box::pin(also));

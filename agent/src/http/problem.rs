@@ -64,6 +64,13 @@ impl From<ApiError> for Problem {
     }
 }
 
+/// A service's refusal, with the status its kind maps to.
+impl From<&crate::error::Error> for Problem {
+    fn from(e: &crate::error::Error) -> Problem {
+        Problem::from(ApiError::from(e))
+    }
+}
+
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         (

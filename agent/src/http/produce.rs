@@ -38,7 +38,7 @@ use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
 use crate::caller::Caller;
 use crate::service::admin::AdminError;
-use crate::service::produce::Acks;
+use crate::service::produce::{Acks, Permit};
 
 /// How long an idempotency key's first answer is kept.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(600);
@@ -312,6 +312,13 @@ pub async fn produce(
         Ok(parts) => parts,
         Err(problem) => return problem.into_response(),
     };
+    // WRITE on the topic before anything else: the produce service's leave, so a caller
+    // who may not write it learns nothing of it and creates nothing.
+    let who = super::admin::caller(&extensions);
+    let permit = match http.broker.producing().permit(&who, None, &topic) {
+        Ok(permit) => permit,
+        Err(e) => return Problem::from(&e).into_response(),
+    };
     let key = match headers.get("idempotency-key").map(|v| v.to_str()) {
         None => None,
         Some(Ok(k)) if !k.is_empty() && k.len() <= 255 => Some(k.to_string()),
@@ -336,8 +343,7 @@ pub async fn produce(
     );
     // A topic that does not exist is created (auto.create.topics.enable) for a caller
     // with CREATE on it: the topic service decides, as for a Kafka producer's Metadata.
-    let who = super::admin::caller(&extensions);
-    let answer = answer_produce(&http, &who, topic, body, key, parsed).await;
+    let answer = answer_produce(&http, &who, &permit, body, key, parsed).await;
     if !throttle.is_zero() {
         crate::clock::pause(throttle).await;
     }
@@ -347,14 +353,14 @@ pub async fn produce(
 async fn answer_produce(
     http: &Arc<HttpApi>,
     who: &Caller,
-    topic: String,
+    permit: &Permit,
     body: Bytes,
     key: Option<String>,
     parsed: Parsed,
 ) -> Response {
     let Some(key) = key else {
         // Only an idempotency key's first answer is compared with a retry's body.
-        return match write(http, who, &topic, parsed, 0).await {
+        return match write(http, who, permit, parsed, 0).await {
             Ok(answer) => answer.to_response(),
             Err(problem) => problem.into_response(),
         };
@@ -366,8 +372,8 @@ async fn answer_produce(
     };
     let first = http
         .remembered
-        .try_get_with((topic.clone(), key), async {
-            match write(http, who, &topic, parsed, fingerprint).await {
+        .try_get_with((permit.topic().to_string(), key), async {
+            match write(http, who, permit, parsed, fingerprint).await {
                 Ok(answer) if answer.written_any() => Ok(Arc::new(answer)),
                 Ok(answer) => Err(Ok(answer)),
                 Err(problem) => Err(Err(problem)),
@@ -460,10 +466,11 @@ fn parse(text: &Bytes) -> Result<Parsed, Problem> {
 async fn write(
     http: &HttpApi,
     who: &Caller,
-    topic: &str,
+    permit: &Permit,
     parsed: Parsed,
     fingerprint: u64,
 ) -> Result<Answer, Problem> {
+    let topic = permit.topic();
     let auto_create = http.broker.settings().auto_create_topics;
     let state = http
         .broker
@@ -519,7 +526,7 @@ async fn write(
         let indexes: Vec<usize> = records.into_iter().map(|(i, _)| i).collect();
         pending.push(send(
             http,
-            topic,
+            permit,
             partition,
             batch,
             parsed.acks,
@@ -574,13 +581,14 @@ const RETRY_BACKOFF: Duration = Duration::from_millis(100);
 /// Appends one partition's batch at its leader: its base offset (`None` for acks=0).
 async fn send(
     http: &HttpApi,
-    topic: &str,
+    permit: &Permit,
     partition: i32,
     batch: Bytes,
     acks: Acks,
     deadline: tokio::time::Instant,
     indexes: Vec<usize>,
 ) -> Sent {
+    let topic = permit.topic();
     loop {
         let leader = http
             .broker
@@ -593,7 +601,7 @@ async fn send(
                     .map(|p| p.leader)
             })
             .unwrap_or(-1);
-        let outcome = send_once(http, topic, partition, leader, &batch, acks, deadline).await;
+        let outcome = send_once(http, permit, partition, leader, &batch, acks, deadline).await;
         match &outcome {
             Err(e) if retriable(e.code) && crate::clock::instant() + RETRY_BACKOFF < deadline => {
                 crate::clock::pause(RETRY_BACKOFF).await;
@@ -603,9 +611,11 @@ async fn send(
     }
 }
 
+/// Appends here, or forwards to the leader; `permit` is the produce service's leave for
+/// the caller to write the topic (the leader trusts its peer's word on it).
 async fn send_once(
     http: &HttpApi,
-    topic: &str,
+    permit: &Permit,
     partition: i32,
     leader: i32,
     batch: &Bytes,
@@ -613,11 +623,12 @@ async fn send_once(
     deadline: tokio::time::Instant,
 ) -> Result<Option<i64>, ApiError> {
     let broker = &http.broker;
+    let topic = permit.topic();
     if leader != broker.node_id() {
         return forward(http, topic, partition, leader, batch, acks, deadline).await;
     }
     let appended = broker.producing().append(
-        topic,
+        permit,
         partition,
         Some(batch),
         acks,

@@ -20,6 +20,7 @@ use super::HttpApi;
 use super::consume::{Limits, Reset, read_pass, start_at, throttled_answer};
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
+use crate::service::fetch::Reader;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +67,12 @@ async fn answer(
     topic: &str,
     body: &[u8],
 ) -> Result<Response, Problem> {
+    // READ on the topic before anything is said of it: the fetch service's leave.
+    let permit = http
+        .broker
+        .fetching()
+        .permit(&super::admin::caller(extensions), Reader::Consumer, topic)
+        .map_err(|e| Problem::from(&e))?;
     let body: ReadBody = json::parse(body, "read")?;
     let limits = Limits::parse(
         body.max_messages,
@@ -113,7 +120,7 @@ async fn answer(
     for (&p, start) in &positions {
         let start = match start {
             Some(o) => Some(*o),
-            None => start_at(http, topic, p, from).await,
+            None => start_at(http, &permit, p, from).await,
         };
         if let Some(o) = start {
             next.push((p, o));
@@ -121,7 +128,16 @@ async fn answer(
     }
     let deadline = crate::clock::instant() + Duration::from_millis(limits.timeout_ms);
     let pass = loop {
-        let pass = read_pass(http, topic, &mut next, read_committed, from, max, encoding).await;
+        let pass = read_pass(
+            http,
+            &permit,
+            &mut next,
+            read_committed,
+            from,
+            max,
+            encoding,
+        )
+        .await;
         if !pass.messages.is_empty() || pass.has_more || crate::clock::instant() >= deadline {
             break pass;
         }
@@ -130,7 +146,7 @@ async fn answer(
             continue;
         }
         let never = futures::future::pending();
-        pass.wait(http, topic, read_committed, deadline, never)
+        pass.wait(http, &permit, read_committed, deadline, never)
             .await;
     };
     let answer = json!({

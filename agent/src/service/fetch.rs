@@ -6,11 +6,18 @@
 //! follower's copy reaches, which may move the watermark; that bookkeeping happens here,
 //! before the read. A `current_leader_epoch` (-1: not given) is checked against the
 //! replica's (FENCED_LEADER_EPOCH / UNKNOWN_LEADER_EPOCH, KIP-320).
+//!
+//! The service decides who may read: nothing is read without a [`Permit`], and only
+//! [`Fetching::permit`] makes one, for a consumer with READ on the topic or a follower
+//! with CLUSTER_ACTION on the cluster, as Kafka's broker checks a Fetch. The Kafka
+//! Fetch and the HTTP consume and read all ask it.
 
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::partition::{Bound, Offsets, Partition, ReadOutcome};
 use crate::replicas::{ReplicaManager, TopicState};
@@ -32,15 +39,68 @@ pub struct Failed {
     pub log_start_offset: i64,
 }
 
+/// Leave for one caller to read one topic, as consumer or follower, from
+/// [`Fetching::permit`].
+#[derive(Debug, Clone)]
+pub struct Permit {
+    topic: String,
+    reader: Reader,
+}
+
+impl Permit {
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
 /// The fetch service.
-#[derive(Debug)]
 pub struct Fetching {
     replicas: Arc<ReplicaManager>,
+    authorizer: Arc<Authorizer>,
+}
+
+impl std::fmt::Debug for Fetching {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fetching").finish_non_exhaustive()
+    }
 }
 
 impl Fetching {
-    pub fn new(replicas: Arc<ReplicaManager>) -> Fetching {
-        Fetching { replicas }
+    pub fn new(replicas: Arc<ReplicaManager>, authorizer: Arc<Authorizer>) -> Fetching {
+        Fetching {
+            replicas,
+            authorizer,
+        }
+    }
+
+    /// May `who` read `topic` as `reader`? A consumer needs READ on the topic; a
+    /// follower CLUSTER_ACTION on the cluster, and without it is refused every topic
+    /// (TOPIC_AUTHORIZATION_FAILED, as Kafka answers). Denials are logged and counted by
+    /// the authorizer.
+    pub fn permit(&self, who: &Caller, reader: Reader, topic: &str) -> Result<Permit> {
+        let (operation, resource, name) = match reader {
+            Reader::Consumer => (Operation::Read, ResourceType::Topic, topic),
+            Reader::Follower(_) => (
+                Operation::ClusterAction,
+                ResourceType::Cluster,
+                CLUSTER_NAME,
+            ),
+        };
+        if !self
+            .authorizer
+            .allows(who.authz(), operation, resource, name)
+        {
+            return Err(Error::Denied {
+                principal: who.principal.to_string(),
+                operation: operation.name(),
+                resource: ResourceType::Topic,
+                name: topic.to_string(),
+            });
+        }
+        Ok(Permit {
+            topic: topic.to_string(),
+            reader,
+        })
     }
 
     /// How many partitions `topic` has, as this agent knows it; `None` if it knows no
@@ -51,14 +111,15 @@ impl Fetching {
             .map(|t| t.record.partitions.len() as i32)
     }
 
-    /// The replica to read `partition` of `topic` from (this agent must lead it), and a
+    /// The replica to read `partition` of the permit's topic from (this agent must lead it), and a
     /// receiver, subscribed before any read, that changes when its offsets do (for long
     /// polls: no append between a read and the wait is missed).
     pub fn subscribe(
         &self,
-        topic: &str,
+        permit: &Permit,
         partition: i32,
     ) -> Result<(Arc<Partition>, watch::Receiver<Offsets>)> {
+        let topic = permit.topic();
         let state = self.replicas.topic(topic);
         let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
         let mut rx = replica.watch();
@@ -71,12 +132,13 @@ impl Fetching {
     pub async fn read(
         &self,
         replica: &Partition,
-        reader: Reader,
+        permit: &Permit,
         current_leader_epoch: i32,
         offset: i64,
         max_bytes: usize,
         read_committed: bool,
     ) -> Result<ReadOutcome, Failed> {
+        let reader = permit.reader;
         let checked = match reader {
             Reader::Follower(id) => replica.on_replica_fetch(
                 id,

@@ -9,12 +9,19 @@
 //! kept but answered NOT_ENOUGH_REPLICAS_AFTER_APPEND, as in Kafka. An agent that cannot
 //! renew its membership lease takes no writes: another may be about to be elected in its
 //! place.
+//!
+//! The service decides who may write: nothing is appended without a [`Permit`], and
+//! only [`Producing::permit`] makes one, for a caller with WRITE on the topic (and on
+//! the transactional id a producer names), as Kafka's broker asks. The Kafka Produce
+//! and the HTTP produce both ask it; neither edge checks ACLs itself.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::time::Instant;
 
+use crate::authz::{Authorizer, Operation, ResourceType};
+use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::partition::Partition;
 use crate::replicas::{ReplicaManager, TopicState};
@@ -75,30 +82,85 @@ impl Commit {
     }
 }
 
-/// The produce service.
+/// Leave for one caller to write one topic, from [`Producing::permit`].
 #[derive(Debug)]
+pub struct Permit {
+    topic: String,
+}
+
+impl Permit {
+    pub fn topic(&self) -> &str {
+        &self.topic
+    }
+}
+
+/// The produce service.
 pub struct Producing {
     replicas: Arc<ReplicaManager>,
+    authorizer: Arc<Authorizer>,
+}
+
+impl std::fmt::Debug for Producing {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producing").finish_non_exhaustive()
+    }
 }
 
 impl Producing {
-    pub fn new(replicas: Arc<ReplicaManager>) -> Producing {
-        Producing { replicas }
+    pub fn new(replicas: Arc<ReplicaManager>, authorizer: Arc<Authorizer>) -> Producing {
+        Producing {
+            replicas,
+            authorizer,
+        }
+    }
+
+    /// May `who` write `topic`? A producer that names a `transactional_id` needs WRITE
+    /// on it first (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), then WRITE on the topic
+    /// (TOPIC_AUTHORIZATION_FAILED), as Kafka's broker checks a Produce. Denials are
+    /// logged and counted by the authorizer.
+    pub fn permit(
+        &self,
+        who: &Caller,
+        transactional_id: Option<&str>,
+        topic: &str,
+    ) -> Result<Permit> {
+        let resources = transactional_id
+            .filter(|id| !id.is_empty())
+            .map(|id| (ResourceType::TransactionalId, id))
+            .into_iter()
+            .chain([(ResourceType::Topic, topic)]);
+        for (resource, name) in resources {
+            if !self
+                .authorizer
+                .allows(who.authz(), Operation::Write, resource, name)
+            {
+                return Err(Error::Denied {
+                    principal: who.principal.to_string(),
+                    operation: Operation::Write.name(),
+                    resource,
+                    name: name.to_string(),
+                });
+            }
+        }
+        Ok(Permit {
+            topic: topic.to_string(),
+        })
     }
 
     /// Validates `records` (one or more batches) and appends them to `partition` of
-    /// `topic`, which this agent must lead. `verified`: for a transactional write that
-    /// needed KIP-890 verification ([`Producing::needs_verification`]), the producer id
-    /// and the partition's token.
+    /// the permit's topic, which this agent must lead. `verified`: for a transactional
+    /// write that needed KIP-890 verification ([`Producing::needs_verification`]), the
+    /// producer id and the partition's token.
     pub fn append(
         &self,
-        topic: &str,
+        permit: &Permit,
         partition: i32,
         records: Option<&Bytes>,
         acks: Acks,
         verified: Option<(i64, u64)>,
         now_ms: i64,
     ) -> Result<Appended> {
+        let topic = permit.topic();
         let state = self.replicas.topic(topic);
         let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
         if !self.replicas.membership().holds_lease() {
@@ -145,10 +207,11 @@ impl Producing {
     /// verification is needed.
     pub fn needs_verification(
         &self,
-        topic: &str,
+        permit: &Permit,
         partition: i32,
         records: Option<&[u8]>,
     ) -> Option<(i64, i16, Arc<Partition>)> {
+        let topic = permit.topic();
         let (header, _) = strata_log::batch::BatchIter::new(records?).next()?;
         if !header.is_transactional() || header.producer_id < 0 {
             return None;
@@ -163,34 +226,35 @@ impl Producing {
             )
         })
     }
+}
 
-    /// Appends, as leader, a transaction marker (WriteTxnMarkers): its offset, and the
-    /// commit to wait for (markers are written as acks=all writes are).
-    pub fn append_marker(
-        &self,
-        topic: &str,
-        partition: i32,
-        producer_id: i64,
-        producer_epoch: i16,
-        control: strata_log::txn::ControlRecord,
-    ) -> Result<(i64, Commit)> {
-        let state = self.replicas.topic(topic);
-        let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
-        if !self.replicas.membership().holds_lease() {
-            return Err(Error::LeaseLapsed);
-        }
-        let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
-        let now_ms = self.replicas.membership().clock().wall_ms();
-        let (offset, epoch) =
-            replica.append_marker(producer_id, producer_epoch, control, now_ms, min_insync)?;
-        Ok((
-            offset,
-            Commit {
-                partition: Arc::clone(replica),
-                end_offset: offset + 1,
-                epoch,
-                min_insync,
-            },
-        ))
+/// Appends, as leader, a transaction marker (WriteTxnMarkers, or the coordinator's own
+/// agent): its offset, and the commit to wait for (markers are written as acks=all writes
+/// are). No caller is asked: only the transaction coordinator writes markers.
+pub fn append_marker(
+    replicas: &ReplicaManager,
+    topic: &str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    control: strata_log::txn::ControlRecord,
+) -> Result<(i64, Commit)> {
+    let state = replicas.topic(topic);
+    let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
+    if !replicas.membership().holds_lease() {
+        return Err(Error::LeaseLapsed);
     }
+    let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
+    let now_ms = replicas.membership().clock().wall_ms();
+    let (offset, epoch) =
+        replica.append_marker(producer_id, producer_epoch, control, now_ms, min_insync)?;
+    Ok((
+        offset,
+        Commit {
+            partition: Arc::clone(replica),
+            end_offset: offset + 1,
+            epoch,
+            min_insync,
+        },
+    ))
 }

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::membership::Membership;
 use crate::peer::Peer;
 use crate::replicas::ReplicaManager;
-use crate::service::produce::Producing;
+use crate::service::produce::append_marker;
 
 /// Pause between rounds of retries.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
@@ -169,10 +169,10 @@ async fn write_local_all(
     record: &TxnRecord,
     control: ControlRecord,
 ) -> Vec<Outcome> {
-    let producing = Producing::new(std::sync::Arc::clone(replicas));
     let deadline = crate::clock::instant() + crate::peer::RESPONSE_TIMEOUT;
     let waits = partitions.iter().map(|tp| {
-        let appended = producing.append_marker(
+        let appended = append_marker(
+            replicas,
             &tp.0,
             tp.1,
             record.producer_id,
@@ -205,9 +205,14 @@ pub async fn write_local(
     producer_epoch: i16,
     control: ControlRecord,
 ) -> Result<i64, Error> {
-    let producing = Producing::new(std::sync::Arc::clone(replicas));
-    let (offset, commit) =
-        producing.append_marker(topic, partition, producer_id, producer_epoch, control)?;
+    let (offset, commit) = append_marker(
+        replicas,
+        topic,
+        partition,
+        producer_id,
+        producer_epoch,
+        control,
+    )?;
     commit
         .wait(crate::clock::instant() + crate::peer::RESPONSE_TIMEOUT)
         .await?;
