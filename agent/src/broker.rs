@@ -296,6 +296,15 @@ impl Broker {
         }
     }
 
+    /// Looking up offsets: ListOffsets and OffsetForLeaderEpoch
+    /// ([`crate::service::offsets`]).
+    pub fn offsets(&self) -> crate::service::offsets::Offsets<'_> {
+        crate::service::offsets::Offsets {
+            replicas: &self.replicas,
+            authorizer: &self.authorizer,
+        }
+    }
+
     /// Reassigning replicas and electing leaders ([`crate::service::placement`]).
     pub fn placement(&self) -> crate::service::placement::Placement<'_> {
         crate::service::placement::Placement {

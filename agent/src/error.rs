@@ -26,6 +26,9 @@ pub enum Error {
     LeaseLapsed,
     #[error("acks must be -1, 0 or 1, not {0}")]
     InvalidAcks(i16),
+    /// The request asks for something that cannot be (Kafka's INVALID_REQUEST).
+    #[error("{0}")]
+    InvalidRequest(String),
     #[error(transparent)]
     Transaction(#[from] TxnError),
     #[error("the request holds no record batch")]

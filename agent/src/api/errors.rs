@@ -145,6 +145,7 @@ impl From<&Error> for ApiError {
             Error::InvalidAcks(_) => {
                 ApiError::new(ResponseError::InvalidRequiredAcks, e.to_string())
             }
+            Error::InvalidRequest(_) => ApiError::new(ResponseError::InvalidRequest, e.to_string()),
             Error::Transaction(e) => ApiError::from(e),
             Error::NoRecords => ApiError::new(
                 ResponseError::InvalidRecord,

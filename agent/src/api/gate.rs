@@ -11,7 +11,8 @@
 //! or replaced by its error (a resource it named). KIP-430's authorized-operation
 //! fields get the principal's real set.
 //!
-//! Produce and Fetch (the produce and fetch services' permits), the security APIs
+//! Produce, Fetch, ListOffsets and OffsetForLeaderEpoch (the produce, fetch and offsets
+//! services' permits), the security APIs
 //! (ACLs, SCRAM users, client quotas), the topic APIs (CreateTopics,
 //! DeleteTopics, CreatePartitions, and Metadata's auto-creation), the config APIs
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and the group APIs
@@ -19,12 +20,11 @@
 //! DescribeGroups, DeleteGroups, OffsetDelete) and the placement APIs
 //! (AlterPartitionReassignments, ListPartitionReassignments, ElectLeaders) and
 //! DeleteRecords are not checked here: their services decide (`service/produce.rs`,
-//! `fetch.rs`, `security.rs`, `admin.rs`, `configs.rs`, `groups.rs`, `placement.rs`,
+//! `fetch.rs`, `offsets.rs`, `security.rs`, `admin.rs`, `configs.rs`, `groups.rs`, `placement.rs`,
 //! `lifecycle.rs`), for both edges; the other APIs are to follow.
 //!
 //! With no authorizer configured nothing here runs.
 
-use std::collections::HashSet;
 use std::net::IpAddr;
 use std::sync::Arc;
 
@@ -128,9 +128,7 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
     };
     let version = ctx.api_version;
     match request {
-        RequestKind::ListOffsets(r) => list_offsets(&c, r),
         RequestKind::Metadata(r) => metadata(&c, r, version),
-        RequestKind::OffsetForLeaderEpoch(r) => offset_for_leader_epoch(&c, r),
         RequestKind::DescribeCluster(r) => {
             let asked = r.include_cluster_authorized_operations;
             let ops = c.cluster_ops();
@@ -215,51 +213,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
     }
 }
 
-fn list_offsets(c: &Check, r: ListOffsetsRequest) -> Gate {
-    let denied: HashSet<String> = r
-        .topics
-        .iter()
-        .filter(|t| !c.may(Op::Describe, R::Topic, &t.name))
-        .map(|t| t.name.to_string())
-        .collect();
-    if denied.is_empty() {
-        return Gate::Proceed(r.into(), None);
-    }
-    let mut r = r;
-    let mut removed: Vec<(TopicName, Vec<i32>)> = Vec::new();
-    r.topics.retain(|t| {
-        if denied.contains(t.name.as_str()) {
-            removed.push((
-                t.name.clone(),
-                t.partitions.iter().map(|p| p.partition_index).collect(),
-            ));
-            false
-        } else {
-            true
-        }
-    });
-    proceed(r, move |resp| {
-        if let ResponseKind::ListOffsets(resp) = resp {
-            for (name, partitions) in removed {
-                let mut t = list_offsets_response::ListOffsetsTopicResponse::default();
-                t.name = name;
-                t.partitions = partitions
-                    .into_iter()
-                    .map(|i| {
-                        let mut p = list_offsets_response::ListOffsetsPartitionResponse::default();
-                        p.partition_index = i;
-                        p.error_code = TOPIC_DENIED;
-                        p.timestamp = -1;
-                        p.offset = -1;
-                        p
-                    })
-                    .collect();
-                resp.topics.push(t);
-            }
-        }
-    })
-}
-
 fn metadata(c: &Check, mut r: MetadataRequest, version: i16) -> Gate {
     use metadata_response::MetadataResponseTopic;
     let ask_topics = version >= 8 && r.include_topic_authorized_operations;
@@ -313,28 +266,6 @@ fn metadata(c: &Check, mut r: MetadataRequest, version: i16) -> Gate {
             t.error_code = TOPIC_DENIED;
             t.topic_authorized_operations = i32::MIN;
             resp.topics.push(t);
-        }
-    })
-}
-
-fn offset_for_leader_epoch(c: &Check, r: OffsetForLeaderEpochRequest) -> Gate {
-    // A follower with CLUSTER_ACTION reads any topic's epochs; anyone else needs
-    // DESCRIBE on each topic. The answer changes nothing, so it is filtered.
-    if r.replica_id.0 >= 0 && c.sees(Op::ClusterAction, R::Cluster, CLUSTER_NAME) {
-        return Gate::Proceed(r.into(), None);
-    }
-    let c = c.clone();
-    proceed(r, move |resp| {
-        if let ResponseKind::OffsetForLeaderEpoch(resp) = resp {
-            for t in &mut resp.topics {
-                if !c.may(Op::Describe, R::Topic, &t.topic) {
-                    for p in &mut t.partitions {
-                        p.error_code = TOPIC_DENIED;
-                        p.leader_epoch = -1;
-                        p.end_offset = -1;
-                    }
-                }
-            }
         }
     })
 }

@@ -1,7 +1,8 @@
 //! OffsetForLeaderEpoch (KIP-101, KIP-320): where a leader epoch ends in this leader's
 //! log. Followers ask it before copying from a new leader, to find the suffix they must
 //! cut off; consumers ask it after a leader change, to check that the offset they hold
-//! was not cut off (log truncation detection).
+//! was not cut off (log truncation detection). The offsets service answers and decides
+//! who may ask ([`crate::service::offsets`]); this is the wire side.
 
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -10,15 +11,23 @@ use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpoch
 
 use super::errors::ApiError;
 use crate::broker::Broker;
-use crate::replicas::TopicState;
+use crate::caller::Caller;
+use crate::service::offsets::Asker;
 
 pub fn offset_for_leader_epoch(
     broker: &Broker,
+    who: &Caller,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    let offsets = broker.offsets();
+    let asker = if req.replica_id.0 >= 0 {
+        Asker::Follower
+    } else {
+        Asker::Client
+    };
     let mut response = OffsetForLeaderEpochResponse::default();
     for t in req.topics {
-        let topic = broker.replicas().topic(t.topic.0.as_str());
+        let permit = offsets.permit(who, asker, t.topic.0.as_str());
         let mut out = OffsetForLeaderTopicResult::default();
         out.topic = t.topic;
         for p in t.partitions {
@@ -26,14 +35,11 @@ pub fn offset_for_leader_epoch(
             r.partition = p.partition;
             r.leader_epoch = -1;
             r.end_offset = -1;
-            let answer = TopicState::served_in(topic.as_ref(), out.topic.0.as_str(), p.partition)
-                .map_err(|e| ApiError::from(&e))
-                .and_then(|partition| {
-                    partition
-                        .check_epoch(p.current_leader_epoch)
-                        .map_err(ApiError::from)?;
-                    Ok(partition.epoch_end_offset(p.leader_epoch))
-                });
+            let answer = permit.as_ref().map_err(ApiError::from).and_then(|permit| {
+                offsets
+                    .epoch_end(permit, p.partition, p.current_leader_epoch, p.leader_epoch)
+                    .map_err(|e| ApiError::from(&e))
+            });
             match answer {
                 Ok(Some((epoch, end))) => {
                     r.leader_epoch = epoch;

@@ -139,9 +139,14 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         RequestKind::Fetch(req) => {
             async move { Some(fetch::fetch(&b, &who, req, version, deadline).await.into()) }.boxed()
         }
-        RequestKind::ListOffsets(req) => {
-            async move { Some(list_offsets::list_offsets(&b, req, version).await.into()) }.boxed()
+        RequestKind::ListOffsets(req) => async move {
+            Some(
+                list_offsets::list_offsets(&b, &who, req, version)
+                    .await
+                    .into(),
+            )
         }
+        .boxed(),
         RequestKind::DeleteRecords(req) => {
             async move { Some(records::delete_records(&b, &who, req).await.into()) }.boxed()
         }
@@ -242,7 +247,7 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             async move { Some(reassign::elect_leaders(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::OffsetForLeaderEpoch(req) => {
-            ready(leader_epochs::offset_for_leader_epoch(broker, req))
+            ready(leader_epochs::offset_for_leader_epoch(broker, &who, req))
         }
         RequestKind::InitProducerId(req) => {
             async move { Some(producer::init_producer_id(&b, req, version).await.into()) }.boxed()

@@ -37,6 +37,7 @@ use crate::group::GroupError;
 use crate::service::admin::{AdminError, NewTopicSpec, topic_id};
 use crate::service::configs::{ConfigError, Op, Resource};
 use crate::service::groups::Member;
+use crate::service::offsets::{Asker, Query};
 
 /// Who sent the request, for the audit log.
 pub fn caller(extensions: &Extensions) -> Caller {
@@ -103,16 +104,29 @@ pub async fn fresh_topic(
 }
 
 /// The offsets ListOffsets gives for `timestamp` (-2 earliest, -1 latest, else a time
-/// in ms) on `partitions` of `topic`, each asked of its leader: this agent's answers
-/// directly, the others' over their Kafka listener. A partition's error is Kafka's
-/// error name.
+/// in ms) on `partitions` of `topic`, for `who` (DESCRIBE on the topic: the offsets
+/// service decides), each asked of its leader: this agent's from the offsets service,
+/// the others' over their Kafka listener. A partition's error is Kafka's error name.
 pub async fn list_offsets(
     http: &HttpApi,
+    who: &Caller,
     topic: &str,
     partitions: &[i32],
     timestamp: i64,
 ) -> BTreeMap<i32, Result<i64, String>> {
     let mut out = BTreeMap::new();
+    let error_name =
+        |e: &crate::error::Error| crate::metrics::kafka_error_name(ApiError::from(e).code());
+    let offsets = http.broker.offsets();
+    let permit = match offsets.permit(who, Asker::Client, topic) {
+        Ok(permit) => permit,
+        Err(e) => {
+            for p in partitions {
+                out.insert(*p, Err(error_name(&e)));
+            }
+            return out;
+        }
+    };
     let Some(state) = http.broker.replicas().topic(topic) else {
         for p in partitions {
             out.insert(*p, Err("UNKNOWN_TOPIC_OR_PARTITION".to_string()));
@@ -132,6 +146,19 @@ pub async fn list_offsets(
         }
     }
     for (leader, indexes) in by_leader {
+        if leader == http.broker.node_id() {
+            for p in indexes {
+                let found = match Query::from_kafka(timestamp, false) {
+                    Ok(query) => offsets.lookup(&permit, p, -1, query).await,
+                    Err(e) => Err(e),
+                };
+                out.insert(
+                    p,
+                    found.map(|(offset, _)| offset).map_err(|e| error_name(&e)),
+                );
+            }
+            continue;
+        }
         let mut t = ListOffsetsTopic::default();
         t.name = TopicName(StrBytes::from_string(topic.to_string()));
         for &p in &indexes {
@@ -144,13 +171,10 @@ pub async fn list_offsets(
         let mut request = ListOffsetsRequest::default();
         request.replica_id = BrokerId(-1);
         request.topics = vec![t];
-        let response = if leader == http.broker.node_id() {
-            Ok(crate::api::list_offsets::list_offsets(&http.broker, request, 7).await)
-        } else {
-            http.peers
-                .send(http.broker.membership(), leader, 7, &request)
-                .await
-        };
+        let response = http
+            .peers
+            .send(http.broker.membership(), leader, 7, &request)
+            .await;
         match response {
             Ok(r) => {
                 for p in r.topics.into_iter().flat_map(|t| t.partitions) {
@@ -201,24 +225,25 @@ pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extension
 /// the effective configs with where each comes from.
 pub async fn describe_topic(
     State(http): State<Arc<HttpApi>>,
+    extensions: Extensions,
     topic: Extracted<String>,
 ) -> Response {
     let topic = match topic {
         Ok(t) => t.0,
         Err(e) => return Problem::from(e).into_response(),
     };
-    match describe(&http, &topic).await {
+    match describe(&http, &caller(&extensions), &topic).await {
         Ok(v) => axum::Json(v).into_response(),
         Err(p) => p.into_response(),
     }
 }
 
-async fn describe(http: &HttpApi, topic: &str) -> Result<Value, Problem> {
+async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Value, Problem> {
     let state = fresh_topic(http, topic).await?;
     let indexes: Vec<i32> = (0..state.record.partitions.len() as i32).collect();
     let (starts, ends) = tokio::join!(
-        list_offsets(http, topic, &indexes, -2),
-        list_offsets(http, topic, &indexes, -1)
+        list_offsets(http, who, topic, &indexes, -2),
+        list_offsets(http, who, topic, &indexes, -1)
     );
     let offset = |m: &BTreeMap<i32, Result<i64, String>>, p: i32| match m.get(&p) {
         Some(Ok(o)) => json!(o),
@@ -317,7 +342,7 @@ pub async fn create_topic(
         // Created: a describe that fails now does not make it less so.
         Ok(_) => Ok((
             StatusCode::CREATED,
-            describe(&http, &req.name)
+            describe(&http, &caller, &req.name)
                 .await
                 .unwrap_or_else(|_| json!({ "name": req.name })),
         )),
@@ -627,7 +652,7 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
     }
     let mut ends: HashMap<(String, i32), Result<i64, String>> = HashMap::new();
     for (t, ps) in &by_topic {
-        for (p, end) in list_offsets(http, t, ps, -1).await {
+        for (p, end) in list_offsets(http, who, t, ps, -1).await {
             ends.insert((t.to_string(), p), end);
         }
     }
@@ -803,8 +828,8 @@ async fn reset(
             })
     };
     let (starts, ends) = tokio::join!(
-        list_offsets(http, topic, &partitions, -2),
-        list_offsets(http, topic, &partitions, -1)
+        list_offsets(http, who, topic, &partitions, -2),
+        list_offsets(http, who, topic, &partitions, -1)
     );
     let targets = match req.to.as_str() {
         "earliest" => starts.clone(),
@@ -815,7 +840,7 @@ async fn reset(
         }
         "timestamp" => {
             let ts = number(&req.timestamp_ms, "timestamp_ms")?;
-            let mut found = list_offsets(http, topic, &partitions, ts).await;
+            let mut found = list_offsets(http, who, topic, &partitions, ts).await;
             // No record at or after the time: the end, as Kafka's tool does.
             for (p, o) in found.iter_mut() {
                 if matches!(o, Ok(-1)) {

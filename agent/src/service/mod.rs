@@ -3,8 +3,8 @@
 //! domain errors ([`crate::error::Error`]; [`admin::AdminError`],
 //! [`configs::ConfigError`], [`security::SecurityError`]), so that the Kafka handlers
 //! (`api/`) and the HTTP API can share them. The edges translate wire types to these
-//! and back. The topic, config and security services also decide who may (they take
-//! the [`crate::caller::Caller`]) and audit what they change.
+//! and back. The services also decide who may (they take the
+//! [`crate::caller::Caller`], or a permit made for it) and audit what they change.
 
 pub mod admin;
 pub mod agents;
@@ -13,6 +13,7 @@ pub mod configs;
 pub mod fetch;
 pub mod groups;
 pub mod lifecycle;
+pub mod offsets;
 pub mod placement;
 pub mod produce;
 pub mod security;
