@@ -106,32 +106,27 @@ pub async fn fresh_topic(
 /// The offsets ListOffsets gives for `timestamp` (-2 earliest, -1 latest, else a time
 /// in ms) on `partitions` of `topic`, for `who` (DESCRIBE on the topic: the offsets
 /// service decides), each asked of its leader: this agent's from the offsets service,
-/// the others' over their Kafka listener. A partition's error is Kafka's error name.
+/// the others' over their Kafka listener. A partition's error is Kafka's error name;
+/// `Err` when the caller may not look at the topic at all.
 pub async fn list_offsets(
     http: &HttpApi,
     who: &Caller,
     topic: &str,
     partitions: &[i32],
     timestamp: i64,
-) -> BTreeMap<i32, Result<i64, String>> {
+) -> Result<BTreeMap<i32, Result<i64, String>>, Problem> {
     let mut out = BTreeMap::new();
     let error_name =
         |e: &crate::error::Error| crate::metrics::kafka_error_name(ApiError::from(e).code());
     let offsets = http.broker.offsets();
-    let permit = match offsets.permit(who, Asker::Client, topic) {
-        Ok(permit) => permit,
-        Err(e) => {
-            for p in partitions {
-                out.insert(*p, Err(error_name(&e)));
-            }
-            return out;
-        }
-    };
+    let permit = offsets
+        .permit(who, Asker::Client, topic)
+        .map_err(|e| Problem::from(&e))?;
     let Some(state) = http.broker.replicas().topic(topic) else {
         for p in partitions {
             out.insert(*p, Err("UNKNOWN_TOPIC_OR_PARTITION".to_string()));
         }
-        return out;
+        return Ok(out);
     };
     let mut by_leader: HashMap<i32, Vec<i32>> = HashMap::new();
     for &p in partitions {
@@ -193,7 +188,7 @@ pub async fn list_offsets(
             }
         }
     }
-    out
+    Ok(out)
 }
 
 /// `GET /v1/topics`: every topic the metastore holds.
@@ -245,6 +240,7 @@ async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Value, Pr
         list_offsets(http, who, topic, &indexes, -2),
         list_offsets(http, who, topic, &indexes, -1)
     );
+    let (starts, ends) = (starts?, ends?);
     let offset = |m: &BTreeMap<i32, Result<i64, String>>, p: i32| match m.get(&p) {
         Some(Ok(o)) => json!(o),
         Some(Err(e)) => json!({ "error": e }),
@@ -652,8 +648,19 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
     }
     let mut ends: HashMap<(String, i32), Result<i64, String>> = HashMap::new();
     for (t, ps) in &by_topic {
-        for (p, end) in list_offsets(http, who, t, ps, -1).await {
-            ends.insert((t.to_string(), p), end);
+        match list_offsets(http, who, t, ps, -1).await {
+            Ok(found) => {
+                for (p, end) in found {
+                    ends.insert((t.to_string(), p), end);
+                }
+            }
+            // The caller may describe the group but not the topic: its lag is not told.
+            Err(refused) => {
+                let why = refused.kafka_error.unwrap_or(refused.detail);
+                for p in ps {
+                    ends.insert((t.to_string(), *p), Err(why.clone()));
+                }
+            }
         }
     }
     // Every partition with a committed offset, and every assigned one without (its
@@ -793,6 +800,14 @@ async fn reset(
     group: &str,
     req: ResetOffsets,
 ) -> Result<(StatusCode, Value), Problem> {
+    // DESCRIBE on the group first, as kafka-consumer-groups asks DescribeGroups before
+    // ListOffsets (DESCRIBE on the topic).
+    let current = http
+        .broker
+        .groups()
+        .committed(who, group)
+        .await
+        .map_err(|e| Problem::from(ApiError::from(e)))?;
     let topic = req.topic.as_str();
     let state = fresh_topic(http, topic).await?;
     let count = state.record.partitions.len() as i32;
@@ -831,6 +846,7 @@ async fn reset(
         list_offsets(http, who, topic, &partitions, -2),
         list_offsets(http, who, topic, &partitions, -1)
     );
+    let (starts, ends) = (starts?, ends?);
     let targets = match req.to.as_str() {
         "earliest" => starts.clone(),
         "latest" => ends.clone(),
@@ -840,7 +856,7 @@ async fn reset(
         }
         "timestamp" => {
             let ts = number(&req.timestamp_ms, "timestamp_ms")?;
-            let mut found = list_offsets(http, who, topic, &partitions, ts).await;
+            let mut found = list_offsets(http, who, topic, &partitions, ts).await?;
             // No record at or after the time: the end, as Kafka's tool does.
             for (p, o) in found.iter_mut() {
                 if matches!(o, Ok(-1)) {
@@ -855,12 +871,6 @@ async fn reset(
             )));
         }
     };
-    let current = http
-        .broker
-        .groups()
-        .committed(who, group)
-        .await
-        .map_err(|e| Problem::from(ApiError::from(e)))?;
     let mut plan = Vec::new();
     let mut commits = Vec::new();
     let now = crate::clock::now_ms();
