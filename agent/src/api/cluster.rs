@@ -5,9 +5,11 @@ use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeCluster
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::caller::Caller;
 
 pub fn describe_cluster(
     broker: &Broker,
+    who: &Caller,
     req: DescribeClusterRequest,
     listener: &str,
 ) -> DescribeClusterResponse {
@@ -28,9 +30,11 @@ pub fn describe_cluster(
             Some(b)
         })
         .collect();
-    response.cluster_authorized_operations = super::authorized::if_asked(
-        req.include_cluster_authorized_operations,
-        super::authorized::CLUSTER,
-    );
+    // KIP-430: the topic service tells them (none without DESCRIBE on the cluster).
+    response.cluster_authorized_operations = if req.include_cluster_authorized_operations {
+        broker.admin().cluster_operations(who)
+    } else {
+        super::authorized::NOT_ASKED
+    };
     response
 }

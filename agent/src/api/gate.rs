@@ -12,7 +12,7 @@
 //! fields get the principal's real set.
 //!
 //! Produce, Fetch, ListOffsets and OffsetForLeaderEpoch (the produce, fetch and offsets
-//! services' permits), the security APIs
+//! services' permits), Metadata and DescribeCluster (the topic service), the security APIs
 //! (ACLs, SCRAM users, client quotas), the topic APIs (CreateTopics,
 //! DeleteTopics, CreatePartitions, and Metadata's auto-creation), the config APIs
 //! (DescribeConfigs, AlterConfigs, IncrementalAlterConfigs) and the group APIs
@@ -99,20 +99,6 @@ impl Check {
     fn on_cluster(&self, op: Operation) -> bool {
         self.may(op, R::Cluster, CLUSTER_NAME)
     }
-
-    fn ops(&self, kind: ResourceType, name: &str) -> i32 {
-        self.az.operations(self.who(), kind, name)
-    }
-
-    /// The cluster's operations, told only to who may DESCRIBE the cluster (else none),
-    /// as Kafka answers DescribeCluster and Metadata.
-    fn cluster_ops(&self) -> i32 {
-        if self.sees(Op::Describe, R::Cluster, CLUSTER_NAME) {
-            self.ops(R::Cluster, CLUSTER_NAME)
-        } else {
-            0
-        }
-    }
 }
 
 /// Checks `request` for the caller of `ctx`.
@@ -128,18 +114,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
     };
     let version = ctx.api_version;
     match request {
-        RequestKind::Metadata(r) => metadata(&c, r, version),
-        RequestKind::DescribeCluster(r) => {
-            let asked = r.include_cluster_authorized_operations;
-            let ops = c.cluster_ops();
-            proceed(r, move |resp| {
-                if let ResponseKind::DescribeCluster(resp) = resp
-                    && asked
-                {
-                    resp.cluster_authorized_operations = ops;
-                }
-            })
-        }
         RequestKind::FindCoordinator(r) => find_coordinator(&c, r, version),
         RequestKind::InitProducerId(r) => init_producer_id(&c, r),
         RequestKind::AddPartitionsToTxn(r) => add_partitions_to_txn(&c, r, version),
@@ -211,63 +185,6 @@ pub fn check(broker: &Broker, ctx: &RequestContext, request: RequestKind) -> Gat
         // no handler and closes the connection.
         other => Gate::Proceed(other, None),
     }
-}
-
-fn metadata(c: &Check, mut r: MetadataRequest, version: i16) -> Gate {
-    use metadata_response::MetadataResponseTopic;
-    let ask_topics = version >= 8 && r.include_topic_authorized_operations;
-    let ask_cluster = (8..=10).contains(&version) && r.include_cluster_authorized_operations;
-    let all = match &r.topics {
-        None => true,
-        Some(t) => version == 0 && t.is_empty(),
-    };
-    // Named topics the caller may not describe are taken out: nothing is auto-created
-    // for it. Whether it may create one that does not exist, the topic service decides.
-    let mut removed: Vec<TopicName> = Vec::new();
-    if !all && let Some(topics) = &mut r.topics {
-        topics.retain(|t| {
-            let Some(name) = &t.name else { return true };
-            let denied = !c.may(Op::Describe, R::Topic, name);
-            if denied {
-                removed.push(name.clone());
-            }
-            !denied
-        });
-    }
-    let cluster_ops = ask_cluster.then(|| c.cluster_ops());
-    let c = c.clone();
-    proceed(r, move |resp| {
-        let ResponseKind::Metadata(resp) = resp else {
-            return;
-        };
-        if let Some(ops) = cluster_ops {
-            resp.cluster_authorized_operations = ops;
-        }
-        if all {
-            resp.topics.retain(|t| {
-                t.name
-                    .as_ref()
-                    .is_none_or(|n| c.sees(Op::Describe, R::Topic, n))
-            });
-        }
-        for t in &mut resp.topics {
-            let Some(name) = t.name.clone() else { continue };
-            if !c.sees(Op::Describe, R::Topic, &name) {
-                t.error_code = TOPIC_DENIED;
-                t.partitions.clear();
-                t.topic_authorized_operations = i32::MIN;
-            } else if ask_topics && t.error_code == 0 {
-                t.topic_authorized_operations = c.ops(R::Topic, &name);
-            }
-        }
-        for name in removed {
-            let mut t = MetadataResponseTopic::default();
-            t.name = Some(name);
-            t.error_code = TOPIC_DENIED;
-            t.topic_authorized_operations = i32::MIN;
-            resp.topics.push(t);
-        }
-    })
 }
 
 fn find_coordinator(c: &Check, mut r: FindCoordinatorRequest, version: i16) -> Gate {

@@ -1,4 +1,7 @@
-//! Metadata, including Kafka's topic auto-creation.
+//! Metadata, including Kafka's topic auto-creation. The topic service decides what the
+//! caller sees (DESCRIBE on each topic: the others are left out of a listing, or
+//! answered TOPIC_AUTHORIZATION_FAILED where named, and never created) and tells
+//! KIP-430's operations.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::metadata_response::{
@@ -8,7 +11,6 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::authorized;
 use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
@@ -25,9 +27,18 @@ pub async fn metadata(
     let ask_topics = version >= 8 && req.include_topic_authorized_operations;
     let ask_cluster = (8..=10).contains(&version) && req.include_cluster_authorized_operations;
     let mut response = answer(broker, who, req, version, listener).await;
-    response.cluster_authorized_operations = authorized::if_asked(ask_cluster, authorized::CLUSTER);
+    let admin = broker.admin();
+    if ask_cluster {
+        response.cluster_authorized_operations = admin.cluster_operations(who);
+    }
     for t in &mut response.topics {
-        authorized::topic(t, ask_topics);
+        // A described topic's operations, not an erroneous one's (as Kafka).
+        if let Some(name) = &t.name
+            && ask_topics
+            && t.error_code == 0
+        {
+            t.topic_authorized_operations = admin.topic_operations(who, name.0.as_str());
+        }
     }
     response
 }
@@ -40,6 +51,7 @@ async fn answer(
     listener: &str,
 ) -> MetadataResponse {
     let mut response = MetadataResponse::default();
+    response.cluster_authorized_operations = super::authorized::NOT_ASKED;
     if version >= 1 {
         response.controller_id = BrokerId(broker.membership().controller_id());
     }
@@ -69,10 +81,10 @@ async fn answer(
         None => true,
         Some(t) => version == 0 && t.is_empty(),
     };
+    let admin = broker.admin();
     if all {
-        response.topics = broker
-            .replicas()
-            .topics()
+        response.topics = admin
+            .visible_topics(who)
             .iter()
             .map(|t| describe(&live, t, version))
             .collect();
@@ -85,16 +97,14 @@ async fn answer(
         // Java client sends the empty string as the name of a topic it names by id).
         let by_id = version >= 10 && !wanted.topic_id.is_nil();
         let topic = match &wanted.name {
-            // Auto-creation needs CREATE: the service decides.
-            Some(name) if !by_id => broker
-                .admin()
-                .topic_or_create(who, name.0.as_str(), auto_create)
+            // DESCRIBE, and for auto-creation CREATE: the service decides.
+            Some(name) if !by_id => admin
+                .described_topic(who, name.0.as_str(), auto_create)
                 .await
                 .map_err(ApiError::from),
-            _ => broker
-                .replicas()
-                .topic_by_id(wanted.topic_id.as_bytes())
-                .ok_or_else(|| ApiError::new(ResponseError::UnknownTopicId, "")),
+            _ => admin
+                .described_topic_by_id(who, wanted.topic_id.as_bytes())
+                .map_err(ApiError::from),
         };
         response.topics.push(match topic {
             Ok(t) => describe(&live, &t, version),

@@ -186,6 +186,7 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         .boxed(),
         RequestKind::DescribeCluster(req) => ready(cluster::describe_cluster(
             broker,
+            &who,
             req,
             &ctx.connection.listener.name,
         )),

@@ -193,13 +193,15 @@ pub async fn list_offsets(
 
 /// `GET /v1/topics`: every topic the metastore holds.
 pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
-    match http.broker.metastore().topics().await {
+    match http
+        .broker
+        .admin()
+        .listed_topics(&caller(&extensions))
+        .await
+    {
         Ok(topics) => {
             let listed: Vec<Value> = topics
                 .iter()
-                .filter(|t| {
-                    super::auth::sees(&http.broker, &extensions, ResourceType::Topic, &t.name)
-                })
                 .map(|t| {
                     json!({
                         "name": t.name,

@@ -477,6 +477,93 @@ impl Admin<'_> {
         }
     }
 
+    /// The topics `who` may DESCRIBE, as Metadata of all topics and the HTTP topic list
+    /// show them (the others are left out, without a refusal logged).
+    pub fn visible_topics(&self, who: &Caller) -> Vec<Arc<TopicState>> {
+        let mut topics = self.replicas.topics();
+        topics.retain(|t| {
+            self.authorizer.decide(
+                who.authz(),
+                Operation::Describe,
+                ResourceType::Topic,
+                &t.record.name,
+            )
+        });
+        topics
+    }
+
+    /// Every topic the metastore holds that `who` may DESCRIBE (the HTTP topic list:
+    /// the metastore, not this agent's view, so a topic just created elsewhere shows).
+    pub async fn listed_topics(
+        &self,
+        who: &Caller,
+    ) -> Result<Vec<strata_metastore::TopicRecord>, AdminError> {
+        let mut topics = self.replicas.metastore().topics().await?;
+        topics.retain(|t| {
+            self.authorizer.decide(
+                who.authz(),
+                Operation::Describe,
+                ResourceType::Topic,
+                &t.name,
+            )
+        });
+        Ok(topics)
+    }
+
+    /// The topic `name` as Metadata names it: DESCRIBE on it first (nothing is created
+    /// for a caller refused), then [`Admin::topic_or_create`].
+    pub async fn described_topic(
+        &self,
+        who: &Caller,
+        name: &str,
+        auto_create: bool,
+    ) -> Result<Arc<TopicState>, AdminError> {
+        self.authorize(who, Operation::Describe, name)?;
+        self.topic_or_create(who, name, auto_create).await
+    }
+
+    /// The topic with id `id`, for a caller with DESCRIBE on it (refused without naming
+    /// it).
+    pub fn described_topic_by_id(
+        &self,
+        who: &Caller,
+        id: &[u8; 16],
+    ) -> Result<Arc<TopicState>, AdminError> {
+        let topic = self.replicas.topic_by_id(id).ok_or_else(|| {
+            AdminError::UnknownTopicId("This server does not host this topic ID.".to_string())
+        })?;
+        self.authorize(who, Operation::Describe, &topic.record.name)
+            .map_err(|_| AdminError::Denied {
+                principal: who.principal.to_string(),
+                operation: Operation::Describe.name(),
+                topic: topic_id(id),
+            })?;
+        Ok(topic)
+    }
+
+    /// KIP-430: the operations `who` may do on topic `name`, as Kafka's bit field.
+    pub fn topic_operations(&self, who: &Caller, name: &str) -> i32 {
+        self.authorizer
+            .operations(who.authz(), ResourceType::Topic, name)
+    }
+
+    /// KIP-430: the operations `who` may do on the cluster, told only to a caller with
+    /// DESCRIBE on it (none otherwise), as Kafka answers Metadata and DescribeCluster.
+    pub fn cluster_operations(&self, who: &Caller) -> i32 {
+        let describes = self.authorizer.decide(
+            who.authz(),
+            Operation::Describe,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
+        if describes {
+            self.authorizer
+                .operations(who.authz(), ResourceType::Cluster, CLUSTER_NAME)
+        } else {
+            0
+        }
+    }
+
     /// Deletes the topic named `name`, or (without a name) the one with id `id`, and
     /// stops serving it: for a caller with DELETE on it (checked before whether it
     /// exists, for a name). Answers its name and id. Audited.
