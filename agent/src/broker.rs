@@ -296,6 +296,18 @@ impl Broker {
         }
     }
 
+    /// The transaction APIs for a caller ([`crate::service::transactions`]).
+    pub fn transacting(&self) -> crate::service::transactions::Transacting<'_> {
+        crate::service::transactions::Transacting {
+            coordinator: &self.transactions,
+            groups: &self.groups,
+            producer_ids: &self.producer_ids,
+            replicas: &self.replicas,
+            membership: &self.membership,
+            authorizer: &self.authorizer,
+        }
+    }
+
     /// Looking up offsets: ListOffsets and OffsetForLeaderEpoch
     /// ([`crate::service::offsets`]).
     pub fn offsets(&self) -> crate::service::offsets::Offsets<'_> {

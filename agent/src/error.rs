@@ -31,6 +31,12 @@ pub enum Error {
     InvalidRequest(String),
     #[error(transparent)]
     Transaction(#[from] TxnError),
+    #[error(transparent)]
+    Group(#[from] crate::group::GroupError),
+    /// Not tried, because another part of the same request was refused (Kafka's
+    /// OPERATION_NOT_ATTEMPTED).
+    #[error("not attempted: another part of the request was refused")]
+    NotAttempted,
     #[error("the request holds no record batch")]
     NoRecords,
     /// An operator disabled writes to the partition; reads go on.

@@ -23,8 +23,9 @@
 //! an incremental fetch that would grow one past it closes it), so the sessions' memory
 //! is bounded.
 //!
-//! The gate checks each fetch's topics before the handler, and every topic of the answer
-//! again after it, so a session cannot answer a partition whose ACL was removed since.
+//! The fetch service decides, at every fetch, whether the caller may read each topic of
+//! the session (`api/fetch.rs` asks it for each), so a session cannot answer a
+//! partition whose ACL was removed since.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};

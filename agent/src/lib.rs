@@ -13,6 +13,7 @@ pub mod buffers;
 pub mod caller;
 pub mod cli;
 pub mod clock;
+pub mod commit;
 pub mod compactor_process;
 pub mod config;
 pub mod context;

@@ -147,6 +147,10 @@ impl From<&Error> for ApiError {
             }
             Error::InvalidRequest(_) => ApiError::new(ResponseError::InvalidRequest, e.to_string()),
             Error::Transaction(e) => ApiError::from(e),
+            Error::Group(e) => ApiError::from(*e),
+            Error::NotAttempted => {
+                ApiError::new(ResponseError::OperationNotAttempted, e.to_string())
+            }
             Error::NoRecords => ApiError::new(
                 ResponseError::InvalidRecord,
                 "produce request holds no record batch",

@@ -55,18 +55,42 @@ fn group_code(e: GroupError) -> i16 {
     ApiError::from(e).code()
 }
 
-/// The coordinator of `key`, at its address on `listener`; without that listener it is
-/// not available to this client (as Kafka answers).
-fn coordinator(broker: &Broker, key: &str, listener: &str) -> Result<(i32, String, i32), i16> {
-    let agent = broker.membership().coordinator_of(key);
+/// The coordinator of `key` (of `key_type` 0, a group, or 1, a transactional id: the
+/// group or the transaction service finds it, for a caller with DESCRIBE on the key), at
+/// its address on `listener`; without that listener it is not available to this client
+/// (as Kafka answers).
+fn coordinator(
+    broker: &Broker,
+    who: &Caller,
+    key_type: i8,
+    key: &str,
+    listener: &str,
+) -> Result<(i32, String, i32), ApiError> {
+    let agent = match key_type {
+        0 => broker.groups().find_coordinator(who, key)?,
+        1 => broker
+            .transacting()
+            .find_coordinator(who, key)
+            .map_err(|e| ApiError::from(&e))?,
+        other => {
+            return Err(ApiError::new(
+                ResponseError::InvalidRequest,
+                format!("unknown coordinator key type {other}: 0 (group) or 1 (transaction)"),
+            ));
+        }
+    };
     match agent.address(listener) {
         Some((host, port)) => Ok((agent.node_id, host.to_string(), port)),
-        None => Err(ResponseError::CoordinatorNotAvailable.code()),
+        None => Err(ApiError::new(
+            ResponseError::CoordinatorNotAvailable,
+            format!("the coordinator has no {listener} listener"),
+        )),
     }
 }
 
 pub fn find_coordinator(
     broker: &Broker,
+    who: &Caller,
     req: FindCoordinatorRequest,
     version: i16,
     listener: &str,
@@ -79,32 +103,38 @@ pub fn find_coordinator(
             .map(|key| {
                 let mut c = CoordinatorEntry::default();
                 c.key = key.clone();
-                match coordinator(broker, key.as_str(), listener) {
+                match coordinator(broker, who, req.key_type, key.as_str(), listener) {
                     Ok((node_id, host, port)) => {
                         c.node_id = BrokerId(node_id);
                         c.host = s(host);
                         c.port = port;
                     }
-                    Err(code) => {
+                    Err(e) => {
                         c.node_id = BrokerId(-1);
                         c.port = -1;
-                        c.error_code = code;
+                        c.error_code = e.code();
+                        c.error_message = Some(s(e.message));
                     }
                 }
                 c
             })
             .collect();
     } else {
-        match coordinator(broker, req.key.as_str(), listener) {
+        // v0 has no key type: a group.
+        let key_type = if version >= 1 { req.key_type } else { 0 };
+        match coordinator(broker, who, key_type, req.key.as_str(), listener) {
             Ok((node_id, host, port)) => {
                 response.node_id = BrokerId(node_id);
                 response.host = s(host);
                 response.port = port;
             }
-            Err(code) => {
+            Err(e) => {
                 response.node_id = BrokerId(-1);
                 response.port = -1;
-                response.error_code = code;
+                response.error_code = e.code();
+                if version >= 1 {
+                    response.error_message = Some(s(e.message));
+                }
             }
         }
     }

@@ -13,7 +13,6 @@ mod cluster;
 pub(crate) mod configs;
 pub mod errors;
 mod fetch;
-mod gate;
 pub(crate) mod groups;
 mod leader_epochs;
 pub(crate) mod list_offsets;
@@ -50,8 +49,9 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 
 /// Starts handling one request in its context. The caller has checked that the version
 /// is supported; `None` means the API has no handler here, and the connection should be
-/// closed. The caller's authorization is checked first (`gate.rs`); privileged requests
-/// are audited as their answer is ready (`audited.rs`), refusals included.
+/// closed. Who may do what the services decide (each takes the [`caller`]); the few
+/// privileged requests not yet audited by their service are audited here as their
+/// answer is ready (`audited.rs`), refusals included.
 pub async fn dispatch(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
@@ -59,19 +59,7 @@ pub async fn dispatch(
 ) -> Option<Reply> {
     let unknown = topic_ids::resolve(broker, &mut request, ctx.api_version);
     let asked = audited::asked(&request);
-    let reply = match gate::check(broker, ctx, request) {
-        gate::Gate::Refused(response) => ready(response),
-        gate::Gate::Proceed(request, None) => handle(broker, ctx, request).await?,
-        gate::Gate::Proceed(request, Some(fixup)) => handle(broker, ctx, request)
-            .await?
-            .map(move |response| {
-                response.map(|mut r| {
-                    fixup(&mut r);
-                    r
-                })
-            })
-            .boxed(),
-    };
+    let reply = handle(broker, ctx, request).await?;
     let reply = match unknown {
         None => reply,
         Some(unknown) => {
@@ -112,7 +100,7 @@ pub(crate) fn caller(ctx: &RequestContext) -> crate::caller::Caller {
 }
 
 /// Whether the connection's principal may do `action` of the security service, which
-/// decides it (`gate.rs` does not check these APIs).
+/// decides it.
 fn authorize(
     broker: &Broker,
     ctx: &RequestContext,
@@ -192,6 +180,7 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         )),
         RequestKind::FindCoordinator(req) => ready(groups::find_coordinator(
             broker,
+            &who,
             req,
             version,
             &ctx.connection.listener.name,
@@ -250,12 +239,17 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         RequestKind::OffsetForLeaderEpoch(req) => {
             ready(leader_epochs::offset_for_leader_epoch(broker, &who, req))
         }
-        RequestKind::InitProducerId(req) => {
-            async move { Some(producer::init_producer_id(&b, req, version).await.into()) }.boxed()
+        RequestKind::InitProducerId(req) => async move {
+            Some(
+                producer::init_producer_id(&b, &who, req, version)
+                    .await
+                    .into(),
+            )
         }
+        .boxed(),
         RequestKind::AddPartitionsToTxn(req) => async move {
             Some(
-                transactions::add_partitions_to_txn(&b, req, version)
+                transactions::add_partitions_to_txn(&b, &who, req, version)
                     .await
                     .into(),
             )
@@ -263,33 +257,40 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
         .boxed(),
         RequestKind::AddOffsetsToTxn(req) => async move {
             Some(
-                transactions::add_offsets_to_txn(&b, req, version)
+                transactions::add_offsets_to_txn(&b, &who, req, version)
                     .await
                     .into(),
             )
         }
         .boxed(),
         RequestKind::EndTxn(req) => {
-            async move { Some(transactions::end_txn(&b, req, version).await.into()) }.boxed()
+            async move { Some(transactions::end_txn(&b, &who, req, version).await.into()) }.boxed()
         }
         RequestKind::TxnOffsetCommit(req) => async move {
             Some(
-                transactions::txn_offset_commit(&b, req, version)
+                transactions::txn_offset_commit(&b, &who, req, version)
                     .await
                     .into(),
             )
         }
         .boxed(),
         RequestKind::WriteTxnMarkers(req) => {
-            async move { Some(transactions::write_txn_markers(&b, req).await.into()) }.boxed()
+            async move { Some(transactions::write_txn_markers(&b, &who, req).await.into()) }.boxed()
         }
-        RequestKind::DescribeTransactions(req) => {
-            async move { Some(transactions::describe_transactions(&b, req).await.into()) }.boxed()
+        RequestKind::DescribeTransactions(req) => async move {
+            Some(
+                transactions::describe_transactions(&b, &who, req)
+                    .await
+                    .into(),
+            )
         }
+        .boxed(),
         RequestKind::ListTransactions(req) => {
-            async move { Some(transactions::list_transactions(&b, req).await.into()) }.boxed()
+            async move { Some(transactions::list_transactions(&b, &who, req).await.into()) }.boxed()
         }
-        RequestKind::DescribeProducers(req) => ready(transactions::describe_producers(broker, req)),
+        RequestKind::DescribeProducers(req) => {
+            ready(transactions::describe_producers(broker, &who, req))
+        }
         RequestKind::DescribeUserScramCredentials(req) => {
             let allowed = authorize(broker, ctx, Action::DescribeUsers);
             async move { Some(users::describe(&b, allowed, req).await.into()) }.boxed()

@@ -2,9 +2,7 @@
 //! --entity-type users|clients|ips` and the admin clients set, translated to the
 //! security service (`service/security.rs`) and enforced by every agent
 //! (`crate::quota`). The service decides whether the caller may (DESCRIBE_CONFIGS or
-//! ALTER_CONFIGS on the cluster): `allowed` is its answer. Whether the caller
-//! may read or change them is checked before these run (`gate.rs`: DESCRIBE_CONFIGS or
-//! ALTER_CONFIGS on the cluster).
+//! ALTER_CONFIGS on the cluster): `allowed` is its answer.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{

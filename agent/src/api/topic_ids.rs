@@ -1,6 +1,6 @@
 //! Topics named by id (KIP-516): Fetch v13+ and Produce v13 name their topics by id
 //! only. Before anything else reads such a request, each id is given its topic's name,
-//! so the gate, quotas, metrics and handlers work on names whatever the version; the
+//! so the services, quotas, metrics and handlers work on names whatever the version; the
 //! answers carry both, and each version's encoding writes the one it has. A topic whose
 //! id no topic has (deleted, or deleted and created again under its name) is taken out
 //! of the request and answered UNKNOWN_TOPIC_ID, as Kafka does.

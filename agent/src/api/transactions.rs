@@ -1,7 +1,8 @@
 //! The transaction APIs, wire side: AddPartitionsToTxn, AddOffsetsToTxn, EndTxn,
 //! TxnOffsetCommit, WriteTxnMarkers, DescribeTransactions, ListTransactions and
-//! DescribeProducers. The rules are the coordinator's ([`crate::txn`]) and the group
-//! coordinator's; InitProducerId is in `producer.rs`.
+//! DescribeProducers. The transaction service answers them and decides who may
+//! ([`crate::service::transactions`]: the coordinator's rules, [`crate::txn`], and the
+//! group coordinator's); InitProducerId is in `producer.rs`.
 
 use std::collections::BTreeSet;
 
@@ -18,6 +19,7 @@ use kafka_protocol::messages::list_transactions_response::TransactionState as Li
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
 };
+use kafka_protocol::messages::write_txn_markers_request::WritableTxnMarker;
 use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
@@ -35,7 +37,11 @@ use strata_metastore::{CommittedOffset, TopicPartition, TxnRecord};
 
 use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::clock::now_ms;
+use crate::error::Error;
+use crate::service::groups::Member;
+use crate::service::transactions::{Markers, Outcomes, Producer};
 use crate::txn::TxnError;
 
 fn s(v: impl Into<String>) -> StrBytes {
@@ -44,41 +50,26 @@ fn s(v: impl Into<String>) -> StrBytes {
 
 /// Kafka's code for `e`; before KIP-588 (older versions of each API), a fenced producer
 /// was told INVALID_PRODUCER_EPOCH.
-fn code(e: &TxnError, legacy: bool) -> i16 {
-    if legacy && *e == TxnError::ProducerFenced {
+fn code(e: &Error, legacy: bool) -> i16 {
+    if legacy && matches!(e, Error::Transaction(TxnError::ProducerFenced)) {
         return ResponseError::InvalidProducerEpoch.code();
     }
     ApiError::from(e).code()
 }
 
-/// The partitions of `topics`, with UNKNOWN_TOPIC_OR_PARTITION for those that do not
-/// exist.
-fn known_partitions(
-    broker: &Broker,
-    topics: &[AddPartitionsToTxnTopic],
-) -> (Vec<TopicPartition>, Vec<(TopicPartition, i16)>) {
-    let mut known = Vec::new();
-    let mut unknown = Vec::new();
-    for t in topics {
-        let state = broker.replicas().topic(t.name.0.as_str());
-        for &p in &t.partitions {
-            let tp = (t.name.0.to_string(), p);
-            if state.as_ref().is_some_and(|s| s.has_partition(p)) {
-                known.push(tp);
-            } else {
-                unknown.push((tp, ResponseError::UnknownTopicOrPartition.code()));
-            }
-        }
-    }
-    (known, unknown)
+fn partitions_of(topics: &[AddPartitionsToTxnTopic]) -> Vec<TopicPartition> {
+    topics
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|&p| (t.name.0.to_string(), p)))
+        .collect()
 }
 
-fn topic_results(codes: Vec<(TopicPartition, i16)>) -> Vec<AddPartitionsToTxnTopicResult> {
+fn topic_results(outcomes: Outcomes, legacy: bool) -> Vec<AddPartitionsToTxnTopicResult> {
     let mut out: Vec<AddPartitionsToTxnTopicResult> = Vec::new();
-    for ((topic, partition), code) in codes {
+    for ((topic, partition), outcome) in outcomes {
         let mut r = AddPartitionsToTxnPartitionResult::default();
         r.partition_index = partition;
-        r.partition_error_code = code;
+        r.partition_error_code = outcome.err().map_or(0, |e| code(&e, legacy));
         match out.iter_mut().find(|t| t.name.0.as_str() == topic) {
             Some(t) => t.results_by_partition.push(r),
             None => {
@@ -92,134 +83,88 @@ fn topic_results(codes: Vec<(TopicPartition, i16)>) -> Vec<AddPartitionsToTxnTop
     out
 }
 
-/// One transaction's AddPartitionsToTxn: every partition gets the same code, except
-/// unknown ones; when some are unknown, the rest get OPERATION_NOT_ATTEMPTED (Kafka's
-/// answer).
-async fn add_one(
-    broker: &Broker,
-    transactional_id: &str,
-    producer_id: i64,
-    producer_epoch: i16,
-    topics: &[AddPartitionsToTxnTopic],
-    verify_only: bool,
-    legacy: bool,
-) -> Vec<(TopicPartition, i16)> {
-    let (known, mut codes) = known_partitions(broker, topics);
-    if !codes.is_empty() {
-        codes.extend(
-            known
-                .into_iter()
-                .map(|tp| (tp, ResponseError::OperationNotAttempted.code())),
-        );
-        return codes;
-    }
-    let transactions = broker.transactions();
-    if verify_only {
-        for tp in known {
-            let checked = transactions
-                .verify_partition(
-                    transactional_id,
-                    producer_id,
-                    producer_epoch,
-                    tp.clone(),
-                    false,
-                )
-                .await;
-            codes.push((tp, checked.err().map_or(0, |e| code(&e, legacy))));
-        }
-        return codes;
-    }
-    let added = transactions
-        .add_partitions(
-            transactional_id,
-            producer_id,
-            producer_epoch,
-            known.clone(),
-            1,
-            true,
-        )
-        .await;
-    let c = added.err().map_or(0, |e| code(&e, legacy));
-    known.into_iter().map(|tp| (tp, c)).collect()
-}
-
 pub async fn add_partitions_to_txn(
     broker: &Broker,
+    who: &Caller,
     req: AddPartitionsToTxnRequest,
     version: i16,
 ) -> AddPartitionsToTxnResponse {
     let mut response = AddPartitionsToTxnResponse::default();
+    let transacting = broker.transacting();
     if version <= 3 {
-        let codes = add_one(
-            broker,
-            req.v3_and_below_transactional_id.0.as_str(),
-            req.v3_and_below_producer_id.0,
-            req.v3_and_below_producer_epoch,
-            &req.v3_and_below_topics,
-            false,
-            version < 2,
-        )
-        .await;
-        response.results_by_topic_v3_and_below = topic_results(codes);
+        let producer = Producer {
+            transactional_id: req.v3_and_below_transactional_id.0.as_str(),
+            producer_id: req.v3_and_below_producer_id.0,
+            producer_epoch: req.v3_and_below_producer_epoch,
+        };
+        let partitions = partitions_of(&req.v3_and_below_topics);
+        let outcomes = transacting.add_partitions(who, &producer, partitions).await;
+        response.results_by_topic_v3_and_below = topic_results(outcomes, version < 2);
         return response;
     }
-    for t in req.transactions {
-        let codes = add_one(
-            broker,
-            t.transactional_id.0.as_str(),
-            t.producer_id.0,
-            t.producer_epoch,
-            &t.topics,
-            t.verify_only,
-            false,
-        )
-        .await;
-        let mut r = AddPartitionsToTxnResult::default();
-        r.transactional_id = t.transactional_id;
-        r.topic_results = topic_results(codes);
-        response.results_by_transaction.push(r);
+    let transactions = req
+        .transactions
+        .iter()
+        .map(|t| {
+            let producer = Producer {
+                transactional_id: t.transactional_id.0.as_str(),
+                producer_id: t.producer_id.0,
+                producer_epoch: t.producer_epoch,
+            };
+            (producer, partitions_of(&t.topics), t.verify_only)
+        })
+        .collect();
+    match transacting.verify_partitions(who, transactions).await {
+        Ok(all) => {
+            for (t, outcomes) in req.transactions.iter().zip(all) {
+                let mut r = AddPartitionsToTxnResult::default();
+                r.transactional_id = t.transactional_id.clone();
+                r.topic_results = topic_results(outcomes, false);
+                response.results_by_transaction.push(r);
+            }
+        }
+        Err(e) => response.error_code = ApiError::from(&e).code(),
     }
     response
 }
 
 pub async fn add_offsets_to_txn(
     broker: &Broker,
+    who: &Caller,
     req: AddOffsetsToTxnRequest,
     version: i16,
 ) -> AddOffsetsToTxnResponse {
     let mut response = AddOffsetsToTxnResponse::default();
-    if req.group_id.0.is_empty() {
-        response.error_code = ResponseError::InvalidGroupId.code();
-        return response;
-    }
+    let producer = Producer {
+        transactional_id: req.transactional_id.0.as_str(),
+        producer_id: req.producer_id.0,
+        producer_epoch: req.producer_epoch,
+    };
     let added = broker
-        .transactions()
-        .add_group(
-            req.transactional_id.0.as_str(),
-            req.producer_id.0,
-            req.producer_epoch,
-            req.group_id.0.as_str(),
-            1,
-            true,
-        )
+        .transacting()
+        .add_offsets(who, &producer, req.group_id.0.as_str())
         .await;
     response.error_code = added.err().map_or(0, |e| code(&e, version < 2));
     response
 }
 
-pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTxnResponse {
+pub async fn end_txn(
+    broker: &Broker,
+    who: &Caller,
+    req: EndTxnRequest,
+    version: i16,
+) -> EndTxnResponse {
     let mut response = EndTxnResponse::default();
     response.producer_id = ProducerId(-1);
     response.producer_epoch = -1;
+    let producer = Producer {
+        transactional_id: req.transactional_id.0.as_str(),
+        producer_id: req.producer_id.0,
+        producer_epoch: req.producer_epoch,
+    };
     let ended = broker
-        .transactions()
-        .end(
-            req.transactional_id.0.as_str(),
-            req.producer_id.0,
-            req.producer_epoch,
-            req.committed,
-            version >= 5,
-        )
+        .transacting()
+        .end(who, &producer, req.committed, version >= 5)
         .await;
     match ended {
         Ok(e) => {
@@ -233,89 +178,54 @@ pub async fn end_txn(broker: &Broker, req: EndTxnRequest, version: i16) -> EndTx
 
 pub async fn txn_offset_commit(
     broker: &Broker,
+    who: &Caller,
     req: TxnOffsetCommitRequest,
     version: i16,
 ) -> TxnOffsetCommitResponse {
-    let group = req.group_id.0.as_str();
     let now = now_ms();
-    let mut failed: Option<i16> = None;
-    let mut per_partition: Vec<(TopicPartition, i16)> = Vec::new();
-    let mut offsets = Vec::new();
-    for t in &req.topics {
-        let state = broker.replicas().topic(t.name.0.as_str());
-        for p in &t.partitions {
-            let tp = (t.name.0.to_string(), p.partition_index);
-            if !state
-                .as_ref()
-                .is_some_and(|s| s.has_partition(p.partition_index))
-            {
-                per_partition.push((tp, ResponseError::UnknownTopicOrPartition.code()));
-                continue;
-            }
-            offsets.push((
-                tp,
-                CommittedOffset {
-                    offset: p.committed_offset,
-                    leader_epoch: p.committed_leader_epoch,
-                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
-                    commit_timestamp_ms: now,
-                },
-            ));
-        }
-    }
-    if group.is_empty() {
-        failed = Some(ResponseError::InvalidGroupId.code());
-    }
-    if failed.is_none() && !offsets.is_empty() {
-        let transactions = broker.transactions();
-        let in_txn = if version >= 5 {
-            transactions
-                .add_group(
-                    req.transactional_id.0.as_str(),
-                    req.producer_id.0,
-                    req.producer_epoch,
-                    group,
-                    2,
-                    false,
+    let offsets = req
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    (t.name.0.to_string(), p.partition_index),
+                    CommittedOffset {
+                        offset: p.committed_offset,
+                        leader_epoch: p.committed_leader_epoch,
+                        metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                        commit_timestamp_ms: now,
+                    },
                 )
-                .await
-        } else {
-            transactions
-                .verify_group(
-                    req.transactional_id.0.as_str(),
-                    req.producer_id.0,
-                    req.producer_epoch,
-                    group,
-                )
-                .await
-        };
-        if let Err(e) = in_txn {
-            failed = Some(code(&e, version < 3));
-        }
-    }
-    if failed.is_none() && !offsets.is_empty() {
-        let staged = broker
-            .groups()
-            .coordinator()
-            .stage_txn_commit(
-                group,
-                req.member_id.as_str(),
-                req.group_instance_id.as_ref().map(|i| i.as_str()),
-                req.generation_id,
-                req.producer_id.0,
-                offsets.clone(),
-            )
-            .await;
-        if let Err(e) = staged {
-            failed = Some(ApiError::from(e).code());
-        }
-    }
-    per_partition.extend(offsets.into_iter().map(|(tp, _)| (tp, failed.unwrap_or(0))));
+            })
+        })
+        .collect();
+    let producer = Producer {
+        transactional_id: req.transactional_id.0.as_str(),
+        producer_id: req.producer_id.0,
+        producer_epoch: req.producer_epoch,
+    };
+    let member = Member {
+        member_id: req.member_id.as_str(),
+        group_instance_id: req.group_instance_id.as_ref().map(|i| i.as_str()),
+        generation_id: req.generation_id,
+    };
+    let outcomes = broker
+        .transacting()
+        .commit_offsets(
+            who,
+            &producer,
+            req.group_id.0.as_str(),
+            &member,
+            offsets,
+            version >= 5,
+        )
+        .await;
     let mut response = TxnOffsetCommitResponse::default();
-    for ((topic, partition), code) in per_partition {
+    for ((topic, partition), outcome) in outcomes {
         let mut r = TxnOffsetCommitResponsePartition::default();
         r.partition_index = partition;
-        r.error_code = code;
+        r.error_code = outcome.err().map_or(0, |e| code(&e, version < 3));
         match response
             .topics
             .iter_mut()
@@ -337,36 +247,66 @@ pub async fn txn_offset_commit(
 /// operator's AbortTransaction (KIP-664). Each marker is committed before its answer.
 pub async fn write_txn_markers(
     broker: &Broker,
+    who: &Caller,
     req: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
-    let mut response = WriteTxnMarkersResponse::default();
-    for m in req.markers {
-        let control = ControlRecord {
-            marker: if m.transaction_result {
-                Marker::Commit
-            } else {
-                Marker::Abort
+    let markers = req
+        .markers
+        .iter()
+        .map(|m| Markers {
+            producer_id: m.producer_id.0,
+            producer_epoch: m.producer_epoch,
+            control: ControlRecord {
+                marker: if m.transaction_result {
+                    Marker::Commit
+                } else {
+                    Marker::Abort
+                },
+                coordinator_epoch: m.coordinator_epoch,
             },
-            coordinator_epoch: m.coordinator_epoch,
-        };
+            partitions: m
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partition_indexes
+                        .iter()
+                        .map(|&p| (t.name.0.to_string(), p))
+                })
+                .collect(),
+        })
+        .collect();
+    let written = broker.transacting().write_markers(who, markers).await;
+    // Each marker's codes, partition by partition in request order; every one refused
+    // when the caller may not write markers.
+    let codes: Vec<Vec<i16>> = match &written {
+        Ok(all) => all
+            .iter()
+            .map(|outcomes| {
+                outcomes
+                    .iter()
+                    .map(|(_, o)| o.as_ref().err().map_or(0, |e| ApiError::from(e).code()))
+                    .collect()
+            })
+            .collect(),
+        Err(e) => {
+            let code = ApiError::from(e).code();
+            let count =
+                |m: &WritableTxnMarker| m.topics.iter().map(|t| t.partition_indexes.len()).sum();
+            req.markers.iter().map(|m| vec![code; count(m)]).collect()
+        }
+    };
+    let mut response = WriteTxnMarkersResponse::default();
+    for (m, codes) in req.markers.into_iter().zip(codes) {
         let mut result = WritableTxnMarkerResult::default();
         result.producer_id = m.producer_id;
+        let mut codes = codes.into_iter();
         for t in m.topics {
             let mut topic = WritableTxnMarkerTopicResult::default();
-            topic.name = t.name.clone();
+            topic.name = t.name;
             for p in t.partition_indexes {
-                let written = crate::txn::write_marker(
-                    broker.replicas(),
-                    t.name.0.as_str(),
-                    p,
-                    m.producer_id.0,
-                    m.producer_epoch,
-                    control,
-                )
-                .await;
                 let mut r = WritableTxnMarkerPartitionResult::default();
                 r.partition_index = p;
-                r.error_code = written.err().map_or(0, |e| ApiError::from(&e).code());
+                r.error_code = codes.next().unwrap_or(0);
                 topic.partitions.push(r);
             }
             result.topics.push(topic);
@@ -400,11 +340,13 @@ fn described(id: &str, record: &TxnRecord) -> TransactionState {
 
 pub async fn describe_transactions(
     broker: &Broker,
+    who: &Caller,
     req: DescribeTransactionsRequest,
 ) -> DescribeTransactionsResponse {
     let mut response = DescribeTransactionsResponse::default();
+    let transacting = broker.transacting();
     for id in req.transactional_ids {
-        let mut t = match broker.transactions().describe(id.0.as_str(), true).await {
+        let mut t = match transacting.describe(who, id.0.as_str()).await {
             Ok(record) => described(id.0.as_str(), &record),
             Err(e) => {
                 let mut t = TransactionState::default();
@@ -424,6 +366,7 @@ pub async fn describe_transactions(
 
 pub async fn list_transactions(
     broker: &Broker,
+    who: &Caller,
     req: ListTransactionsRequest,
 ) -> ListTransactionsResponse {
     const STATES: [&str; 8] = [
@@ -446,7 +389,7 @@ pub async fn list_transactions(
         .collect();
     let wanted_ids: BTreeSet<i64> = req.producer_id_filters.iter().map(|p| p.0).collect();
     let now = now_ms();
-    match broker.transactions().list(true).await {
+    match broker.transacting().list(who).await {
         Ok(all) => {
             for (id, record) in all {
                 let keep = (wanted_states.is_empty()
@@ -472,40 +415,51 @@ pub async fn list_transactions(
 /// with the first offset of any open transaction (`kafka-transactions find-hanging`).
 pub fn describe_producers(
     broker: &Broker,
+    who: &Caller,
     req: DescribeProducersRequest,
 ) -> DescribeProducersResponse {
     let mut response = DescribeProducersResponse::default();
+    let transacting = broker.transacting();
     for t in req.topics {
         let mut topic = TopicResponse::default();
         topic.name = t.name.clone();
-        for p in t.partition_indexes {
+        let failed = |index: i32, e: &Error| {
+            let e = ApiError::from(e);
             let mut r = PartitionResponse::default();
-            r.partition_index = p;
-            let state = broker.replicas().topic(t.name.0.as_str());
-            match crate::replicas::TopicState::served_in(state.as_ref(), t.name.0.as_str(), p) {
-                Ok(partition) => {
-                    r.active_producers = partition
-                        .producers()
-                        .into_iter()
-                        .map(|(pid, epoch, seq, ts, coordinator_epoch, txn_start)| {
-                            let mut s = ProducerState::default();
-                            s.producer_id = ProducerId(pid);
-                            s.producer_epoch = i32::from(epoch);
-                            s.last_sequence = seq;
-                            s.last_timestamp = ts;
-                            s.coordinator_epoch = coordinator_epoch;
-                            s.current_txn_start_offset = txn_start;
-                            s
-                        })
-                        .collect();
-                }
-                Err(e) => {
-                    let e = ApiError::from(&e);
-                    r.error_code = e.code();
-                    r.error_message = Some(s(e.message));
+            r.partition_index = index;
+            r.error_code = e.code();
+            r.error_message = Some(s(e.message));
+            r
+        };
+        match transacting.producers(who, t.name.0.as_str(), &t.partition_indexes) {
+            Err(e) => {
+                topic.partitions = t.partition_indexes.iter().map(|&p| failed(p, &e)).collect();
+            }
+            Ok(partitions) => {
+                for (p, rows) in partitions {
+                    topic.partitions.push(match rows {
+                        Err(e) => failed(p, &e),
+                        Ok(rows) => {
+                            let mut r = PartitionResponse::default();
+                            r.partition_index = p;
+                            r.active_producers = rows
+                                .into_iter()
+                                .map(|(pid, epoch, seq, ts, coordinator_epoch, txn_start)| {
+                                    let mut s = ProducerState::default();
+                                    s.producer_id = ProducerId(pid);
+                                    s.producer_epoch = i32::from(epoch);
+                                    s.last_sequence = seq;
+                                    s.last_timestamp = ts;
+                                    s.coordinator_epoch = coordinator_epoch;
+                                    s.current_txn_start_offset = txn_start;
+                                    s
+                                })
+                                .collect();
+                            r
+                        }
+                    });
                 }
             }
-            topic.partitions.push(r);
         }
         response.topics.push(topic);
     }

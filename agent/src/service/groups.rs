@@ -87,6 +87,17 @@ impl Groups<'_> {
         }
     }
 
+    /// The agent that coordinates `group` (FindCoordinator), for a caller with DESCRIBE
+    /// on it.
+    pub fn find_coordinator(
+        &self,
+        who: &Caller,
+        group: &str,
+    ) -> Result<strata_metastore::AgentRecord, GroupError> {
+        self.on_group(who, Operation::Describe, group)?;
+        Ok(self.replicas.membership().coordinator_of(group))
+    }
+
     /// KIP-430: the operations the caller may do to `group`.
     pub fn authorized_operations(&self, who: &Caller, group: &str) -> i32 {
         self.authorizer

@@ -17,3 +17,4 @@ pub mod offsets;
 pub mod placement;
 pub mod produce;
 pub mod security;
+pub mod transactions;

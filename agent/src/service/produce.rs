@@ -18,10 +18,10 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use tokio::time::Instant;
 
 use crate::authz::{Authorizer, Operation, ResourceType};
 use crate::caller::Caller;
+pub use crate::commit::Commit;
 use crate::error::{Error, Result};
 use crate::partition::Partition;
 use crate::replicas::{ReplicaManager, TopicState};
@@ -57,29 +57,6 @@ pub struct Appended {
     pub log_start_offset: i64,
     /// For acks=all: what to wait for before answering.
     pub commit: Option<Commit>,
-}
-
-/// An acks=all write waiting to be committed.
-#[derive(Debug)]
-pub struct Commit {
-    partition: Arc<Partition>,
-    end_offset: i64,
-    epoch: i32,
-    min_insync: usize,
-}
-
-impl Commit {
-    /// Waits until the write is committed, or fails: the leadership moved on, the ISR
-    /// fell below `min.insync.replicas`, or `deadline` passed.
-    pub async fn wait(self, deadline: Instant) -> Result<()> {
-        let committed = self
-            .partition
-            .wait_committed(self.end_offset, self.epoch, self.min_insync);
-        match tokio::time::timeout_at(deadline, committed).await {
-            Ok(outcome) => outcome.map_err(Error::from),
-            Err(_) => Err(Error::NotReplicatedInTime),
-        }
-    }
 }
 
 /// Leave for one caller to write one topic, from [`Producing::permit`].
@@ -191,12 +168,8 @@ impl Producing {
             base_offset: out.base_offset,
             log_append_time_ms: out.log_append_time_ms,
             log_start_offset: replica.log_start_offset(),
-            commit: (acks == Acks::All).then(|| Commit {
-                partition: Arc::clone(replica),
-                end_offset: out.last_offset + 1,
-                epoch,
-                min_insync,
-            }),
+            commit: (acks == Acks::All)
+                .then(|| Commit::new(Arc::clone(replica), out.last_offset + 1, epoch, min_insync)),
         })
     }
 
@@ -226,35 +199,4 @@ impl Producing {
             )
         })
     }
-}
-
-/// Appends, as leader, a transaction marker (WriteTxnMarkers, or the coordinator's own
-/// agent): its offset, and the commit to wait for (markers are written as acks=all writes
-/// are). No caller is asked: only the transaction coordinator writes markers.
-pub fn append_marker(
-    replicas: &ReplicaManager,
-    topic: &str,
-    partition: i32,
-    producer_id: i64,
-    producer_epoch: i16,
-    control: strata_log::txn::ControlRecord,
-) -> Result<(i64, Commit)> {
-    let state = replicas.topic(topic);
-    let replica = TopicState::served_in(state.as_ref(), topic, partition)?;
-    if !replicas.membership().holds_lease() {
-        return Err(Error::LeaseLapsed);
-    }
-    let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
-    let now_ms = replicas.membership().clock().wall_ms();
-    let (offset, epoch) =
-        replica.append_marker(producer_id, producer_epoch, control, now_ms, min_insync)?;
-    Ok((
-        offset,
-        Commit {
-            partition: Arc::clone(replica),
-            end_offset: offset + 1,
-            epoch,
-            min_insync,
-        },
-    ))
 }

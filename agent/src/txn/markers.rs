@@ -17,11 +17,11 @@ use kafka_protocol::protocol::StrBytes;
 use strata_log::txn::{ControlRecord, Marker};
 use strata_metastore::{Metastore, TopicPartition, TxnRecord, TxnState};
 
+use crate::commit::Commit;
 use crate::error::Error;
 use crate::membership::Membership;
 use crate::peer::Peer;
 use crate::replicas::ReplicaManager;
-use crate::service::produce::append_marker;
 
 /// Pause between rounds of retries.
 const RETRY_AFTER: Duration = Duration::from_millis(200);
@@ -284,4 +284,35 @@ async fn write_remote(
         .iter()
         .map(|tp| codes.get(tp).map_or(Outcome::Retry, |&c| classify(c)))
         .collect()
+}
+
+/// Appends, as leader, a transaction marker (WriteTxnMarkers, or the coordinator's own
+/// agent): its offset, and the commit to wait for (markers are written as acks=all writes
+/// are). No caller is asked: only the transaction coordinator writes markers.
+fn append_marker(
+    replicas: &ReplicaManager,
+    topic: &str,
+    partition: i32,
+    producer_id: i64,
+    producer_epoch: i16,
+    control: strata_log::txn::ControlRecord,
+) -> Result<(i64, Commit), Error> {
+    let state = replicas.topic(topic);
+    let replica = crate::replicas::TopicState::served_in(state.as_ref(), topic, partition)?;
+    if !replicas.membership().holds_lease() {
+        return Err(Error::LeaseLapsed);
+    }
+    let min_insync = state.as_ref().map_or(1, |t| t.config.min_insync_replicas());
+    let now_ms = replicas.membership().clock().wall_ms();
+    let (offset, epoch) =
+        replica.append_marker(producer_id, producer_epoch, control, now_ms, min_insync)?;
+    Ok((
+        offset,
+        Commit::new(
+            std::sync::Arc::clone(replica),
+            offset + 1,
+            epoch,
+            min_insync,
+        ),
+    ))
 }
