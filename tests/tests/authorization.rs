@@ -847,6 +847,64 @@ async fn acls_created_over_kafka_decide_the_next_requests() {
     agent.stop().await;
 }
 
+/// A fetch session keeps answering its partitions without naming them: the fetch
+/// service decides again at every fetch, so once the ACL is gone the session's
+/// partition is answered TOPIC_AUTHORIZATION_FAILED, with no records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fetch_session_stops_answering_a_topic_once_its_acl_is_gone() {
+    let agent = TestAgent::start_with(|s| {
+        s.authorizer = "acl".to_string();
+        s.super_users = "User:root".to_string();
+    })
+    .await
+    .expect("start");
+    let mut c = agent.client().await.expect("connect");
+    set_acls(&agent, true).await;
+    assert_eq!(create(&mut c, "t", 1, &[]).await, 0);
+    let written = c
+        .send(9, &produce("t", 0, simple_batch(2, 1_000), -1))
+        .await
+        .expect("produce");
+    assert_eq!(written.responses[0].partition_responses[0].error_code, 0);
+
+    // A full fetch that opens a session.
+    let mut opening = fetch(12, "t", uuid::Uuid::nil(), -1);
+    opening.session_id = 0;
+    opening.session_epoch = 0;
+    let r = c.send(12, &opening).await.expect("fetch");
+    assert_eq!(r.error_code, 0);
+    assert_ne!(r.session_id, 0, "a session was opened: {r:?}");
+    let p = &r.responses[0].partitions[0];
+    assert_eq!((p.error_code, p.high_watermark), (0, 2));
+    assert!(p.records.as_ref().is_some_and(|b| !b.is_empty()));
+
+    // The grant goes; the next incremental fetch names no topic.
+    set_acls(&agent, false).await;
+    let mut next = FetchRequest::default();
+    next.replica_id = BrokerId(-1);
+    next.max_bytes = 1 << 20;
+    next.session_id = r.session_id;
+    next.session_epoch = 1;
+    let r = c.send(12, &next).await.expect("fetch");
+    assert_eq!(r.error_code, 0);
+    let answered: Vec<(String, i32, i16, bool)> = r
+        .responses
+        .iter()
+        .flat_map(|t| {
+            t.partitions.iter().map(|p| {
+                (
+                    t.topic.to_string(),
+                    p.partition_index,
+                    p.error_code,
+                    p.records.as_ref().is_some_and(|b| !b.is_empty()),
+                )
+            })
+        })
+        .collect();
+    assert_eq!(answered, [("t".to_string(), 0, TOPIC_DENIED, false)]);
+    agent.stop().await;
+}
+
 /// One HTTP request through the agent's router, as `User:ANONYMOUS` (no credentials):
 /// the status and the body as JSON (`Null` if it is not).
 async fn http(
