@@ -51,6 +51,8 @@ pub struct Broker {
     replicas: Arc<ReplicaManager>,
     producing: Producing,
     fetching: Fetching,
+    /// Kafka connections to the other agents.
+    peers: Arc<crate::peers::Peers>,
     /// Incremental fetch sessions (KIP-227).
     fetch_sessions: FetchSessions,
     lifecycle: Arc<Lifecycle>,
@@ -153,6 +155,10 @@ impl Broker {
             background,
         ));
         let producer_ids = Arc::new(ProducerIds::new(metastore.clone()));
+        let peers = Arc::new(crate::peers::Peers::new(
+            node_id,
+            settings.max_request_bytes,
+        ));
         // The ACLs are read before the first request is served: none is decided on an
         // empty set that would deny (or allow) what the bindings say otherwise.
         let authorizer = Arc::new(Authorizer::new(settings.authz()?, metastore.clone()));
@@ -201,7 +207,12 @@ impl Broker {
             metastore,
             membership,
             groups,
-            producing: Producing::new(Arc::clone(&replicas), Arc::clone(&authorizer)),
+            producing: Producing::new(
+                Arc::clone(&replicas),
+                Arc::clone(&authorizer),
+                Arc::clone(&peers),
+            ),
+            peers,
             fetching: Fetching::new(Arc::clone(&replicas), Arc::clone(&authorizer)),
             fetch_sessions,
             lifecycle,
@@ -266,6 +277,11 @@ impl Broker {
     /// Appending as leader ([`crate::service::produce`]).
     pub fn producing(&self) -> &Producing {
         &self.producing
+    }
+
+    /// Kafka connections to the other agents ([`crate::peers`]).
+    pub fn peers(&self) -> &crate::peers::Peers {
+        &self.peers
     }
 
     /// Reading as leader, for consumers and followers ([`crate::service::fetch`]).

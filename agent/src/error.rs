@@ -20,6 +20,21 @@ pub enum Error {
     /// The partition exists, but another agent leads it.
     #[error("this agent does not lead {topic}-{partition}")]
     NotLeader { topic: String, partition: i32 },
+    /// The partition has no leader now (Kafka's LEADER_NOT_AVAILABLE).
+    #[error("{topic}-{partition} has no leader")]
+    LeaderNotAvailable { topic: String, partition: i32 },
+    /// Another agent could not be reached (Kafka's NETWORK_EXCEPTION).
+    #[error("cannot reach agent {agent}: {why}")]
+    Unreachable { agent: i32, why: String },
+    /// The agent a request was sent on to refused it, with Kafka's error `code`;
+    /// `retriable` when the request surely did not happen and may be sent again.
+    #[error("agent {agent}: {message}")]
+    Elsewhere {
+        agent: i32,
+        code: i16,
+        message: String,
+        retriable: bool,
+    },
     /// This agent could not renew its cluster lease: another may be elected in its
     /// place, so it takes no writes until it renews.
     #[error("this agent could not renew its cluster lease and takes no writes until it does")]
@@ -57,6 +72,24 @@ pub enum Error {
     Metastore(#[from] strata_metastore::Error),
     #[error(transparent)]
     Sync(#[from] SyncError),
+}
+
+impl Error {
+    /// The request surely did not happen, and a client tries it again after a pause,
+    /// at the leader it learns then: no such partition (yet), a leader that moved or
+    /// is not there, too few in-sync replicas to take it.
+    pub fn retriable(&self) -> bool {
+        use crate::partition::PartitionError as P;
+        match self {
+            Error::UnknownTopicOrPartition { .. }
+            | Error::NotLeader { .. }
+            | Error::LeaderNotAvailable { .. }
+            | Error::LeaseLapsed
+            | Error::Partition(P::NotLeader(_) | P::NotEnoughReplicas { .. }) => true,
+            Error::Elsewhere { retriable, .. } => *retriable,
+            _ => false,
+        }
+    }
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

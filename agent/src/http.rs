@@ -42,7 +42,6 @@ use crate::broker::Broker;
 pub struct HttpApi {
     broker: Arc<Broker>,
     auth: auth::HttpAuth,
-    peers: cluster::Peers,
     remembered: produce::Remembered,
     consumers: consume::Consumers,
     /// What each route needs ([`table`]), by path and method.
@@ -344,11 +343,9 @@ pub fn routes() -> Vec<Route> {
 }
 
 pub fn router(broker: Arc<Broker>) -> Router {
-    let max_record_bytes = broker.settings().max_request_bytes;
     let table = table();
     let api = Arc::new(HttpApi {
         auth: http_auth(broker.settings()),
-        peers: cluster::Peers::new(broker.node_id(), max_record_bytes),
         remembered: produce::remembered(),
         consumers: consume::Consumers::default(),
         routes: table

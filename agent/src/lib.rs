@@ -33,6 +33,7 @@ pub mod observe;
 pub mod open_files;
 pub mod partition;
 mod peer;
+pub mod peers;
 pub mod producer_ids;
 pub mod quota;
 pub mod rebuild;

@@ -146,6 +146,16 @@ impl From<&Error> for ApiError {
                 ApiError::new(ResponseError::InvalidRequiredAcks, e.to_string())
             }
             Error::InvalidRequest(_) => ApiError::new(ResponseError::InvalidRequest, e.to_string()),
+            Error::LeaderNotAvailable { .. } => {
+                ApiError::new(ResponseError::LeaderNotAvailable, e.to_string())
+            }
+            Error::Unreachable { .. } => {
+                ApiError::new(ResponseError::NetworkException, e.to_string())
+            }
+            Error::Elsewhere { code, message, .. } => ApiError::new(
+                ResponseError::try_from_code(*code).unwrap_or(ResponseError::UnknownServerError),
+                message.clone(),
+            ),
             Error::Transaction(e) => ApiError::from(e),
             Error::Group(e) => ApiError::from(*e),
             Error::NotAttempted => {

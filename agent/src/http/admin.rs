@@ -167,7 +167,8 @@ pub async fn list_offsets(
         request.replica_id = BrokerId(-1);
         request.topics = vec![t];
         let response = http
-            .peers
+            .broker
+            .peers()
             .send(http.broker.membership(), leader, 7, &request)
             .await;
         match response {
@@ -512,7 +513,8 @@ pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extension
         let mut request = ListGroupsRequest::default();
         request.states_filter = Vec::new();
         match http
-            .peers
+            .broker
+            .peers()
             .send(membership, agent.node_id, 4, &request)
             .await
         {

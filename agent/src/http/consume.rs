@@ -765,7 +765,8 @@ pub(super) async fn read(
     request.session_epoch = -1;
     request.topics = vec![t];
     let response = http
-        .peers
+        .broker
+        .peers()
         .send(broker.membership(), leader, 12, &request)
         .await
         .map_err(|e| {

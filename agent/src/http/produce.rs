@@ -25,10 +25,6 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::Compression;
 use serde::{Deserialize, Serialize};
 
 use super::HttpApi;
@@ -38,7 +34,7 @@ use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
 use crate::caller::Caller;
 use crate::service::admin::AdminError;
-use crate::service::produce::{Acks, Permit};
+use crate::service::produce::{self, Acks, Permit};
 
 /// How long an idempotency key's first answer is kept.
 pub const IDEMPOTENCY_TTL: Duration = Duration::from_secs(600);
@@ -50,8 +46,6 @@ const MAX_TIMEOUT_MS: u64 = 30_000;
 /// The shortest wait accepted: a durable write (fsync, and the in-sync replicas) needs
 /// some, and a shorter one would only turn writes that succeed into timeouts.
 const MIN_TIMEOUT_MS: u64 = 1_000;
-/// A forwarded produce must be answered before the connection's response timeout.
-const FORWARD_TIMEOUT_MS: u64 = 9_000;
 
 /// The first answers to requests with an `Idempotency-Key`, by topic and key.
 pub type Remembered = moka::future::Cache<(String, String), Arc<Answer>>;
@@ -399,7 +393,7 @@ async fn answer_produce(
 
 /// A parsed request: its messages as records, with the partition each asked for.
 struct Parsed {
-    records: Vec<(Option<i32>, kafka_protocol::records::Record)>,
+    records: Vec<(Option<i32>, produce::Message)>,
     acks: Acks,
     timeout: Duration,
 }
@@ -444,15 +438,19 @@ fn parse(text: &Bytes) -> Result<Parsed, Problem> {
                 .map(|v| encoding.decode("a header value", &v))
                 .transpose()
                 .map_err(bad)?;
-            headers.push((StrBytes::from_string(k), value));
+            headers.push((k, value));
         }
         let timestamp = m.timestamp.unwrap_or(now);
         if timestamp < 0 {
             return Err(bad(format!("timestamp {timestamp} is negative")));
         }
-        let mut record = strata_log::batch::plain_record(0, timestamp, key, value);
-        record.headers = headers;
-        records.push((m.partition, record));
+        let message = produce::Message {
+            key,
+            value,
+            headers,
+            timestamp,
+        };
+        records.push((m.partition, message));
     }
     Ok(Parsed {
         records,
@@ -495,7 +493,7 @@ async fn write(
     let sticky = rand_partition(partitions);
     let mut results: Vec<Option<Outcome>> = vec![None; parsed.records.len()];
     // Per partition: the messages' indexes and their records, in request order.
-    let mut batches: BTreeMap<i32, Vec<(usize, kafka_protocol::records::Record)>> = BTreeMap::new();
+    let mut batches: BTreeMap<i32, Vec<(usize, produce::Message)>> = BTreeMap::new();
     for (i, (asked, record)) in parsed.records.into_iter().enumerate() {
         let partition = match (asked, &record.key) {
             (Some(p), _) if (0..partitions).contains(&p) => p,
@@ -516,23 +514,17 @@ async fn write(
     }
     let deadline = crate::clock::instant() + parsed.timeout;
     let mut pending = Vec::new();
-    for (partition, mut records) in batches {
-        for (delta, (_, r)) in records.iter_mut().enumerate() {
-            r.offset = delta as i64;
-            r.sequence = delta as i32 - 1;
-        }
-        let only: Vec<_> = records.iter().map(|(_, r)| r.clone()).collect();
-        let batch = Bytes::from(strata_log::batch::encode_records(&only, Compression::None));
+    for (partition, records) in batches {
+        let batch = produce::batch(records.iter().map(|(_, m)| m));
         let indexes: Vec<usize> = records.into_iter().map(|(i, _)| i).collect();
-        pending.push(send(
-            http,
-            permit,
-            partition,
-            batch,
-            parsed.acks,
-            deadline,
-            indexes,
-        ));
+        let (producing, acks) = (http.broker.producing(), parsed.acks);
+        pending.push(async move {
+            let written = producing
+                .write(permit, partition, &batch, acks, deadline)
+                .await
+                .map_err(|e| ApiError::from(&e));
+            (indexes, partition, written)
+        });
     }
     for (indexes, partition, outcome) in futures::future::join_all(pending).await {
         for (n, i) in indexes.into_iter().enumerate() {
@@ -559,154 +551,6 @@ async fn write(
 
 fn rand_partition(partitions: i32) -> i32 {
     (uuid::Uuid::new_v4().as_u128() % partitions.max(1) as u128) as i32
-}
-
-type Sent = (Vec<usize>, i32, Result<Option<i64>, ApiError>);
-
-/// Errors after which the write surely did not happen, so it is tried again (as a
-/// Kafka producer retries them) until the deadline, at the leader known then.
-fn retriable(code: ResponseError) -> bool {
-    matches!(
-        code,
-        ResponseError::UnknownTopicOrPartition
-            | ResponseError::NotLeaderOrFollower
-            | ResponseError::LeaderNotAvailable
-            | ResponseError::NotEnoughReplicas
-    )
-}
-
-/// Kafka's `retry.backoff.ms` default.
-const RETRY_BACKOFF: Duration = Duration::from_millis(100);
-
-/// Appends one partition's batch at its leader: its base offset (`None` for acks=0).
-async fn send(
-    http: &HttpApi,
-    permit: &Permit,
-    partition: i32,
-    batch: Bytes,
-    acks: Acks,
-    deadline: tokio::time::Instant,
-    indexes: Vec<usize>,
-) -> Sent {
-    let topic = permit.topic();
-    loop {
-        let leader = http
-            .broker
-            .replicas()
-            .topic(topic)
-            .and_then(|t| {
-                t.record
-                    .partitions
-                    .get(partition as usize)
-                    .map(|p| p.leader)
-            })
-            .unwrap_or(-1);
-        let outcome = send_once(http, permit, partition, leader, &batch, acks, deadline).await;
-        match &outcome {
-            Err(e) if retriable(e.code) && crate::clock::instant() + RETRY_BACKOFF < deadline => {
-                crate::clock::pause(RETRY_BACKOFF).await;
-            }
-            _ => return (indexes, partition, outcome),
-        }
-    }
-}
-
-/// Appends here, or forwards to the leader; `permit` is the produce service's leave for
-/// the caller to write the topic (the leader trusts its peer's word on it).
-async fn send_once(
-    http: &HttpApi,
-    permit: &Permit,
-    partition: i32,
-    leader: i32,
-    batch: &Bytes,
-    acks: Acks,
-    deadline: tokio::time::Instant,
-) -> Result<Option<i64>, ApiError> {
-    let broker = &http.broker;
-    let topic = permit.topic();
-    if leader != broker.node_id() {
-        return forward(http, topic, partition, leader, batch, acks, deadline).await;
-    }
-    let appended = broker.producing().append(
-        permit,
-        partition,
-        Some(batch),
-        acks,
-        None,
-        crate::clock::now_ms(),
-    );
-    let out = appended.map_err(|e| ApiError::from(&e))?;
-    crate::metrics::produced(topic, batch.len());
-    let base = (acks != Acks::None).then_some(out.base_offset);
-    match out.commit {
-        Some(commit) => commit
-            .wait(deadline)
-            .await
-            .map(|()| base)
-            .map_err(|e| ApiError::from(&e)),
-        None => Ok(base),
-    }
-}
-
-/// Sends the batch to its leader as a Kafka Produce (acks=0 as acks=1: the HTTP
-/// request is answered either way).
-async fn forward(
-    http: &HttpApi,
-    topic: &str,
-    partition: i32,
-    leader: i32,
-    batch: &[u8],
-    acks: Acks,
-    deadline: tokio::time::Instant,
-) -> Result<Option<i64>, ApiError> {
-    if leader < 0 {
-        return Err(ApiError::new(
-            ResponseError::LeaderNotAvailable,
-            format!("{topic}-{partition} has no leader"),
-        ));
-    }
-    let left = deadline.saturating_duration_since(crate::clock::instant());
-    let mut request = ProduceRequest::default();
-    request.acks = if acks == Acks::All { -1 } else { 1 };
-    request.timeout_ms = left.as_millis().min(u128::from(FORWARD_TIMEOUT_MS)) as i32;
-    let mut data = PartitionProduceData::default();
-    data.index = partition;
-    data.records = Some(Bytes::copy_from_slice(batch));
-    let mut t = TopicProduceData::default();
-    t.name = TopicName(StrBytes::from_string(topic.to_string()));
-    t.partition_data = vec![data];
-    request.topic_data = vec![t];
-    let response = http
-        .peers
-        .send(http.broker.membership(), leader, 9, &request)
-        .await
-        .map_err(|e| {
-            ApiError::new(
-                ResponseError::NetworkException,
-                format!("cannot reach the leader of {topic}-{partition}, agent {leader}: {e:#}"),
-            )
-        })?;
-    let answer = response
-        .responses
-        .into_iter()
-        .flat_map(|t| t.partition_responses)
-        .find(|p| p.index == partition)
-        .ok_or_else(|| {
-            ApiError::new(
-                ResponseError::UnknownServerError,
-                format!("agent {leader} did not answer for {topic}-{partition}"),
-            )
-        })?;
-    match ResponseError::try_from_code(answer.error_code) {
-        None => Ok((acks != Acks::None).then_some(answer.base_offset)),
-        Some(code) => Err(ApiError::new(
-            code,
-            answer.error_message.map_or_else(
-                || format!("agent {leader} refused the write"),
-                |m| m.to_string(),
-            ),
-        )),
-    }
 }
 
 #[cfg(test)]

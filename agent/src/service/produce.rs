@@ -18,12 +18,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use tokio::time::Instant;
 
 use crate::authz::{Authorizer, Operation, ResourceType};
 use crate::caller::Caller;
 pub use crate::commit::Commit;
 use crate::error::{Error, Result};
 use crate::partition::Partition;
+use crate::peers::Peers;
 use crate::replicas::{ReplicaManager, TopicState};
 
 /// How many replicas must have a write before it is acknowledged.
@@ -59,6 +61,48 @@ pub struct Appended {
     pub commit: Option<Commit>,
 }
 
+/// A record as a caller that is not a Kafka producer gives it (the HTTP produce).
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub key: Option<Bytes>,
+    pub value: Option<Bytes>,
+    /// Header keys and values, in order (a key may repeat).
+    pub headers: Vec<(String, Option<Bytes>)>,
+    /// Create time, in ms.
+    pub timestamp: i64,
+}
+
+/// One uncompressed record batch of `messages`, in their order, without a producer id
+/// (the form [`Producing::write`] takes).
+pub fn batch<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Bytes {
+    use kafka_protocol::protocol::StrBytes;
+    let records: Vec<_> = messages
+        .into_iter()
+        .enumerate()
+        .map(|(delta, m)| {
+            let mut r = strata_log::batch::plain_record(
+                delta as i64,
+                m.timestamp,
+                m.key.clone(),
+                m.value.clone(),
+            );
+            r.sequence = delta as i32 - 1;
+            r.headers = m
+                .headers
+                .iter()
+                .map(|(k, v)| (StrBytes::from_string(k.clone()), v.clone()))
+                .collect();
+            r
+        })
+        .collect();
+    let encoded =
+        strata_log::batch::encode_records(&records, kafka_protocol::records::Compression::None);
+    Bytes::from(encoded)
+}
+
+/// Kafka's `retry.backoff.ms` default: the pause before a write is tried again.
+const RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Leave for one caller to write one topic, from [`Producing::permit`].
 #[derive(Debug)]
 pub struct Permit {
@@ -75,6 +119,7 @@ impl Permit {
 pub struct Producing {
     replicas: Arc<ReplicaManager>,
     authorizer: Arc<Authorizer>,
+    peers: Arc<Peers>,
 }
 
 impl std::fmt::Debug for Producing {
@@ -84,10 +129,15 @@ impl std::fmt::Debug for Producing {
 }
 
 impl Producing {
-    pub fn new(replicas: Arc<ReplicaManager>, authorizer: Arc<Authorizer>) -> Producing {
+    pub fn new(
+        replicas: Arc<ReplicaManager>,
+        authorizer: Arc<Authorizer>,
+        peers: Arc<Peers>,
+    ) -> Producing {
         Producing {
             replicas,
             authorizer,
+            peers,
         }
     }
 
@@ -171,6 +221,86 @@ impl Producing {
             commit: (acks == Acks::All)
                 .then(|| Commit::new(Arc::clone(replica), out.last_offset + 1, epoch, min_insync)),
         })
+    }
+
+    /// Writes `batch` to `partition` of the permit's topic at its leader, for a caller
+    /// that is not a Kafka producer (the HTTP produce): appended here when this agent
+    /// leads it (for acks=all, once committed), else sent to the leader as a Kafka
+    /// Produce (acks=0 as acks=1: the caller is answered either way). A write refused
+    /// for a reason after which it surely did not happen (no leader, a leader that moved,
+    /// too few in-sync replicas) is tried again, as a Kafka producer retries, at the
+    /// leader known then, until `deadline`. The base offset (`None` for acks=0).
+    pub async fn write(
+        &self,
+        permit: &Permit,
+        partition: i32,
+        batch: &Bytes,
+        acks: Acks,
+        deadline: Instant,
+    ) -> Result<Option<i64>> {
+        loop {
+            let outcome = self
+                .write_once(permit, partition, batch, acks, deadline)
+                .await;
+            match &outcome {
+                Err(e) if e.retriable() && crate::clock::instant() + RETRY_BACKOFF < deadline => {
+                    crate::clock::pause(RETRY_BACKOFF).await;
+                }
+                _ => return outcome,
+            }
+        }
+    }
+
+    async fn write_once(
+        &self,
+        permit: &Permit,
+        partition: i32,
+        batch: &Bytes,
+        acks: Acks,
+        deadline: Instant,
+    ) -> Result<Option<i64>> {
+        let topic = permit.topic();
+        let leader = self
+            .replicas
+            .topic(topic)
+            .and_then(|t| {
+                t.record
+                    .partitions
+                    .get(partition as usize)
+                    .map(|p| p.leader)
+            })
+            .unwrap_or(-1);
+        let membership = self.replicas.membership();
+        if leader == membership.node_id() {
+            let now = membership.clock().wall_ms();
+            let out = self.append(permit, partition, Some(batch), acks, None, now)?;
+            crate::metrics::produced(topic, batch.len());
+            let base = (acks != Acks::None).then_some(out.base_offset);
+            if let Some(commit) = out.commit {
+                commit.wait(deadline).await?;
+            }
+            return Ok(base);
+        }
+        if leader < 0 {
+            return Err(Error::LeaderNotAvailable {
+                topic: topic.to_string(),
+                partition,
+            });
+        }
+        let left = deadline.saturating_duration_since(crate::clock::instant());
+        let base = self
+            .peers
+            .produce(
+                membership,
+                leader,
+                topic,
+                partition,
+                batch,
+                acks == Acks::All,
+                left,
+            )
+            .await?;
+        Ok((acks != Acks::None).then_some(base))
     }
 
     /// For a produce with a transactional id: the producer id and epoch of the first

@@ -1,0 +1,151 @@
+//! Kafka connections from this agent to the others, reused across requests: what a
+//! service sends to the agent that serves a partition or group it does not (the HTTP
+//! produce's writes to each partition's leader, for one).
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use anyhow::Context;
+use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::protocol::{Request, StrBytes};
+use tokio::time::Instant;
+
+use crate::error::Error;
+use crate::membership::Membership;
+use crate::peer::Peer;
+
+/// Connections kept per agent, and how long an idle one is kept: well under the
+/// agents' own idle timeout, so a kept connection is not one the other side closed.
+const IDLE_PER_AGENT: usize = 4;
+const IDLE_FOR: Duration = Duration::from_secs(60);
+/// A forwarded produce must be answered before the connection's response timeout.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(9);
+
+/// Kafka connections to other agents, reused across requests.
+pub struct Peers {
+    node_id: i32,
+    max_record_bytes: usize,
+    idle: Mutex<HashMap<i32, Vec<(Peer, Instant)>>>,
+}
+
+impl std::fmt::Debug for Peers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Peers")
+            .field("node_id", &self.node_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Peers {
+    pub fn new(node_id: i32, max_record_bytes: usize) -> Peers {
+        Peers {
+            node_id,
+            max_record_bytes,
+            idle: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sends `request` to agent `node` and waits for its response.
+    pub async fn send<R: Request>(
+        &self,
+        membership: &Membership,
+        node: i32,
+        version: i16,
+        request: &R,
+    ) -> anyhow::Result<R::Response> {
+        let kept = {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            let list = idle.entry(node).or_default();
+            list.retain(|(_, since)| since.elapsed() < IDLE_FOR);
+            list.pop()
+        };
+        let mut peer = match kept {
+            Some((peer, _)) => peer,
+            None => {
+                let address = membership
+                    .address_of(node)
+                    .with_context(|| format!("agent {node} is not live"))?;
+                Peer::connect(
+                    &address,
+                    self.node_id,
+                    self.max_record_bytes,
+                    membership.peer_access(),
+                )
+                .await
+                .with_context(|| format!("cannot connect to agent {node} at {address}"))?
+            }
+        };
+        let response = peer.send(version, request).await?;
+        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+        let list = idle.entry(node).or_default();
+        if list.len() < IDLE_PER_AGENT {
+            list.push((peer, crate::clock::instant()));
+        }
+        Ok(response)
+    }
+
+    /// Sends `batch` to `partition` of `topic` at its leader, agent `leader`, as a Kafka
+    /// Produce (v9) with acks=all when `all` (else acks=1) and at most `left` (or
+    /// [`FORWARD_TIMEOUT`]) to replicate it: the base offset it was written at.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn produce(
+        &self,
+        membership: &Membership,
+        leader: i32,
+        topic: &str,
+        partition: i32,
+        batch: &[u8],
+        all: bool,
+        left: Duration,
+    ) -> Result<i64, Error> {
+        let mut request = ProduceRequest::default();
+        request.acks = if all { -1 } else { 1 };
+        request.timeout_ms = left.min(FORWARD_TIMEOUT).as_millis() as i32;
+        let mut data = PartitionProduceData::default();
+        data.index = partition;
+        data.records = Some(bytes::Bytes::copy_from_slice(batch));
+        let mut t = TopicProduceData::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partition_data = vec![data];
+        request.topic_data = vec![t];
+        let response = self
+            .send(membership, leader, 9, &request)
+            .await
+            .map_err(|e| Error::Unreachable {
+                agent: leader,
+                why: format!("{e:#}"),
+            })?;
+        let answer = response
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partition_responses)
+            .find(|p| p.index == partition)
+            .ok_or_else(|| Error::Elsewhere {
+                agent: leader,
+                code: ResponseError::UnknownServerError.code(),
+                message: format!("agent {leader} did not answer for {topic}-{partition}"),
+                retriable: false,
+            })?;
+        match ResponseError::try_from_code(answer.error_code) {
+            None => Ok(answer.base_offset),
+            Some(code) => Err(Error::Elsewhere {
+                agent: leader,
+                code: code.code(),
+                message: answer.error_message.map_or_else(
+                    || format!("agent {leader} refused the write: {code}"),
+                    |m| m.to_string(),
+                ),
+                retriable: matches!(
+                    code,
+                    ResponseError::UnknownTopicOrPartition
+                        | ResponseError::NotLeaderOrFollower
+                        | ResponseError::LeaderNotAvailable
+                        | ResponseError::NotEnoughReplicas
+                ),
+            }),
+        }
+    }
+}
