@@ -212,8 +212,12 @@ impl Broker {
                 Arc::clone(&authorizer),
                 Arc::clone(&peers),
             ),
+            fetching: Fetching::new(
+                Arc::clone(&replicas),
+                Arc::clone(&authorizer),
+                Arc::clone(&peers),
+            ),
             peers,
-            fetching: Fetching::new(Arc::clone(&replicas), Arc::clone(&authorizer)),
             fetch_sessions,
             lifecycle,
             replicas,

@@ -8,8 +8,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 use kafka_protocol::error::ResponseError;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{ProduceRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::time::Instant;
 
@@ -148,4 +149,86 @@ impl Peers {
             }),
         }
     }
+
+    /// Reads `partition` of `topic` from `offset` at its leader, agent `leader`, as a
+    /// consumer's Kafka Fetch (v12) of at most `max_bytes`, waiting up to `wait` for a
+    /// first record there.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn fetch(
+        &self,
+        membership: &Membership,
+        leader: i32,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_bytes: usize,
+        wait: Duration,
+        read_committed: bool,
+    ) -> Result<Fetched, Error> {
+        let mut p = FetchPartition::default();
+        p.partition = partition;
+        p.current_leader_epoch = -1;
+        p.fetch_offset = offset;
+        p.log_start_offset = -1;
+        p.partition_max_bytes = max_bytes as i32;
+        let mut t = FetchTopic::default();
+        t.topic = TopicName(StrBytes::from_string(topic.to_string()));
+        t.partitions = vec![p];
+        let mut request = FetchRequest::default();
+        request.replica_id = BrokerId(-1);
+        request.max_wait_ms = wait.as_millis() as i32;
+        request.min_bytes = 1;
+        request.max_bytes = max_bytes as i32;
+        request.isolation_level = i8::from(read_committed);
+        request.session_epoch = -1;
+        request.topics = vec![t];
+        let response = self
+            .send(membership, leader, 12, &request)
+            .await
+            .map_err(|e| Error::Unreachable {
+                agent: leader,
+                why: format!("{e:#}"),
+            })?;
+        let data = response
+            .responses
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| Error::Elsewhere {
+                agent: leader,
+                code: ResponseError::UnknownServerError.code(),
+                message: format!("agent {leader} did not answer for {topic}-{partition}"),
+                retriable: false,
+            })?;
+        let refused = ResponseError::try_from_code(data.error_code).map(|code| Error::Elsewhere {
+            agent: leader,
+            code: code.code(),
+            message: format!("agent {leader} refused the read of {topic}-{partition}: {code}"),
+            retriable: false,
+        });
+        Ok(Fetched {
+            refused,
+            records: data.records.unwrap_or_default(),
+            high_watermark: data.high_watermark,
+            log_start_offset: data.log_start_offset,
+            aborted: data
+                .aborted_transactions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|a| (a.producer_id.0, a.first_offset))
+                .collect(),
+        })
+    }
+}
+
+/// A partition's answer to a [`Peers::fetch`].
+#[derive(Debug)]
+pub struct Fetched {
+    /// Why nothing was read, if it was not.
+    pub refused: Option<Error>,
+    pub records: bytes::Bytes,
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// `(producer id, first offset)` of the aborted transactions in the records.
+    pub aborted: Vec<(i64, i64)>,
 }

@@ -28,9 +28,6 @@ use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
-use kafka_protocol::messages::{FetchRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
 use serde::Deserialize;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
@@ -46,7 +43,7 @@ use crate::caller::Caller;
 use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
 use crate::partition::Offsets;
-use crate::service::fetch::{Permit, Reader};
+use crate::service::fetch::{Asked, Permit, Reader};
 use crate::service::groups::Member as GroupMember;
 
 /// An instance without calls for this long leaves its group.
@@ -677,8 +674,9 @@ impl Unread {
     }
 }
 
-/// Reads `partition` from `offset` at its leader; locally, `watch` is set to a receiver
-/// that changes when the partition's offsets do.
+/// Reads `partition` from `offset` at its leader (the fetch service's
+/// [`read_at_leader`](crate::service::fetch::Fetching::read_at_leader)); locally, `watch`
+/// is set to a receiver that changes when the partition's offsets do.
 pub(super) async fn read(
     http: &HttpApi,
     permit: &Permit,
@@ -688,121 +686,33 @@ pub(super) async fn read(
     remote_wait: Duration,
     watch: &mut Option<watch::Receiver<Offsets>>,
 ) -> Result<Read, Unread> {
-    let broker = &http.broker;
-    let topic = permit.topic();
-    let leader = broker
-        .replicas()
-        .topic(topic)
-        .and_then(|t| {
-            t.record
-                .partitions
-                .get(partition as usize)
-                .map(|p| p.leader)
-        })
-        .unwrap_or(-1);
-    let unread = |error: ApiError| Unread {
-        error,
-        high_watermark: -1,
-        log_start_offset: -1,
-    };
-    if leader == broker.node_id() {
-        let fetching = broker.fetching();
-        let (replica, rx) = fetching
-            .subscribe(permit, partition)
-            .map_err(|e| unread(ApiError::from(&e)))?;
-        *watch = Some(rx);
-        return match fetching
-            .read(
-                &replica,
-                permit,
-                -1,
-                offset,
-                PARTITION_READ_BYTES,
-                read_committed,
-            )
-            .await
-        {
-            Ok(out) => {
-                crate::metrics::fetched(topic, out.records.len(), false);
-                Ok(Read {
-                    records: Bytes::from(out.records),
-                    high_watermark: out.high_watermark,
-                    aborted: out
-                        .aborted
-                        .iter()
-                        .map(|a| (a.producer_id, a.first_offset))
-                        .collect(),
-                })
-            }
-            Err(failed) => Err(Unread {
-                error: ApiError::from(&failed.error),
-                high_watermark: failed.high_watermark,
-                log_start_offset: failed.log_start_offset,
-            }),
-        };
-    }
-    if leader < 0 {
-        return Err(unread(ApiError::new(
-            ResponseError::LeaderNotAvailable,
-            format!("{topic}-{partition} has no leader"),
-        )));
-    }
-    let mut p = FetchPartition::default();
-    p.partition = partition;
-    p.current_leader_epoch = -1;
-    p.fetch_offset = offset;
-    p.log_start_offset = -1;
-    p.partition_max_bytes = PARTITION_READ_BYTES as i32;
-    let mut t = FetchTopic::default();
-    t.topic = TopicName(StrBytes::from_string(topic.to_string()));
-    t.partitions = vec![p];
-    let mut request = FetchRequest::default();
-    request.replica_id = kafka_protocol::messages::BrokerId(-1);
-    request.max_wait_ms = remote_wait.as_millis() as i32;
-    request.min_bytes = 1;
-    request.max_bytes = PARTITION_READ_BYTES as i32;
-    request.isolation_level = i8::from(read_committed);
-    request.session_epoch = -1;
-    request.topics = vec![t];
-    let response = http
+    let read = http
         .broker
-        .peers()
-        .send(broker.membership(), leader, 12, &request)
-        .await
-        .map_err(|e| {
-            unread(ApiError::new(
-                ResponseError::NetworkException,
-                format!("cannot reach the leader of {topic}-{partition}, agent {leader}: {e:#}"),
-            ))
-        })?;
-    let Some(data) = response
-        .responses
-        .into_iter()
-        .flat_map(|t| t.partitions)
-        .find(|p| p.partition_index == partition)
-    else {
-        return Err(unread(ApiError::new(
-            ResponseError::UnknownServerError,
-            format!("agent {leader} did not answer for {topic}-{partition}"),
-        )));
-    };
-    if let Some(code) = ResponseError::try_from_code(data.error_code) {
-        return Err(Unread {
-            error: ApiError::new(code, format!("agent {leader} refused the read")),
-            high_watermark: data.high_watermark,
-            log_start_offset: data.log_start_offset,
-        });
+        .fetching()
+        .read_at_leader(
+            permit,
+            partition,
+            offset,
+            Asked {
+                max_bytes: PARTITION_READ_BYTES,
+                read_committed,
+                remote_wait,
+            },
+            watch,
+        )
+        .await;
+    match read {
+        Ok(r) => Ok(Read {
+            records: r.records,
+            high_watermark: r.high_watermark,
+            aborted: r.aborted,
+        }),
+        Err(failed) => Err(Unread {
+            error: ApiError::from(&failed.error),
+            high_watermark: failed.high_watermark,
+            log_start_offset: failed.log_start_offset,
+        }),
     }
-    Ok(Read {
-        records: data.records.unwrap_or_default(),
-        high_watermark: data.high_watermark,
-        aborted: data
-            .aborted_transactions
-            .unwrap_or_default()
-            .into_iter()
-            .map(|a| (a.producer_id.0, a.first_offset))
-            .collect(),
-    })
 }
 
 /// Where a partition without a committed offset starts.

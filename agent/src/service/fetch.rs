@@ -20,6 +20,7 @@ use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::partition::{Bound, Offsets, Partition, ReadOutcome};
+use crate::peers::Peers;
 use crate::replicas::{ReplicaManager, TopicState};
 
 /// Who reads.
@@ -57,6 +58,27 @@ impl Permit {
 pub struct Fetching {
     replicas: Arc<ReplicaManager>,
     authorizer: Arc<Authorizer>,
+    peers: Arc<Peers>,
+}
+
+/// How a read at a partition's leader asks ([`Fetching::read_at_leader`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Asked {
+    /// At most this many bytes, unless the first batch alone is larger.
+    pub max_bytes: usize,
+    /// Up to the last stable offset only.
+    pub read_committed: bool,
+    /// How long a leader elsewhere may wait for a first record.
+    pub remote_wait: std::time::Duration,
+}
+
+/// What a read at a partition's leader gave ([`Fetching::read_at_leader`]).
+#[derive(Debug)]
+pub struct LeaderRead {
+    pub records: bytes::Bytes,
+    pub high_watermark: i64,
+    /// `(producer id, first offset)` of the aborted transactions in the records.
+    pub aborted: Vec<(i64, i64)>,
 }
 
 impl std::fmt::Debug for Fetching {
@@ -66,10 +88,102 @@ impl std::fmt::Debug for Fetching {
 }
 
 impl Fetching {
-    pub fn new(replicas: Arc<ReplicaManager>, authorizer: Arc<Authorizer>) -> Fetching {
+    pub fn new(
+        replicas: Arc<ReplicaManager>,
+        authorizer: Arc<Authorizer>,
+        peers: Arc<Peers>,
+    ) -> Fetching {
         Fetching {
             replicas,
             authorizer,
+            peers,
+        }
+    }
+
+    /// Reads `partition` of the permit's topic from `offset` as a consumer, as `asked`,
+    /// for a caller that is not a Kafka consumer (the HTTP consume and read): here when
+    /// this agent leads it (`watch` is then set to a receiver that changes when its
+    /// offsets do), else at its leader over a Kafka Fetch.
+    pub async fn read_at_leader(
+        &self,
+        permit: &Permit,
+        partition: i32,
+        offset: i64,
+        asked: Asked,
+        watch: &mut Option<watch::Receiver<Offsets>>,
+    ) -> std::result::Result<LeaderRead, Failed> {
+        let Asked {
+            max_bytes,
+            read_committed,
+            remote_wait,
+        } = asked;
+        let topic = permit.topic();
+        let unread = |error: Error| Failed {
+            error,
+            high_watermark: -1,
+            last_stable_offset: -1,
+            log_start_offset: -1,
+        };
+        let leader = self
+            .replicas
+            .topic(topic)
+            .and_then(|t| {
+                t.record
+                    .partitions
+                    .get(partition as usize)
+                    .map(|p| p.leader)
+            })
+            .unwrap_or(-1);
+        let membership = self.replicas.membership();
+        if leader == membership.node_id() {
+            let (replica, rx) = self.subscribe(permit, partition).map_err(unread)?;
+            *watch = Some(rx);
+            let out = self
+                .read(&replica, permit, -1, offset, max_bytes, read_committed)
+                .await?;
+            crate::metrics::fetched(topic, out.records.len(), false);
+            return Ok(LeaderRead {
+                records: bytes::Bytes::from(out.records),
+                high_watermark: out.high_watermark,
+                aborted: out
+                    .aborted
+                    .iter()
+                    .map(|a| (a.producer_id, a.first_offset))
+                    .collect(),
+            });
+        }
+        if leader < 0 {
+            return Err(unread(Error::LeaderNotAvailable {
+                topic: topic.to_string(),
+                partition,
+            }));
+        }
+        let fetched = self
+            .peers
+            .fetch(
+                membership,
+                leader,
+                topic,
+                partition,
+                offset,
+                max_bytes,
+                remote_wait,
+                read_committed,
+            )
+            .await
+            .map_err(unread)?;
+        match fetched.refused {
+            Some(error) => Err(Failed {
+                error,
+                high_watermark: fetched.high_watermark,
+                last_stable_offset: -1,
+                log_start_offset: fetched.log_start_offset,
+            }),
+            None => Ok(LeaderRead {
+                records: fetched.records,
+                high_watermark: fetched.high_watermark,
+                aborted: fetched.aborted,
+            }),
         }
     }
 
