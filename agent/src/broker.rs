@@ -260,6 +260,7 @@ impl Broker {
         crate::service::groups::Groups {
             coordinator: &self.groups,
             replicas: &self.replicas,
+            peers: &self.peers,
             authorizer: &self.authorizer,
             audit: &self.audit,
         }
@@ -334,6 +335,7 @@ impl Broker {
         crate::service::offsets::Offsets {
             replicas: &self.replicas,
             authorizer: &self.authorizer,
+            peers: &self.peers,
         }
     }
 

@@ -9,8 +9,11 @@ use std::time::Duration;
 use anyhow::Context;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{BrokerId, FetchRequest, ProduceRequest, TopicName};
+use kafka_protocol::messages::{
+    BrokerId, FetchRequest, ListGroupsRequest, ListOffsetsRequest, ProduceRequest, TopicName,
+};
 use kafka_protocol::protocol::{Request, StrBytes};
 use tokio::time::Instant;
 
@@ -218,6 +221,95 @@ impl Peers {
                 .map(|a| (a.producer_id.0, a.first_offset))
                 .collect(),
         })
+    }
+
+    /// Looks up `partitions` of `topic` at their leader, agent `leader`, with a Kafka
+    /// ListOffsets (v7) for Kafka's `timestamp` (-2 earliest, -1 latest, -3 max
+    /// timestamp, else a time): each partition's offset, or why not.
+    pub async fn list_offsets(
+        &self,
+        membership: &Membership,
+        leader: i32,
+        topic: &str,
+        partitions: &[i32],
+        timestamp: i64,
+    ) -> Result<Vec<(i32, Result<i64, Error>)>, Error> {
+        let mut t = ListOffsetsTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.to_string()));
+        for &p in partitions {
+            let mut lp = ListOffsetsPartition::default();
+            lp.partition_index = p;
+            lp.current_leader_epoch = -1;
+            lp.timestamp = timestamp;
+            t.partitions.push(lp);
+        }
+        let mut request = ListOffsetsRequest::default();
+        request.replica_id = BrokerId(-1);
+        request.topics = vec![t];
+        let response = self
+            .send(membership, leader, 7, &request)
+            .await
+            .map_err(|e| Error::Unreachable {
+                agent: leader,
+                why: format!("{e:#}"),
+            })?;
+        Ok(response
+            .topics
+            .into_iter()
+            .flat_map(|t| t.partitions)
+            .map(|p| {
+                let answer = match ResponseError::try_from_code(p.error_code) {
+                    None => Ok(p.offset),
+                    Some(code) => Err(Error::Elsewhere {
+                        agent: leader,
+                        code: code.code(),
+                        message: format!(
+                            "agent {leader} could not look up {topic}-{}: {code}",
+                            p.partition_index
+                        ),
+                        retriable: false,
+                    }),
+                };
+                (p.partition_index, answer)
+            })
+            .collect())
+    }
+
+    /// The groups agent `node` coordinates, with a Kafka ListGroups (v4) as this agent's
+    /// principal: `(group id, protocol type, state)`.
+    pub async fn list_groups(
+        &self,
+        membership: &Membership,
+        node: i32,
+    ) -> Result<Vec<(String, String, String)>, Error> {
+        let mut request = ListGroupsRequest::default();
+        request.states_filter = Vec::new();
+        let response = self
+            .send(membership, node, 4, &request)
+            .await
+            .map_err(|e| Error::Unreachable {
+                agent: node,
+                why: format!("{e:#}"),
+            })?;
+        if let Some(code) = ResponseError::try_from_code(response.error_code) {
+            return Err(Error::Elsewhere {
+                agent: node,
+                code: code.code(),
+                message: format!("agent {node} could not list its groups: {code}"),
+                retriable: false,
+            });
+        }
+        Ok(response
+            .groups
+            .into_iter()
+            .map(|g| {
+                (
+                    g.group_id.to_string(),
+                    g.protocol_type.to_string(),
+                    g.group_state.to_string(),
+                )
+            })
+            .collect())
     }
 }
 

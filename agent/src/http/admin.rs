@@ -20,9 +20,6 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use kafka_protocol::error::ResponseError;
-use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{BrokerId, ListGroupsRequest, ListOffsetsRequest, TopicName};
-use kafka_protocol::protocol::StrBytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -31,7 +28,6 @@ use super::cluster::redirect;
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::api::errors::ApiError;
-use crate::authz::{CLUSTER_NAME, ResourceType};
 use crate::caller::Caller;
 use crate::group::GroupError;
 use crate::service::admin::{AdminError, NewTopicSpec, topic_id};
@@ -115,81 +111,19 @@ pub async fn list_offsets(
     partitions: &[i32],
     timestamp: i64,
 ) -> Result<BTreeMap<i32, Result<i64, String>>, Problem> {
-    let mut out = BTreeMap::new();
-    let error_name =
-        |e: &crate::error::Error| crate::metrics::kafka_error_name(ApiError::from(e).code());
     let offsets = http.broker.offsets();
     let permit = offsets
         .permit(who, Asker::Client, topic)
         .map_err(|e| Problem::from(&e))?;
-    let Some(state) = http.broker.replicas().topic(topic) else {
-        for p in partitions {
-            out.insert(*p, Err("UNKNOWN_TOPIC_OR_PARTITION".to_string()));
-        }
-        return Ok(out);
-    };
-    let mut by_leader: HashMap<i32, Vec<i32>> = HashMap::new();
-    for &p in partitions {
-        match state.record.partitions.get(p as usize) {
-            Some(r) if r.leader >= 0 => by_leader.entry(r.leader).or_default().push(p),
-            Some(_) => {
-                out.insert(p, Err("LEADER_NOT_AVAILABLE".to_string()));
-            }
-            None => {
-                out.insert(p, Err("UNKNOWN_TOPIC_OR_PARTITION".to_string()));
-            }
-        }
-    }
-    for (leader, indexes) in by_leader {
-        if leader == http.broker.node_id() {
-            for p in indexes {
-                let found = match Query::from_kafka(timestamp, false) {
-                    Ok(query) => offsets.lookup(&permit, p, -1, query).await,
-                    Err(e) => Err(e),
-                };
-                out.insert(
-                    p,
-                    found.map(|(offset, _)| offset).map_err(|e| error_name(&e)),
-                );
-            }
-            continue;
-        }
-        let mut t = ListOffsetsTopic::default();
-        t.name = TopicName(StrBytes::from_string(topic.to_string()));
-        for &p in &indexes {
-            let mut lp = ListOffsetsPartition::default();
-            lp.partition_index = p;
-            lp.current_leader_epoch = -1;
-            lp.timestamp = timestamp;
-            t.partitions.push(lp);
-        }
-        let mut request = ListOffsetsRequest::default();
-        request.replica_id = BrokerId(-1);
-        request.topics = vec![t];
-        let response = http
-            .broker
-            .peers()
-            .send(http.broker.membership(), leader, 7, &request)
-            .await;
-        match response {
-            Ok(r) => {
-                for p in r.topics.into_iter().flat_map(|t| t.partitions) {
-                    let answer = if p.error_code == 0 {
-                        Ok(p.offset)
-                    } else {
-                        Err(crate::metrics::kafka_error_name(p.error_code))
-                    };
-                    out.insert(p.partition_index, answer);
-                }
-            }
-            Err(e) => {
-                for p in indexes {
-                    out.insert(p, Err(format!("cannot reach agent {leader}: {e:#}")));
-                }
-            }
-        }
-    }
-    Ok(out)
+    let query = Query::from_kafka(timestamp, false).map_err(|e| Problem::from(&e))?;
+    let found = offsets.lookup_at_leaders(&permit, partitions, query).await;
+    Ok(found
+        .into_iter()
+        .map(|(p, o)| {
+            let o = o.map_err(|e| crate::metrics::kafka_error_name(ApiError::from(&e).code()));
+            (p, o)
+        })
+        .collect())
 }
 
 /// `GET /v1/topics`: every topic the metastore holds.
@@ -485,71 +419,30 @@ pub async fn add_partitions(
 
 pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     let who = caller(&extensions);
-    let mut groups: BTreeMap<String, Value> = BTreeMap::new();
-    let mut unreachable = Vec::new();
-    let membership = http.broker.membership();
-    let listed = |id: String, protocol_type: String, state: String, node_id: i32| {
-        let entry = json!({
-            "group_id": id,
-            "protocol_type": protocol_type,
-            "state": state,
-            "coordinator": node_id,
-        });
-        (id, entry)
-    };
-    for agent in membership.live() {
-        if agent.node_id == http.broker.node_id() {
-            // This agent's own groups: the group service shows what the caller may see.
-            match http.broker.groups().list(&who).await {
-                Ok(own) => groups.extend(own.into_iter().map(|(id, protocol_type, state)| {
-                    listed(id, protocol_type, state.to_string(), agent.node_id)
-                })),
-                Err(e) => unreachable.push(json!({ "node_id": agent.node_id, "error": e.name() })),
-            }
-            continue;
-        }
-        // Another agent's, over its Kafka listener (as this agent's principal): shown
-        // as its own listing would be.
-        let mut request = ListGroupsRequest::default();
-        request.states_filter = Vec::new();
-        match http
-            .broker
-            .peers()
-            .send(membership, agent.node_id, 4, &request)
-            .await
-        {
-            Ok(r) if r.error_code == 0 => {
-                let shown = r.groups.into_iter().filter(|g| {
-                    super::auth::sees(
-                        &http.broker,
-                        &extensions,
-                        ResourceType::Cluster,
-                        CLUSTER_NAME,
-                    ) || super::auth::sees(
-                        &http.broker,
-                        &extensions,
-                        ResourceType::Group,
-                        &g.group_id,
-                    )
-                });
-                groups.extend(shown.map(|g| {
-                    listed(
-                        g.group_id.to_string(),
-                        g.protocol_type.to_string(),
-                        g.group_state.to_string(),
-                        agent.node_id,
-                    )
-                }));
-            }
-            Ok(r) => unreachable.push(json!({
-                "node_id": agent.node_id,
-                "error": crate::metrics::kafka_error_name(r.error_code),
-            })),
-            Err(e) => {
-                unreachable.push(json!({ "node_id": agent.node_id, "error": format!("{e:#}") }))
-            }
-        }
-    }
+    // Every agent's groups, as the group service shows them to the caller.
+    let (listed, failed) = http.broker.groups().list_everywhere(&who).await;
+    let groups: BTreeMap<String, Value> = listed
+        .into_iter()
+        .map(|(id, protocol_type, state, node_id)| {
+            let entry = json!({
+                "group_id": id,
+                "protocol_type": protocol_type,
+                "state": state,
+                "coordinator": node_id,
+            });
+            (id, entry)
+        })
+        .collect();
+    let unreachable: Vec<Value> = failed
+        .into_iter()
+        .map(|(node_id, e)| {
+            let error = match &e {
+                crate::error::Error::Unreachable { why, .. } => why.clone(),
+                other => crate::metrics::kafka_error_name(ApiError::from(other).code()),
+            };
+            json!({ "node_id": node_id, "error": error })
+        })
+        .collect();
     let mut body = json!({ "groups": groups.into_values().collect::<Vec<_>>() });
     if !unreachable.is_empty() {
         body["unreachable"] = unreachable.into();

@@ -11,7 +11,6 @@
 //! (the [`super::Needs`] its entry in the route table names); a refusal is 403 with the
 //! Kafka error name.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{MatchedPath, RawPathParams, Request, State};
@@ -292,24 +291,4 @@ pub fn authenticated(extensions: &axum::http::Extensions) -> Principal {
     extensions
         .get::<Authenticated>()
         .map_or_else(Principal::anonymous, |a| a.0.clone())
-}
-
-/// Whether the caller may see a resource in a listing (no denial is logged).
-pub fn sees(
-    broker: &Arc<Broker>,
-    extensions: &axum::http::Extensions,
-    kind: ResourceType,
-    name: &str,
-) -> bool {
-    let principal = authenticated(extensions);
-    let host = peer_of(extensions);
-    broker.authorizer().decide(
-        Caller {
-            principal: &principal,
-            host,
-        },
-        Operation::Describe,
-        kind,
-        name,
-    )
 }

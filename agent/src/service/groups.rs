@@ -59,6 +59,7 @@ pub type Offsets = Vec<(
 pub struct Groups<'a> {
     pub coordinator: &'a Arc<Coordinator>,
     pub replicas: &'a Arc<ReplicaManager>,
+    pub peers: &'a crate::peers::Peers,
     pub authorizer: &'a Authorizer,
     pub audit: &'a Audit,
 }
@@ -335,6 +336,52 @@ impl Groups<'_> {
                 .retain(|(id, _, _)| self.sees(who, Operation::Describe, ResourceType::Group, id));
         }
         Ok(groups)
+    }
+
+    /// The groups of every live agent the caller may see (each agent's as [`Groups::list`]
+    /// shows its own: this one's here, the others' over their Kafka listener as this
+    /// agent's principal), with the agent coordinating each: `(group id, protocol type,
+    /// state, coordinator)`; and the agents that could not answer, with why.
+    pub async fn list_everywhere(
+        &self,
+        who: &Caller,
+    ) -> (
+        Vec<(String, String, String, i32)>,
+        Vec<(i32, crate::error::Error)>,
+    ) {
+        let membership = self.replicas.membership();
+        let all = self.sees(
+            who,
+            Operation::Describe,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
+        let (mut groups, mut failed) = (Vec::new(), Vec::new());
+        for agent in membership.live() {
+            let node = agent.node_id;
+            if node == membership.node_id() {
+                match self.list(who).await {
+                    Ok(own) => groups.extend(
+                        own.into_iter()
+                            .map(|(id, protocol, state)| (id, protocol, state.to_string(), node)),
+                    ),
+                    Err(e) => failed.push((node, e.into())),
+                }
+                continue;
+            }
+            match self.peers.list_groups(membership, node).await {
+                Ok(theirs) => groups.extend(
+                    theirs
+                        .into_iter()
+                        .filter(|(id, _, _)| {
+                            all || self.sees(who, Operation::Describe, ResourceType::Group, id)
+                        })
+                        .map(|(id, protocol, state)| (id, protocol, state, node)),
+                ),
+                Err(e) => failed.push((node, e)),
+            }
+        }
+        (groups, failed)
     }
 
     /// `group` as it is now (DESCRIBE on it); `None` if it has no members.

@@ -12,12 +12,14 @@
 //! an epoch ends as a follower, CLUSTER_ACTION on the cluster), as Kafka's broker checks
 //! ListOffsets and OffsetForLeaderEpoch.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
 use crate::caller::Caller;
 use crate::error::{Error, Result};
 use crate::partition::{Partition, PartitionError};
+use crate::peers::Peers;
 use crate::replicas::{ReplicaManager, TopicState};
 
 /// Which offset a lookup asks for.
@@ -34,6 +36,16 @@ pub enum Query {
 }
 
 impl Query {
+    /// As Kafka's ListOffsets `timestamp` says it.
+    pub fn to_kafka(self) -> i64 {
+        match self {
+            Query::Latest { .. } => -1,
+            Query::Earliest => -2,
+            Query::MaxTimestamp => -3,
+            Query::AtOrAfter(t) => t,
+        }
+    }
+
     /// Kafka's ListOffsets `timestamp`: -2 earliest, -1 latest, -3 max timestamp, a time
     /// otherwise.
     pub fn from_kafka(timestamp: i64, read_committed: bool) -> Result<Query> {
@@ -73,6 +85,7 @@ impl Permit {
 pub struct Offsets<'a> {
     pub(crate) replicas: &'a Arc<ReplicaManager>,
     pub(crate) authorizer: &'a Authorizer,
+    pub(crate) peers: &'a Peers,
 }
 
 impl Offsets<'_> {
@@ -162,6 +175,76 @@ impl Offsets<'_> {
                 }
             }
         })
+    }
+
+    /// The offset `query` finds in each of `partitions` (read uncommitted), asked of
+    /// each partition's leader: this agent's looked up here, the others' over their
+    /// Kafka listener (one request per leader).
+    pub async fn lookup_at_leaders(
+        &self,
+        permit: &Permit,
+        partitions: &[i32],
+        query: Query,
+    ) -> BTreeMap<i32, Result<i64>> {
+        let topic = permit.topic();
+        let mut out = BTreeMap::new();
+        let state = self.replicas.topic(topic);
+        let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
+        for &p in partitions {
+            match state
+                .as_ref()
+                .and_then(|s| s.record.partitions.get(p as usize))
+            {
+                Some(r) if r.leader >= 0 => by_leader.entry(r.leader).or_default().push(p),
+                Some(_) => {
+                    let none = Error::LeaderNotAvailable {
+                        topic: topic.to_string(),
+                        partition: p,
+                    };
+                    out.insert(p, Err(none));
+                }
+                None => {
+                    let unknown = Error::UnknownTopicOrPartition {
+                        topic: topic.to_string(),
+                        partition: p,
+                    };
+                    out.insert(p, Err(unknown));
+                }
+            }
+        }
+        let membership = self.replicas.membership();
+        for (leader, indexes) in by_leader {
+            if leader == membership.node_id() {
+                for p in indexes {
+                    let found = self.lookup(permit, p, -1, query).await;
+                    out.insert(p, found.map(|(offset, _)| offset));
+                }
+                continue;
+            }
+            let asked = self
+                .peers
+                .list_offsets(membership, leader, topic, &indexes, query.to_kafka())
+                .await;
+            match asked {
+                Ok(found) => out.extend(found),
+                Err(e) => {
+                    for p in indexes {
+                        let unreachable = match &e {
+                            Error::Unreachable { agent, why } => Error::Unreachable {
+                                agent: *agent,
+                                why: why.clone(),
+                            },
+                            other => Error::Unreachable {
+                                agent: leader,
+                                why: other.to_string(),
+                            },
+                        };
+                        out.insert(p, Err(unreachable));
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Where `leader_epoch` ends in `partition`'s log: the largest epoch at or below it
