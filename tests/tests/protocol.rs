@@ -845,6 +845,23 @@ async fn bad_admin_requests_get_their_error() {
         r.responses[0].partitions[0].error_code,
         ResponseError::OffsetOutOfRange.code()
     );
+
+    // FindCoordinator of a key type neither a group (0) nor a transaction (1): as Kafka,
+    // INVALID_REQUEST for that key, and no coordinator.
+    let mut find = FindCoordinatorRequest::default();
+    find.key_type = 7;
+    find.coordinator_keys = vec![StrBytes::from_static_str("g")];
+    let r = c.send(4, &find).await.expect("find coordinator");
+    let answered: Vec<(i16, i32)> = r
+        .coordinators
+        .iter()
+        .map(|k| (k.error_code, k.node_id.0))
+        .collect();
+    assert_eq!(answered, [(ResponseError::InvalidRequest.code(), -1)]);
+    find.key_type = 0;
+    let r = c.send(4, &find).await.expect("find coordinator");
+    assert_eq!(r.coordinators[0].error_code, 0);
+    assert_eq!(r.coordinators[0].node_id.0, agent.broker().node_id());
     agent.stop().await;
 }
 
