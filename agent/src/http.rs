@@ -202,13 +202,13 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "POST",
             "/v1/topics/{topic}/partitions/{partition}/disable",
-            cluster(O::Alter),
+            InHandler("the topic service: ALTER on the cluster"),
             post(operate::disable),
         ),
         route(
             "POST",
             "/v1/topics/{topic}/partitions/{partition}/enable",
-            cluster(O::Alter),
+            InHandler("the topic service: ALTER on the cluster"),
             post(operate::enable),
         ),
         route(

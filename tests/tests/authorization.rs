@@ -1074,6 +1074,15 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
+                // The topic service decides the incident switch: ALTER on the cluster.
+                ("POST", "/v1/topics/{topic}/partitions/{partition}/disable")
+                | ("POST", "/v1/topics/{topic}/partitions/{partition}/enable") => {
+                    assert_eq!(
+                        (status, kafka_error),
+                        (403, "CLUSTER_AUTHORIZATION_FAILED"),
+                        "{ctx}"
+                    )
+                }
                 // The security service decides: CLUSTER, as the Kafka APIs.
                 (_, path)
                     if ["/v1/acls", "/v1/users", "/v1/quotas"]

@@ -265,6 +265,7 @@ impl From<&AdminError> for ApiError {
     fn from(e: &AdminError) -> Self {
         let code = match e {
             AdminError::Denied { .. } => ResponseError::TopicAuthorizationFailed,
+            AdminError::ClusterDenied { .. } => ResponseError::ClusterAuthorizationFailed,
             AdminError::InvalidTopic(_) => ResponseError::InvalidTopicException,
             AdminError::TopicExists(_) => ResponseError::TopicAlreadyExists,
             AdminError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,

@@ -22,7 +22,7 @@ use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use kafka_protocol::error::ResponseError;
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::HttpApi;
 use super::admin::{audited, caller, fresh_topic};
@@ -159,20 +159,22 @@ pub async fn disable(
             Err(p) => return p.into_response(),
         }
     };
-    let reason = req
-        .reason
-        .clone()
-        .filter(|r| !r.trim().is_empty())
-        .unwrap_or_else(|| "no reason given".to_string());
-    let outcome = switch(&http, &topic, partition, Some(reason)).await;
-    audited(
-        &http,
-        &caller,
-        "partition.disable",
-        &format!("partition:{topic}-{partition}"),
-        json!({ "reason": req.reason }),
-        outcome,
-    )
+    // The topic service decides (ALTER on the cluster) and audits.
+    let disabled = http
+        .broker
+        .admin()
+        .disable_writes(&caller, &topic, partition, req.reason)
+        .await;
+    match disabled {
+        Ok(reason) => axum::Json(json!({
+            "topic": topic,
+            "partition": partition,
+            "writes": "disabled",
+            "reason": reason,
+        }))
+        .into_response(),
+        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+    }
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/enable`.
@@ -186,54 +188,22 @@ pub async fn enable(
         Ok(p) => p,
         Err(p) => return p.into_response(),
     };
-    let outcome = switch(&http, &topic, partition, None).await;
-    audited(
-        &http,
-        &caller,
-        "partition.enable",
-        &format!("partition:{topic}-{partition}"),
-        json!({}),
-        outcome,
-    )
-}
-
-async fn switch(
-    http: &HttpApi,
-    topic: &str,
-    partition: i32,
-    reason: Option<String>,
-) -> Result<(StatusCode, Value), Problem> {
-    let index = u32::try_from(partition).map_err(|_| unknown(topic, partition))?;
-    if crate::service::admin::validate_topic_name(topic).is_err() {
-        return Err(unknown(topic, partition));
-    }
-    let record = http
+    // The topic service decides (ALTER on the cluster) and audits.
+    let enabled = http
         .broker
-        .metastore()
-        .set_partition_disabled(topic, index, reason)
-        .await
-        .map_err(|e| match e {
-            strata_metastore::Error::UnknownTopic(_) | strata_metastore::Error::Invalid(_) => {
-                unknown(topic, partition)
-            }
-            e => Problem::from(ApiError::from(&e)),
-        })?;
-    // This agent at once; the others follow the metastore's topic watch.
-    http.broker
-        .replicas()
-        .sync_topic(topic)
-        .await
-        .map_err(|e| Problem::from(ApiError::from(&e)))?;
-    let disabled = record.disabled.get(&index);
-    Ok((
-        StatusCode::OK,
-        json!({
+        .admin()
+        .enable_writes(&caller, &topic, partition)
+        .await;
+    match enabled {
+        Ok(()) => axum::Json(json!({
             "topic": topic,
             "partition": partition,
-            "writes": if disabled.is_some() { "disabled" } else { "enabled" },
-            "reason": disabled,
-        }),
-    ))
+            "writes": "enabled",
+            "reason": null,
+        }))
+        .into_response(),
+        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+    }
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/tier`: archives the closed segments not yet

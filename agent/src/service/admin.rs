@@ -40,6 +40,12 @@ pub enum AdminError {
         operation: &'static str,
         topic: String,
     },
+    /// The caller may not do this to the cluster (CLUSTER_AUTHORIZATION_FAILED).
+    #[error("{principal} may not {operation} CLUSTER {CLUSTER_NAME}")]
+    ClusterDenied {
+        principal: String,
+        operation: &'static str,
+    },
     #[error("{0}")]
     InvalidTopic(String),
     #[error("{0}")]
@@ -69,6 +75,7 @@ impl AdminError {
     fn name(&self) -> &'static str {
         match self {
             AdminError::Denied { .. } => "TOPIC_AUTHORIZATION_FAILED",
+            AdminError::ClusterDenied { .. } => "CLUSTER_AUTHORIZATION_FAILED",
             AdminError::InvalidTopic(_) => "INVALID_TOPIC_EXCEPTION",
             AdminError::TopicExists(_) => "TOPIC_ALREADY_EXISTS",
             AdminError::UnknownTopic(_) => "UNKNOWN_TOPIC_OR_PARTITION",
@@ -562,6 +569,97 @@ impl Admin<'_> {
         } else {
             0
         }
+    }
+
+    /// Disables writes to `partition` of `topic`, an incident switch: producers are
+    /// refused (POLICY_VIOLATION, not retriable) and reads go on. The flag is in the
+    /// metastore, so every agent and every later leader honours it; this agent applies
+    /// it before it answers. For a caller with ALTER on the cluster. Audited
+    /// (`partition.disable`). The reason in force (`reason`, or "no reason given").
+    pub async fn disable_writes(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+        reason: Option<String>,
+    ) -> Result<String, AdminError> {
+        let request = json!({ "reason": reason });
+        let reason = reason
+            .filter(|r| !r.trim().is_empty())
+            .unwrap_or_else(|| "no reason given".to_string());
+        let outcome = self
+            .switch_writes(who, topic, partition, Some(reason))
+            .await
+            .map(|r| r.unwrap_or_default());
+        let resource = format!("partition:{topic}-{partition}");
+        self.record(who, "partition.disable", &resource, request, &outcome, |r| {
+            json!({ "topic": topic, "partition": partition, "writes": "disabled", "reason": r })
+        });
+        outcome
+    }
+
+    /// Enables writes to `partition` of `topic` again ([`Admin::disable_writes`]). For
+    /// a caller with ALTER on the cluster. Audited (`partition.enable`).
+    pub async fn enable_writes(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), AdminError> {
+        let outcome = self
+            .switch_writes(who, topic, partition, None)
+            .await
+            .map(|_| ());
+        let resource = format!("partition:{topic}-{partition}");
+        self.record(
+            who,
+            "partition.enable",
+            &resource,
+            json!({}),
+            &outcome,
+            |()| json!({ "topic": topic, "partition": partition, "writes": "enabled" }),
+        );
+        outcome
+    }
+
+    /// Sets (or with `None` clears) the partition's disabled flag: the reason now in
+    /// force.
+    async fn switch_writes(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+        reason: Option<String>,
+    ) -> Result<Option<String>, AdminError> {
+        let alters = self.authorizer.allows(
+            who.authz(),
+            Operation::Alter,
+            ResourceType::Cluster,
+            CLUSTER_NAME,
+        );
+        if !alters {
+            return Err(AdminError::ClusterDenied {
+                principal: who.principal.to_string(),
+                operation: Operation::Alter.name(),
+            });
+        }
+        let unknown =
+            || AdminError::UnknownTopic(format!("partition {topic}-{partition} does not exist"));
+        let index = u32::try_from(partition).map_err(|_| unknown())?;
+        validate_topic_name(topic).map_err(|_| unknown())?;
+        let record =
+            self.replicas
+                .metastore()
+                .set_partition_disabled(topic, index, reason)
+                .await
+                .map_err(|e| match e {
+                    strata_metastore::Error::UnknownTopic(_)
+                    | strata_metastore::Error::Invalid(_) => unknown(),
+                    e => AdminError::Metastore(e),
+                })?;
+        // This agent at once; the others follow the metastore's topic watch.
+        self.replicas.sync_topic(topic).await?;
+        Ok(record.disabled.get(&index).cloned())
     }
 
     /// Deletes the topic named `name`, or (without a name) the one with id `id`, and
