@@ -91,6 +91,23 @@ impl Peers {
         Ok(response)
     }
 
+    /// [`Peers::send`], with an agent that cannot be reached as
+    /// [`Error::Unreachable`].
+    async fn ask<R: Request>(
+        &self,
+        membership: &Membership,
+        node: i32,
+        version: i16,
+        request: &R,
+    ) -> Result<R::Response, Error> {
+        self.send(membership, node, version, request)
+            .await
+            .map_err(|e| Error::Unreachable {
+                agent: node,
+                why: format!("{e:#}"),
+            })
+    }
+
     /// Sends `batch` to `partition` of `topic` at its leader, agent `leader`, as a Kafka
     /// Produce (v9) with acks=all when `all` (else acks=1) and at most `left` (or
     /// [`FORWARD_TIMEOUT`]) to replicate it: the base offset it was written at.
@@ -115,24 +132,13 @@ impl Peers {
         t.name = TopicName(StrBytes::from_string(topic.to_string()));
         t.partition_data = vec![data];
         request.topic_data = vec![t];
-        let response = self
-            .send(membership, leader, 9, &request)
-            .await
-            .map_err(|e| Error::Unreachable {
-                agent: leader,
-                why: format!("{e:#}"),
-            })?;
+        let response = self.ask(membership, leader, 9, &request).await?;
         let answer = response
             .responses
             .into_iter()
             .flat_map(|t| t.partition_responses)
             .find(|p| p.index == partition)
-            .ok_or_else(|| Error::Elsewhere {
-                agent: leader,
-                code: ResponseError::UnknownServerError.code(),
-                message: format!("agent {leader} did not answer for {topic}-{partition}"),
-                retriable: false,
-            })?;
+            .ok_or_else(|| no_answer(leader, topic, partition))?;
         match ResponseError::try_from_code(answer.error_code) {
             None => Ok(answer.base_offset),
             Some(code) => Err(Error::Elsewhere {
@@ -185,24 +191,13 @@ impl Peers {
         request.isolation_level = i8::from(read_committed);
         request.session_epoch = -1;
         request.topics = vec![t];
-        let response = self
-            .send(membership, leader, 12, &request)
-            .await
-            .map_err(|e| Error::Unreachable {
-                agent: leader,
-                why: format!("{e:#}"),
-            })?;
+        let response = self.ask(membership, leader, 12, &request).await?;
         let data = response
             .responses
             .into_iter()
             .flat_map(|t| t.partitions)
             .find(|p| p.partition_index == partition)
-            .ok_or_else(|| Error::Elsewhere {
-                agent: leader,
-                code: ResponseError::UnknownServerError.code(),
-                message: format!("agent {leader} did not answer for {topic}-{partition}"),
-                retriable: false,
-            })?;
+            .ok_or_else(|| no_answer(leader, topic, partition))?;
         let refused = ResponseError::try_from_code(data.error_code).map(|code| Error::Elsewhere {
             agent: leader,
             code: code.code(),
@@ -246,13 +241,7 @@ impl Peers {
         let mut request = ListOffsetsRequest::default();
         request.replica_id = BrokerId(-1);
         request.topics = vec![t];
-        let response = self
-            .send(membership, leader, 7, &request)
-            .await
-            .map_err(|e| Error::Unreachable {
-                agent: leader,
-                why: format!("{e:#}"),
-            })?;
+        let response = self.ask(membership, leader, 7, &request).await?;
         Ok(response
             .topics
             .into_iter()
@@ -284,13 +273,7 @@ impl Peers {
     ) -> Result<Vec<(String, String, String)>, Error> {
         let mut request = ListGroupsRequest::default();
         request.states_filter = Vec::new();
-        let response = self
-            .send(membership, node, 4, &request)
-            .await
-            .map_err(|e| Error::Unreachable {
-                agent: node,
-                why: format!("{e:#}"),
-            })?;
+        let response = self.ask(membership, node, 4, &request).await?;
         if let Some(code) = ResponseError::try_from_code(response.error_code) {
             return Err(Error::Elsewhere {
                 agent: node,
@@ -310,6 +293,16 @@ impl Peers {
                 )
             })
             .collect())
+    }
+}
+
+/// An answer that leaves out the partition asked about.
+fn no_answer(agent: i32, topic: &str, partition: i32) -> Error {
+    Error::Elsewhere {
+        agent,
+        code: ResponseError::UnknownServerError.code(),
+        message: format!("agent {agent} did not answer for {topic}-{partition}"),
+        retriable: false,
     }
 }
 

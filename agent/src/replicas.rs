@@ -241,6 +241,17 @@ impl ReplicaManager {
             .get(name)
             .cloned()
     }
+    /// The leader the metastore names for `partition` of `topic`, as this agent last
+    /// read it; -1 for none (or no such partition here).
+    pub fn leader_of(&self, topic: &str, partition: i32) -> i32 {
+        self.topic(topic)
+            .and_then(|t| {
+                let p = t.record.partitions.get(usize::try_from(partition).ok()?)?;
+                Some(p.leader)
+            })
+            .unwrap_or(-1)
+    }
+
     pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<Arc<TopicState>> {
         self.topics
             .read()

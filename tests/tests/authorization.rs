@@ -52,6 +52,20 @@ async fn set_acls(agent: &TestAgent, grant: bool) {
         .expect("refresh");
 }
 
+/// An agent with the ACL authorizer (super user `User:root`), everything granted to
+/// `User:ANONYMOUS`, and a client as that principal.
+async fn granted_agent() -> (TestAgent, Client) {
+    let agent = TestAgent::start_with(|s| {
+        s.authorizer = "acl".to_string();
+        s.super_users = "User:root".to_string();
+    })
+    .await
+    .expect("start");
+    let c = agent.client().await.expect("connect");
+    set_acls(&agent, true).await;
+    (agent, c)
+}
+
 fn topic_request(topic: &str) -> Option<Vec<metadata_request::MetadataRequestTopic>> {
     let mut t = metadata_request::MetadataRequestTopic::default();
     t.name = Some(name(topic));
@@ -717,14 +731,7 @@ async fn a_principal_without_acls_is_refused_by_every_api_and_nothing_changes() 
 /// caller's own authorized operations in Metadata.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acls_created_over_kafka_decide_the_next_requests() {
-    let agent = TestAgent::start_with(|s| {
-        s.authorizer = "acl".to_string();
-        s.super_users = "User:root".to_string();
-    })
-    .await
-    .expect("start");
-    let mut c = agent.client().await.expect("connect");
-    set_acls(&agent, true).await;
+    let (agent, mut c) = granted_agent().await;
     assert_eq!(create(&mut c, "pay-in", 1, &[]).await, 0);
     assert_eq!(create(&mut c, "pay-secret", 1, &[]).await, 0);
     assert_eq!(create(&mut c, "other", 1, &[]).await, 0);
@@ -852,14 +859,7 @@ async fn acls_created_over_kafka_decide_the_next_requests() {
 /// partition is answered TOPIC_AUTHORIZATION_FAILED, with no records.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fetch_session_stops_answering_a_topic_once_its_acl_is_gone() {
-    let agent = TestAgent::start_with(|s| {
-        s.authorizer = "acl".to_string();
-        s.super_users = "User:root".to_string();
-    })
-    .await
-    .expect("start");
-    let mut c = agent.client().await.expect("connect");
-    set_acls(&agent, true).await;
+    let (agent, mut c) = granted_agent().await;
     assert_eq!(create(&mut c, "t", 1, &[]).await, 0);
     let written = c
         .send(9, &produce("t", 0, simple_batch(2, 1_000), -1))

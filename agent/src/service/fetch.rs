@@ -124,16 +124,7 @@ impl Fetching {
             last_stable_offset: -1,
             log_start_offset: -1,
         };
-        let leader = self
-            .replicas
-            .topic(topic)
-            .and_then(|t| {
-                t.record
-                    .partitions
-                    .get(partition as usize)
-                    .map(|p| p.leader)
-            })
-            .unwrap_or(-1);
+        let leader = self.replicas.leader_of(topic, partition);
         let membership = self.replicas.membership();
         if leader == membership.node_id() {
             let (replica, rx) = self.subscribe(permit, partition).map_err(unread)?;

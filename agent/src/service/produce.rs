@@ -260,16 +260,7 @@ impl Producing {
         deadline: Instant,
     ) -> Result<Option<i64>> {
         let topic = permit.topic();
-        let leader = self
-            .replicas
-            .topic(topic)
-            .and_then(|t| {
-                t.record
-                    .partitions
-                    .get(partition as usize)
-                    .map(|p| p.leader)
-            })
-            .unwrap_or(-1);
+        let leader = self.replicas.leader_of(topic, partition);
         let membership = self.replicas.membership();
         if leader == membership.node_id() {
             let now = membership.clock().wall_ms();

@@ -248,6 +248,12 @@ impl Transacting<'_> {
             Ok(known) => known,
             Err(outcomes) => return outcomes,
         };
+        self.add(producer, known).await
+    }
+
+    /// Adds `known` (existing partitions) to the producer's transaction: every one
+    /// gets the same outcome.
+    async fn add(&self, producer: &Producer<'_>, known: Vec<TopicPartition>) -> Outcomes {
         let added = self
             .coordinator
             .add_partitions(
@@ -289,23 +295,7 @@ impl Transacting<'_> {
                 }
             };
             if !verify_only {
-                let added = self
-                    .coordinator
-                    .add_partitions(
-                        producer.transactional_id,
-                        producer.producer_id,
-                        producer.producer_epoch,
-                        known.clone(),
-                        1,
-                        true,
-                    )
-                    .await;
-                out.push(
-                    known
-                        .into_iter()
-                        .map(|tp| (tp, added.clone().map_err(Error::from)))
-                        .collect(),
-                );
+                out.push(self.add(&producer, known).await);
                 continue;
             }
             let mut outcomes = Vec::with_capacity(known.len());
