@@ -220,7 +220,9 @@ impl Peers {
 
     /// Looks up `partitions` of `topic` at their leader, agent `leader`, with a Kafka
     /// ListOffsets (v7) for Kafka's `timestamp` (-2 earliest, -1 latest, -3 max
-    /// timestamp, else a time): each partition's offset, or why not.
+    /// timestamp, else a time; `read_committed`: the latest is the last stable offset):
+    /// each partition's offset, or why not.
+    #[allow(clippy::too_many_arguments)]
     pub async fn list_offsets(
         &self,
         membership: &Membership,
@@ -228,6 +230,7 @@ impl Peers {
         topic: &str,
         partitions: &[i32],
         timestamp: i64,
+        read_committed: bool,
     ) -> Result<Vec<(i32, Result<i64, Error>)>, Error> {
         let mut t = ListOffsetsTopic::default();
         t.name = TopicName(StrBytes::from_string(topic.to_string()));
@@ -240,6 +243,7 @@ impl Peers {
         }
         let mut request = ListOffsetsRequest::default();
         request.replica_id = BrokerId(-1);
+        request.isolation_level = i8::from(read_committed);
         request.topics = vec![t];
         let response = self.ask(membership, leader, 7, &request).await?;
         Ok(response

@@ -55,16 +55,24 @@ pub async fn fetch(
         }
     };
     let topics = begun.topics(&req);
-    // Followers send v9+ (they must name their leader epoch); an older fetch naming a
-    // replica is served as a consumer's.
-    let reader = match (version >= 9).then_some(req.replica_id.0) {
-        Some(id) if id >= 0 => Reader::Follower(id),
+    // A fetch naming a replica needs CLUSTER_ACTION, at any version (as Kafka). Followers
+    // send v9+ (they must name their leader epoch); an older fetch naming a replica is
+    // served as a consumer's.
+    let reader = match req.replica_id.0 {
+        id if id >= 0 => Reader::Follower(id),
         _ => Reader::Consumer,
     };
     let fetching = broker.fetching();
     let permits: Vec<_> = topics
         .iter()
-        .map(|t| fetching.permit(who, reader, t.topic.0.as_str()))
+        .map(|t| {
+            let permit = fetching.permit(who, reader, t.topic.0.as_str());
+            if version >= 9 {
+                permit
+            } else {
+                permit.map(Permit::as_consumer)
+            }
+        })
         .collect();
     let mut response = long_poll(broker, &req, topics, &permits, version, deadline).await;
     sessions.finish(begun, &req, version, owner, &mut response);

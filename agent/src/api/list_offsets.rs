@@ -44,13 +44,13 @@ pub async fn list_offsets(
             };
             let found = match &permit {
                 Err(e) => Err(ApiError::from(e)),
-                Ok(permit) => match Query::from_kafka(p.timestamp, read_committed) {
-                    Err(e) => Err(ApiError::from(&e)),
-                    Ok(query) => offsets
+                Ok(permit) => {
+                    let query = Query::from_kafka(p.timestamp, read_committed);
+                    offsets
                         .lookup(permit, p.partition_index, epoch, query)
                         .await
-                        .map_err(|e| ApiError::from(&e)),
-                },
+                        .map_err(|e| ApiError::from(&e))
+                }
             };
             match found {
                 Ok((offset, timestamp)) => {

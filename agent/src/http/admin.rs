@@ -102,8 +102,9 @@ pub async fn fresh_topic(
 /// The offsets ListOffsets gives for `timestamp` (-2 earliest, -1 latest, else a time
 /// in ms) on `partitions` of `topic`, for `who` (DESCRIBE on the topic: the offsets
 /// service decides), each asked of its leader: this agent's from the offsets service,
-/// the others' over their Kafka listener. A partition's error is Kafka's error name;
-/// `Err` when the caller may not look at the topic at all.
+/// the others' over their Kafka listener. A partition's error is Kafka's error name
+/// (or, for a leader that cannot be reached, why); `Err` when the caller may not look
+/// at the topic at all.
 pub async fn list_offsets(
     http: &HttpApi,
     who: &Caller,
@@ -115,14 +116,16 @@ pub async fn list_offsets(
     let permit = offsets
         .permit(who, Asker::Client, topic)
         .map_err(|e| Problem::from(&e))?;
-    let query = Query::from_kafka(timestamp, false).map_err(|e| Problem::from(&e))?;
+    let query = Query::from_kafka(timestamp, false);
     let found = offsets.lookup_at_leaders(&permit, partitions, query).await;
+    // Kafka's error name, or for a leader that cannot be reached, why.
+    let text = |e: crate::error::Error| match e {
+        e @ crate::error::Error::Unreachable { .. } => e.to_string(),
+        other => crate::metrics::kafka_error_name(ApiError::from(&other).code()),
+    };
     Ok(found
         .into_iter()
-        .map(|(p, o)| {
-            let o = o.map_err(|e| crate::metrics::kafka_error_name(ApiError::from(&e).code()));
-            (p, o)
-        })
+        .map(|(p, o)| (p, o.map_err(text)))
         .collect())
 }
 

@@ -52,6 +52,15 @@ impl Permit {
     pub fn topic(&self) -> &str {
         &self.topic
     }
+
+    /// The same leave, to read as a consumer: an older Fetch (before v9) that names a
+    /// replica is authorized as a follower's and served as a consumer's.
+    pub fn as_consumer(self) -> Permit {
+        Permit {
+            reader: Reader::Consumer,
+            ..self
+        }
+    }
 }
 
 /// The fetch service.

@@ -31,7 +31,8 @@ pub enum Query {
     Latest { read_committed: bool },
     /// The record with the largest timestamp in the local log.
     MaxTimestamp,
-    /// The first record whose timestamp is at or after this one (ms).
+    /// The first record whose timestamp is at or after this one (ms); a negative one
+    /// (other than Kafka's -1, -2 and -3) is refused, INVALID_REQUEST.
     AtOrAfter(i64),
 }
 
@@ -48,15 +49,12 @@ impl Query {
 
     /// Kafka's ListOffsets `timestamp`: -2 earliest, -1 latest, -3 max timestamp, a time
     /// otherwise.
-    pub fn from_kafka(timestamp: i64, read_committed: bool) -> Result<Query> {
+    pub fn from_kafka(timestamp: i64, read_committed: bool) -> Query {
         match timestamp {
-            -1 => Ok(Query::Latest { read_committed }),
-            -2 => Ok(Query::Earliest),
-            -3 => Ok(Query::MaxTimestamp),
-            t if t >= 0 => Ok(Query::AtOrAfter(t)),
-            other => Err(Error::InvalidRequest(format!(
-                "invalid timestamp {other}: -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms"
-            ))),
+            -1 => Query::Latest { read_committed },
+            -2 => Query::Earliest,
+            -3 => Query::MaxTimestamp,
+            t => Query::AtOrAfter(t),
         }
     }
 }
@@ -148,6 +146,11 @@ impl Offsets<'_> {
             Query::Latest { .. } => (replica.high_watermark(), -1),
             Query::Earliest => (replicas.log_start_offset(&replica).await, -1),
             Query::MaxTimestamp => replica.max_timestamp_record().await?.unwrap_or((-1, -1)),
+            Query::AtOrAfter(t) if t < 0 => {
+                return Err(Error::InvalidRequest(format!(
+                    "invalid timestamp {t}: -1 (latest), -2 (earliest), -3 (max timestamp) or a time in ms"
+                )));
+            }
             Query::AtOrAfter(t) => {
                 let start = replicas.log_start_offset(&replica).await;
                 // The archive holds the older offsets, so a match there comes first.
@@ -177,7 +180,7 @@ impl Offsets<'_> {
         })
     }
 
-    /// The offset `query` finds in each of `partitions` (read uncommitted), asked of
+    /// The offset `query` finds in each of `partitions`, asked of
     /// each partition's leader: this agent's looked up here, the others' over their
     /// Kafka listener (one request per leader).
     pub async fn lookup_at_leaders(
@@ -223,7 +226,19 @@ impl Offsets<'_> {
             }
             let asked = self
                 .peers
-                .list_offsets(membership, leader, topic, &indexes, query.to_kafka())
+                .list_offsets(
+                    membership,
+                    leader,
+                    topic,
+                    &indexes,
+                    query.to_kafka(),
+                    matches!(
+                        query,
+                        Query::Latest {
+                            read_committed: true
+                        }
+                    ),
+                )
                 .await;
             match asked {
                 Ok(found) => out.extend(found),

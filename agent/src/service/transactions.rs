@@ -398,16 +398,17 @@ impl Transacting<'_> {
                 .collect();
         }
         let mut outcomes: Outcomes = Vec::new();
-        let mut allowed_topics: Vec<(String, bool)> = Vec::new();
+        let mut allowed_topics: std::collections::HashMap<String, bool> =
+            std::collections::HashMap::new();
         let mut staged = Vec::new();
         for (tp, offset) in offsets {
-            let allowed = match allowed_topics.iter().find(|(t, _)| *t == tp.0) {
-                Some((_, ok)) => *ok,
+            let allowed = match allowed_topics.get(&tp.0) {
+                Some(ok) => *ok,
                 None => {
                     let ok = self
                         .check(who, Operation::Read, ResourceType::Topic, &tp.0)
                         .is_ok();
-                    allowed_topics.push((tp.0.clone(), ok));
+                    allowed_topics.insert(tp.0.clone(), ok);
                     ok
                 }
             };
