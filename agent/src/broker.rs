@@ -326,6 +326,7 @@ impl Broker {
             replicas: &self.replicas,
             membership: &self.membership,
             authorizer: &self.authorizer,
+            audit: &self.audit,
         }
     }
 

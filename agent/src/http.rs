@@ -325,7 +325,7 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "POST",
             "/v1/transactions/abort",
-            cluster(O::Alter),
+            InHandler("the transaction service: ALTER on the cluster"),
             post(abort_transaction),
         ),
         route(
@@ -594,8 +594,13 @@ async fn transaction(
 /// Ends a transaction open on one partition led here with an abort marker (KIP-664's
 /// AbortTransaction): `{"topic", "partition", "producer_id", "producer_epoch"}`, and
 /// optionally `"coordinator_epoch"` (default: the partition's last one, which it
-/// accepts).
-async fn abort_transaction(State(broker): State<Arc<Broker>>, body: axum::body::Bytes) -> Response {
+/// accepts) and `"force"`. The transaction service decides (ALTER on the cluster) and
+/// audits.
+async fn abort_transaction(
+    State(broker): State<Arc<Broker>>,
+    extensions: axum::http::Extensions,
+    body: axum::body::Bytes,
+) -> Response {
     let parsed: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
         Err(e) => {
@@ -625,68 +630,36 @@ async fn abort_transaction(State(broker): State<Arc<Broker>>, body: axum::body::
             "partition or producer_epoch is out of range",
         );
     };
-    let state = broker.replicas().topic(topic);
-    let Some(replica) = state.as_ref().and_then(|t| t.replica(partition)) else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no partition {topic}-{partition} has a replica on this agent"),
-        );
-    };
-    // Only an open transaction of that producer, and unless forced only a hanging one:
-    // aborting a live transaction here would tear it (its later writes would commit
-    // without these).
+    let coordinator_epoch = parsed
+        .get("coordinator_epoch")
+        .and_then(json::of)
+        .map(|e| e as i32);
     let force = parsed
         .get("force")
         .and_then(|v| v.as_bool())
         .unwrap_or(false);
-    let open = broker
-        .transactions()
-        .open_on_partitions()
-        .await
-        .into_iter()
-        .find(|o| {
-            o.topic == topic && o.partition == partition && o.open.producer_id == producer_id
-        });
-    match open {
-        None if !force => {
-            return error(
-                StatusCode::NOT_FOUND,
-                format!(
-                    "producer {producer_id} has no transaction open on {topic}-{partition} here"
-                ),
-            );
-        }
-        Some(o) if !o.hanging && !force => {
-            return error(
-                StatusCode::CONFLICT,
-                format!(
-                    "producer {producer_id}'s transaction on {topic}-{partition} is not hanging: its coordinator will end it (add \"force\": true to abort it anyway, which tears it)"
-                ),
-            );
-        }
-        _ => {}
-    }
-    let coordinator_epoch = match parsed.get("coordinator_epoch").and_then(json::of) {
-        Some(e) => e as i32,
-        None => replica
-            .producers()
-            .into_iter()
-            .find(|p| p.0 == producer_id)
-            .map_or(0, |p| p.4.max(0)),
-    };
-    match broker
-        .transactions()
+    let who = admin::caller(&extensions);
+    let aborted = broker
+        .transacting()
         .abort_on_partition(
+            &who,
             topic,
             partition,
             producer_id,
             producer_epoch,
             coordinator_epoch,
+            force,
         )
-        .await
-    {
+        .await;
+    use crate::service::transactions::AbortError;
+    match aborted {
         Ok(offset) => axum::Json(serde_json::json!({ "marker_offset": offset })).into_response(),
-        Err(e) => {
+        Err(AbortError::NotFound(why)) => error(StatusCode::NOT_FOUND, why),
+        Err(AbortError::NotHanging(why)) => error(StatusCode::CONFLICT, why),
+        Err(AbortError::Refused(e @ crate::error::Error::Denied { .. })) => {
+            problem::Problem::from(&e).into_response()
+        }
+        Err(AbortError::Refused(e)) => {
             let api = crate::api::errors::ApiError::from(&e);
             let status = match api.code {
                 kafka_protocol::error::ResponseError::NotLeaderOrFollower => {

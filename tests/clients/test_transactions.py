@@ -848,6 +848,15 @@ def test_hanging_transaction_found_and_aborted_over_http(broker_factory):
     ru = read_all(b.bootstrap, topic, 2, READ_UNCOMMITTED)
     assert values(ru[0]) == [b"plain-p0"] + txv[0] + [b"plain-p0-after"]
 
+    # The transaction service audits each operator abort, refused ones too (a bad body
+    # reaches no service, so it is not an entry).
+    status, log = http_json(b.http_url + "/v1/audit?limit=100")
+    assert status == 200, log
+    aborts = [(e["resource"], e["ok"], e["outcome"]) for e in log["entries"]
+              if e["action"] == "transaction.abort"]
+    assert aborts[-1] == (f"partition:{topic}-0", True, {"marker_offset": 5}), aborts
+    assert [ok for _, ok, _ in aborts[:-1]] == [False, False], aborts
+
 
 # =========================================================================== 8
 # The committed rows of an archived partition, in DuckDB: a row is committed unless it is

@@ -1011,6 +1011,10 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
             ),
             ("DELETE", "/v1/acls") => (format!("{path}?resource_type=ANY"), "{}"),
             ("PUT", "/v1/users/{user}") => (path, r#"{"password": "mallory-secret"}"#),
+            ("POST", "/v1/transactions/abort") => (
+                path,
+                r#"{"topic": "t", "partition": 0, "producer_id": 1, "producer_epoch": 0, "force": true}"#,
+            ),
             ("PATCH", "/v1/quotas") => (
                 path,
                 r#"{"entity": {"user": null}, "set": {"producer_byte_rate": 1}}"#,
@@ -1074,9 +1078,11 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                         "{ctx}"
                     )
                 }
-                // The topic service decides the incident switch: ALTER on the cluster.
+                // The topic service decides the incident switch, the transaction service
+                // an operator's abort: ALTER on the cluster.
                 ("POST", "/v1/topics/{topic}/partitions/{partition}/disable")
-                | ("POST", "/v1/topics/{topic}/partitions/{partition}/enable") => {
+                | ("POST", "/v1/topics/{topic}/partitions/{partition}/enable")
+                | ("POST", "/v1/transactions/abort") => {
                     assert_eq!(
                         (status, kafka_error),
                         (403, "CLUSTER_AUTHORIZATION_FAILED"),

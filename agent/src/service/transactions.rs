@@ -15,6 +15,7 @@
 //! | [`Transacting::write_markers`] | CLUSTER_ACTION |
 //! | [`Transacting::describe`], [`Transacting::list`], [`Transacting::find_coordinator`] | DESCRIBE on the transactional id (a listing leaves the others out) |
 //! | [`Transacting::producers`] | READ on the topic |
+//! | [`Transacting::abort_on_partition`] (an operator's, over HTTP; audited) | ALTER on the cluster |
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -81,6 +82,20 @@ pub struct Transacting<'a> {
     pub(crate) replicas: &'a Arc<ReplicaManager>,
     pub(crate) membership: &'a Arc<Membership>,
     pub(crate) authorizer: &'a Authorizer,
+    pub(crate) audit: &'a crate::audit::Audit,
+}
+
+/// Why an operator's abort ([`Transacting::abort_on_partition`]) wrote no marker.
+#[derive(Debug, thiserror::Error)]
+pub enum AbortError {
+    /// No replica of the partition here, or no transaction of the producer open on it.
+    #[error("{0}")]
+    NotFound(String),
+    /// The transaction is live: its coordinator will end it.
+    #[error("{0}")]
+    NotHanging(String),
+    #[error(transparent)]
+    Refused(#[from] Error),
 }
 
 impl Transacting<'_> {
@@ -570,5 +585,106 @@ impl Transacting<'_> {
                 (p, rows)
             })
             .collect())
+    }
+
+    /// Ends a transaction open on `partition` of `topic`, led here, with an abort marker
+    /// (KIP-664's AbortTransaction, as an operator asks it over HTTP): only an open
+    /// transaction of `producer_id`, and unless `force` only a hanging one (its
+    /// coordinator does not count the partition in it, so no marker will come):
+    /// aborting a live one would tear it, its later writes committing without these.
+    /// `coordinator_epoch`: the partition's last one when not given. For a caller with
+    /// ALTER on the cluster. Audited (`transaction.abort`), refusals included. The
+    /// marker's offset.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn abort_on_partition(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+        producer_id: i64,
+        producer_epoch: i16,
+        coordinator_epoch: Option<i32>,
+        force: bool,
+    ) -> std::result::Result<i64, AbortError> {
+        let outcome = self
+            .abort_checked(
+                who,
+                topic,
+                partition,
+                (producer_id, producer_epoch),
+                coordinator_epoch,
+                force,
+            )
+            .await;
+        let request = serde_json::json!({
+            "producer_id": producer_id,
+            "producer_epoch": producer_epoch,
+            "coordinator_epoch": coordinator_epoch,
+            "force": force,
+        });
+        let recorded = match &outcome {
+            Ok(offset) => Ok(serde_json::json!({ "marker_offset": offset })),
+            Err(e) => Err(e.to_string()),
+        };
+        let resource = format!("partition:{topic}-{partition}");
+        self.audit
+            .record(who, "transaction.abort", &resource, request, recorded);
+        outcome
+    }
+
+    async fn abort_checked(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+        (producer_id, producer_epoch): (i64, i16),
+        coordinator_epoch: Option<i32>,
+        force: bool,
+    ) -> std::result::Result<i64, AbortError> {
+        self.check(who, Operation::Alter, ResourceType::Cluster, CLUSTER_NAME)?;
+        let state = self.replicas.topic(topic);
+        let Some(replica) = state.as_ref().and_then(|t| t.replica(partition)) else {
+            return Err(AbortError::NotFound(format!(
+                "no partition {topic}-{partition} has a replica on this agent"
+            )));
+        };
+        let open = self
+            .coordinator
+            .open_on_partitions()
+            .await
+            .into_iter()
+            .find(|o| {
+                o.topic == topic && o.partition == partition && o.open.producer_id == producer_id
+            });
+        match open {
+            None if !force => {
+                return Err(AbortError::NotFound(format!(
+                    "producer {producer_id} has no transaction open on {topic}-{partition} here"
+                )));
+            }
+            Some(o) if !o.hanging && !force => {
+                return Err(AbortError::NotHanging(format!(
+                    "producer {producer_id}'s transaction on {topic}-{partition} is not hanging: its coordinator will end it (add \"force\": true to abort it anyway, which tears it)"
+                )));
+            }
+            _ => {}
+        }
+        let coordinator_epoch = coordinator_epoch.unwrap_or_else(|| {
+            replica
+                .producers()
+                .into_iter()
+                .find(|p| p.0 == producer_id)
+                .map_or(0, |p| p.4.max(0))
+        });
+        Ok(self
+            .coordinator
+            .abort_on_partition(
+                topic,
+                partition,
+                producer_id,
+                producer_epoch,
+                coordinator_epoch,
+            )
+            .await?)
     }
 }
