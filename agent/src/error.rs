@@ -75,6 +75,21 @@ pub enum Error {
 }
 
 impl Error {
+    /// `who` may not do `operation` on the resource `name` of type `resource`.
+    pub fn denied(
+        who: &crate::caller::Caller,
+        operation: crate::authz::Operation,
+        resource: crate::authz::ResourceType,
+        name: &str,
+    ) -> Error {
+        Error::Denied {
+            principal: who.principal.to_string(),
+            operation: operation.name(),
+            resource,
+            name: name.to_string(),
+        }
+    }
+
     /// The request surely did not happen, and a client tries it again after a pause,
     /// at the leader it learns then: no such partition (yet), a leader that moved or
     /// is not there, too few in-sync replicas to take it.

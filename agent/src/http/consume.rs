@@ -209,6 +209,19 @@ fn may_read_group(http: &HttpApi, extensions: &Extensions, group: &str) -> Resul
     )
 }
 
+/// The fetch service's leave for the caller to read `topic` (READ on it), asked before
+/// anything is said of the topic.
+pub(super) fn read_permit(
+    http: &HttpApi,
+    extensions: &Extensions,
+    topic: &str,
+) -> Result<Permit, Problem> {
+    http.broker
+        .fetching()
+        .permit(&super::admin::caller(extensions), Reader::Consumer, topic)
+        .map_err(|e| Problem::from(&e))
+}
+
 fn check_group_id(group: &str) -> Result<(), Problem> {
     if group.is_empty() {
         return Err(Problem::kafka(
@@ -279,13 +292,8 @@ async fn consume_inner(
     uri: &Uri,
     body: &[u8],
 ) -> Result<Response, Problem> {
-    // READ on the topic (the fetch service's leave to read it) before anything else,
-    // then on the group.
-    let permit = http
-        .broker
-        .fetching()
-        .permit(&super::admin::caller(extensions), Reader::Consumer, topic)
-        .map_err(|e| Problem::from(&e))?;
+    // READ on the topic before anything else, then on the group.
+    let permit = read_permit(http, extensions, topic)?;
     let body: ConsumeBody = json::parse(body, "consume")?;
     check_group_id(&body.group_id)?;
     may_read_group(http, extensions, &body.group_id)?;

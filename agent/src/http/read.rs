@@ -17,10 +17,9 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::HttpApi;
-use super::consume::{Limits, Reset, read_pass, start_at, throttled_answer};
+use super::consume::{Limits, Reset, read_pass, read_permit, start_at, throttled_answer};
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
-use crate::service::fetch::Reader;
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -67,12 +66,7 @@ async fn answer(
     topic: &str,
     body: &[u8],
 ) -> Result<Response, Problem> {
-    // READ on the topic before anything is said of it: the fetch service's leave.
-    let permit = http
-        .broker
-        .fetching()
-        .permit(&super::admin::caller(extensions), Reader::Consumer, topic)
-        .map_err(|e| Problem::from(&e))?;
+    let permit = read_permit(http, extensions, topic)?;
     let body: ReadBody = json::parse(body, "read")?;
     let limits = Limits::parse(
         body.max_messages,

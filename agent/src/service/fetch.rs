@@ -204,12 +204,7 @@ impl Fetching {
             .authorizer
             .allows(who.authz(), operation, resource, name)
         {
-            return Err(Error::Denied {
-                principal: who.principal.to_string(),
-                operation: operation.name(),
-                resource: ResourceType::Topic,
-                name: topic.to_string(),
-            });
+            return Err(Error::denied(who, operation, ResourceType::Topic, topic));
         }
         Ok(Permit {
             topic: topic.to_string(),

@@ -110,12 +110,12 @@ impl Records<'_> {
                     .delete_records(topic, partition, offset)
                     .await
             } else {
-                Err(Error::Denied {
-                    principal: who.principal.to_string(),
-                    operation: Operation::Delete.name(),
-                    resource: ResourceType::Topic,
-                    name: topic.to_string(),
-                })
+                Err(Error::denied(
+                    who,
+                    Operation::Delete,
+                    ResourceType::Topic,
+                    topic,
+                ))
             };
         let recorded = match &outcome {
             Ok(start) => Ok(json!({ "low_watermark": start })),

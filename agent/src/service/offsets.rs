@@ -100,12 +100,12 @@ impl Offsets<'_> {
                 CLUSTER_NAME,
             );
         if !replica && !az.allows(who.authz(), Operation::Describe, ResourceType::Topic, topic) {
-            return Err(Error::Denied {
-                principal: who.principal.to_string(),
-                operation: Operation::Describe.name(),
-                resource: ResourceType::Topic,
-                name: topic.to_string(),
-            });
+            return Err(Error::denied(
+                who,
+                Operation::Describe,
+                ResourceType::Topic,
+                topic,
+            ));
         }
         Ok(Permit {
             topic: topic.to_string(),
@@ -242,19 +242,16 @@ impl Offsets<'_> {
                 .await;
             match asked {
                 Ok(found) => out.extend(found),
+                // Only an agent that cannot be reached fails a whole request.
                 Err(e) => {
+                    let why = match e {
+                        Error::Unreachable { why, .. } => why,
+                        other => other.to_string(),
+                    };
                     for p in indexes {
-                        let unreachable = match &e {
-                            Error::Unreachable { agent, why } => Error::Unreachable {
-                                agent: *agent,
-                                why: why.clone(),
-                            },
-                            other => Error::Unreachable {
-                                agent: leader,
-                                why: other.to_string(),
-                            },
-                        };
-                        out.insert(p, Err(unreachable));
+                        let agent = leader;
+                        let why = why.clone();
+                        out.insert(p, Err(Error::Unreachable { agent, why }));
                     }
                 }
             }

@@ -161,12 +161,7 @@ impl Producing {
                 .authorizer
                 .allows(who.authz(), Operation::Write, resource, name)
             {
-                return Err(Error::Denied {
-                    principal: who.principal.to_string(),
-                    operation: Operation::Write.name(),
-                    resource,
-                    name: name.to_string(),
-                });
+                return Err(Error::denied(who, Operation::Write, resource, name));
             }
         }
         Ok(Permit {

@@ -58,15 +58,6 @@ pub type Outcomes = Vec<(TopicPartition, Result<()>)>;
 /// timestamp, coordinator epoch and the first offset of its open transaction (-1: none).
 pub type ProducerRow = (i64, i16, i32, i64, i32, i64);
 
-fn denied(who: &Caller, operation: Operation, resource: ResourceType, name: &str) -> Error {
-    Error::Denied {
-        principal: who.principal.to_string(),
-        operation: operation.name(),
-        resource,
-        name: name.to_string(),
-    }
-}
-
 /// Why staging transactional offsets failed (told to each of their partitions).
 #[derive(Debug)]
 enum StagingError {
@@ -114,7 +105,7 @@ impl Transacting<'_> {
         {
             return Ok(());
         }
-        Err(denied(who, operation, resource, name))
+        Err(Error::denied(who, operation, resource, name))
     }
 
     /// Without logging: for what is only filtered out of an answer.
@@ -227,7 +218,7 @@ impl Transacting<'_> {
             let refused = |tp| {
                 (
                     tp,
-                    Err(denied(
+                    Err(Error::denied(
                         who,
                         Operation::Write,
                         ResourceType::TransactionalId,
@@ -251,7 +242,12 @@ impl Transacting<'_> {
                 .into_iter()
                 .map(|tp| {
                     let outcome = if refused.contains(&tp.0) {
-                        Err(denied(who, Operation::Write, ResourceType::Topic, &tp.0))
+                        Err(Error::denied(
+                            who,
+                            Operation::Write,
+                            ResourceType::Topic,
+                            &tp.0,
+                        ))
                     } else {
                         Err(Error::NotAttempted)
                     };
@@ -409,7 +405,7 @@ impl Transacting<'_> {
         if let Some((operation, resource, name)) = whole {
             return offsets
                 .into_iter()
-                .map(|(tp, _)| (tp, Err(denied(who, operation, resource, name))))
+                .map(|(tp, _)| (tp, Err(Error::denied(who, operation, resource, name))))
                 .collect();
         }
         let mut outcomes: Outcomes = Vec::new();
@@ -428,7 +424,7 @@ impl Transacting<'_> {
                 }
             };
             if !allowed {
-                let refused = denied(who, Operation::Read, ResourceType::Topic, &tp.0);
+                let refused = Error::denied(who, Operation::Read, ResourceType::Topic, &tp.0);
                 outcomes.push((tp, Err(refused)));
             } else if !self
                 .replicas
