@@ -84,7 +84,10 @@ def test_metrics_page_is_valid_prometheus_text_and_counts_requests(broker_factor
     # A topic that does not exist (and is not created: auto-creation is off): Metadata
     # answers UNKNOWN_TOPIC_OR_PARTITION for it.
     missing = unique_topic("missing")
-    md = admin(broker.bootstrap).list_topics(topic=missing, timeout=10)
+    # The admin client is kept until the scrape: its connection is the open one that
+    # strata_connections counts (a dropped client may close it before the scrape).
+    held = admin(broker.bootstrap)
+    md = held.list_topics(topic=missing, timeout=10)
     assert md.topics[missing].error is not None
 
     content_type, text = scrape(broker.http_url)
@@ -110,6 +113,7 @@ def test_metrics_page_is_valid_prometheus_text_and_counts_requests(broker_factor
     assert value(text, "strata_connections") >= 1
     assert value(text, "strata_data_dir_free_bytes") > 0
     assert value(text, "strata_metastore_transactions_total") >= 1
+    del held
 
 
 # ------------------------------------------------------------------ a real Prometheus
