@@ -330,6 +330,31 @@ impl Broker {
         }
     }
 
+    /// This agent's own state: ready, tiering progress, its replicas.
+    pub fn status(&self) -> crate::service::status::Status<'_> {
+        crate::service::status::Status {
+            replicas: &self.replicas,
+            metastore: &self.metastore,
+            tiering: self.tiering.as_ref(),
+            node_id: self.node_id(),
+        }
+    }
+
+    /// The cluster's agents as an operator sees them: list, health, drain.
+    pub fn agents(&self) -> crate::service::agents::Agents {
+        crate::service::agents::Agents::new(Arc::clone(&self.replicas), self.settings().healing())
+    }
+
+    /// An operator's repairs of a partition's archive (tier now, verify).
+    pub fn maintenance(&self) -> crate::service::maintenance::Maintenance<'_> {
+        crate::service::maintenance::Maintenance {
+            replicas: &self.replicas,
+            tiering: self.tiering.as_ref(),
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
+    }
+
     /// Looking up offsets: ListOffsets and OffsetForLeaderEpoch
     /// ([`crate::service::offsets`]).
     pub fn offsets(&self) -> crate::service::offsets::Offsets<'_> {

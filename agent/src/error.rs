@@ -1,8 +1,37 @@
-//! The errors of strata's services, in domain terms. The protocol edges translate them:
-//! `api/errors.rs` to Kafka error codes (and later the HTTP API to statuses); nothing
-//! below the edges knows either.
+//! The errors of strata's services, in domain terms. [`crate::error_map`] is the one
+//! place they become Kafka error codes, and each code a [`Kind`]: what the caller
+//! should do about it. The Kafka edge sends the code; the HTTP edge answers the status
+//! of the kind (`http/problem.rs`) and never reasons in Kafka codes.
 
 use crate::partition::PartitionError;
+
+/// What kind of failure an error is, by what its caller should do about it. One Kafka
+/// code has one kind, so the Kafka and HTTP answers to an error never disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// The request is malformed or asks for what cannot be: do not send it again.
+    Invalid,
+    /// The caller has not proved who it is.
+    Unauthenticated,
+    /// The caller is known but may not do this.
+    Forbidden,
+    /// What the request names does not exist.
+    NotFound,
+    /// The resource's state or generation does not allow it now (a stale member, a
+    /// group with members, a topic that exists).
+    Conflict,
+    /// The request or a record in it is larger than allowed.
+    TooLarge,
+    /// Valid, but refused by a policy (writes disabled, a limit reached).
+    Policy,
+    /// Over its quota: slow down.
+    Throttled,
+    /// Not possible at the moment (no leader, a coordinator moving, a timeout): try
+    /// again.
+    Unavailable,
+    /// The agent failed (storage, the metastore): not the caller's doing.
+    Internal,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -40,7 +69,10 @@ pub enum Error {
     #[error("this agent could not renew its cluster lease and takes no writes until it does")]
     LeaseLapsed,
     #[error("acks must be -1, 0 or 1, not {0}")]
-    InvalidAcks(i16),
+    InvalidAcks(String),
+    /// The caller did not prove who it is (Kafka's SASL_AUTHENTICATION_FAILED).
+    #[error("{0}")]
+    Unauthenticated(String),
     /// The request asks for something that cannot be (Kafka's INVALID_REQUEST).
     #[error("{0}")]
     InvalidRequest(String),
@@ -121,7 +153,8 @@ pub enum SyncError {
     FileBudget { topic: String, why: String },
 }
 
-/// Why a transaction request is refused; `api/errors.rs` maps each to its Kafka code.
+/// Why a transaction request is refused; [`crate::error_map`] maps each to its Kafka
+/// code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TxnError {
     #[error("this agent does not coordinate the transactional id")]

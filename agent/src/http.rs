@@ -14,7 +14,6 @@
 
 mod admin;
 mod agents;
-mod assignor;
 mod auth;
 mod cluster;
 mod consume;
@@ -214,13 +213,13 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "POST",
             "/v1/topics/{topic}/partitions/{partition}/tier",
-            cluster(O::Alter),
+            InHandler("the maintenance service: ALTER on the cluster"),
             post(operate::tier),
         ),
         route(
             "POST",
             "/v1/topics/{topic}/partitions/{partition}/verify",
-            cluster(O::Alter),
+            InHandler("the maintenance service: ALTER on the cluster"),
             post(operate::verify),
         ),
         route(
@@ -431,11 +430,11 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
             "not ready: shutting down\n".to_string(),
         );
     }
-    match broker.metastore().cluster().await {
-        Ok(_) => (StatusCode::OK, "ready\n".to_string()),
-        Err(e) => (
+    match broker.status().ready().await {
+        Ok(()) => (StatusCode::OK, "ready\n".to_string()),
+        Err(why) => (
             StatusCode::SERVICE_UNAVAILABLE,
-            format!("not ready: metastore: {e}\n"),
+            format!("not ready: {why}\n"),
         ),
     }
 }
@@ -451,54 +450,9 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl axum::response::Into
     )
 }
 
-/// Tiering status with, where records wait in the active segment alone, why: only
-/// closed segments are archived.
-fn explained(
-    broker: &Broker,
-    status: Vec<strata_tiering::PartitionStatus>,
-) -> Vec<serde_json::Value> {
-    status
-        .into_iter()
-        .map(|s| {
-            let topic = broker.replicas().topic(&s.topic);
-            let waiting = s.lag_records > 0
-                && topic
-                    .as_ref()
-                    .and_then(|t| t.replica(s.partition))
-                    .is_some_and(|p| p.segments_from(s.archived_upto + 1).1 == 1);
-            let mut v = serde_json::to_value(&s).unwrap_or_default();
-            if waiting {
-                v["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
-            }
-            v
-        })
-        .collect()
-}
-
 /// Tiering progress per partition: highest archived offset and lag in records.
 async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
-    let reader = broker.replicas().archive();
-    let archive = reader.archive().url.clone();
-    let failures = reader.read_failures();
-    axum::Json(match &broker.tiering() {
-        Some(worker) => {
-            let now = crate::clock::now_ms();
-            let started = worker.pass_started_ms();
-            serde_json::json!({
-                "archive": archive,
-                "partitions": explained(&broker, worker.status()),
-                // A pass running for long is stuck on the store (calls time out after 60 s).
-                "pass_running_ms": started.map(|s| (now - s).max(0)),
-                "archive_read_failures": failures,
-            })
-        }
-        None => serde_json::json!({
-            "archive": archive,
-            "partitions": [],
-            "archive_read_failures": failures,
-            "note": "tiering runs in another process",
-        }),
-    })
+    axum::Json(broker.status().tiering())
 }
 
 /// The data lifecycle of the partitions this agent leads, as of the last pass.
@@ -514,21 +468,10 @@ async fn compaction(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
 
 /// This agent's replicas, leaders and followers, as each sees itself now.
 async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
-    let now = crate::clock::now_ms();
-    let replicas: Vec<_> = broker
-        .replicas()
-        .topics()
-        .iter()
-        .flat_map(|t| {
-            t.local_partitions()
-                .map(|p| p.status(now))
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    axum::Json(serde_json::json!({ "node_id": broker.node_id(), "partitions": replicas }))
+    axum::Json(broker.status().partitions())
 }
 
-fn record_json(id: &str, r: &strata_metastore::TxnRecord) -> serde_json::Value {
+fn record_json(id: &str, r: &crate::service::transactions::TxnRecord) -> serde_json::Value {
     serde_json::json!({
         "transactional_id": id,
         "producer_id": r.producer_id,
@@ -656,23 +599,9 @@ async fn abort_transaction(
         Ok(offset) => axum::Json(serde_json::json!({ "marker_offset": offset })).into_response(),
         Err(AbortError::NotFound(why)) => error(StatusCode::NOT_FOUND, why),
         Err(AbortError::NotHanging(why)) => error(StatusCode::CONFLICT, why),
-        Err(AbortError::Refused(e @ crate::error::Error::Denied { .. })) => {
-            problem::Problem::from(&e).into_response()
-        }
-        Err(AbortError::Refused(e)) => {
-            let api = crate::api::errors::ApiError::from(&e);
-            let status = match api.code {
-                kafka_protocol::error::ResponseError::NotLeaderOrFollower => {
-                    StatusCode::MISDIRECTED_REQUEST
-                }
-                kafka_protocol::error::ResponseError::InvalidProducerEpoch
-                | kafka_protocol::error::ResponseError::TransactionCoordinatorFenced => {
-                    StatusCode::CONFLICT
-                }
-                _ => StatusCode::SERVICE_UNAVAILABLE,
-            };
-            error(status, api.message)
-        }
+        // Refused: 403 without ALTER on the cluster, 409 for a fenced producer or
+        // coordinator epoch, 503 where this agent no longer leads the partition.
+        Err(AbortError::Refused(e)) => problem::Problem::from(&e).into_response(),
     }
 }
 

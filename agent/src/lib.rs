@@ -20,6 +20,7 @@ pub mod context;
 pub mod controller;
 pub mod datadir;
 pub mod error;
+pub mod error_map;
 pub mod fetch_sessions;
 pub mod fetcher;
 pub mod group;

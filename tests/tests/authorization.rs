@@ -1079,9 +1079,12 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                     )
                 }
                 // The topic service decides the incident switch, the transaction service
-                // an operator's abort: ALTER on the cluster.
+                // an operator's abort, the maintenance service the archive's repairs:
+                // ALTER on the cluster.
                 ("POST", "/v1/topics/{topic}/partitions/{partition}/disable")
                 | ("POST", "/v1/topics/{topic}/partitions/{partition}/enable")
+                | ("POST", "/v1/topics/{topic}/partitions/{partition}/tier")
+                | ("POST", "/v1/topics/{topic}/partitions/{partition}/verify")
                 | ("POST", "/v1/transactions/abort") => {
                     assert_eq!(
                         (status, kafka_error),
@@ -1104,6 +1107,29 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                 _ => panic!("no authorization case for {ctx}: {:?}", route.needs),
             },
         }
+    }
+
+    // The operator actions the services decide audited their refusals.
+    let refused: Vec<String> = agent
+        .broker()
+        .audit()
+        .tail(10_000)
+        .expect("the audit log")
+        .into_iter()
+        .filter(|e| e["ok"] == false)
+        .filter_map(|e| e["action"].as_str().map(str::to_string))
+        .collect();
+    for action in [
+        "partition.disable",
+        "partition.enable",
+        "partition.tier",
+        "partition.verify",
+        "transaction.abort",
+    ] {
+        assert!(
+            refused.iter().any(|a| a == action),
+            "{action} refused but not audited: {refused:?}"
+        );
     }
 
     // Nothing the refused requests asked for happened: the instance is still there.

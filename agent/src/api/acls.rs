@@ -9,6 +9,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::service::security::AclRecord;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,
@@ -19,11 +20,10 @@ use kafka_protocol::messages::{
     DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use strata_metastore::AclRecord;
 
-use super::errors::ApiError;
 use crate::authz::rules::AclFilter;
 use crate::broker::Broker;
+use crate::error_map::ApiError;
 use crate::service::security::{self, Allowed, SecurityError};
 
 fn s(v: impl Into<String>) -> StrBytes {

@@ -15,9 +15,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
+use crate::error_map::ApiError;
 use crate::service::configs::{Op, Resource};
 
 const RESOURCE_TOPIC: i8 = 2;

@@ -29,10 +29,10 @@ use kafka_protocol::messages::{BrokerId, FetchRequest, FetchResponse, ProducerId
 use tokio::sync::watch;
 use tokio::time::Instant;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
 use crate::error::Error;
+use crate::error_map::ApiError;
 use crate::partition::Offsets;
 use crate::service::fetch::{Permit, Reader};
 
@@ -165,7 +165,7 @@ async fn read_once(
         // At v13+ the topic must still be the one the id named.
         let replaced = version >= 13
             && broker
-                .replicas()
+                .admin()
                 .topic(t.topic.0.as_str())
                 .is_none_or(|s| s.record.id != *t.topic_id.as_bytes());
         for p in &t.partitions {

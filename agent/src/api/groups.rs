@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::service::groups::{CommittedOffset, TopicPartition};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -32,12 +33,11 @@ use kafka_protocol::messages::{
     OffsetFetchResponse, SyncGroupRequest, SyncGroupResponse, TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
-use strata_metastore::{CommittedOffset, TopicPartition};
 
-use crate::api::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
 use crate::clock::now_ms;
+use crate::error_map::ApiError;
 use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
 use crate::service::groups::{Member, Offsets};
@@ -50,7 +50,7 @@ fn code(e: Option<GroupError>) -> i16 {
     e.map_or(0, group_code)
 }
 
-/// The Kafka code of a coordinator's refusal (mapped in `api/errors.rs`).
+/// The Kafka code of a coordinator's refusal (mapped in `error_map.rs`).
 fn group_code(e: GroupError) -> i16 {
     ApiError::from(e).code()
 }

@@ -9,9 +9,9 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::{OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
+use crate::error_map::ApiError;
 use crate::service::offsets::Asker;
 
 pub fn offset_for_leader_epoch(

@@ -8,9 +8,9 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
+use crate::error_map::ApiError;
 use crate::service::offsets::{Asker, Query};
 
 pub async fn list_offsets(

@@ -11,10 +11,10 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
-use crate::replicas::TopicState;
+use crate::error_map::ApiError;
+use crate::service::admin::TopicState;
 
 pub async fn metadata(
     broker: &Broker,

@@ -11,7 +11,6 @@ mod audited;
 mod authorized;
 mod cluster;
 pub(crate) mod configs;
-pub mod errors;
 mod fetch;
 pub(crate) mod groups;
 mod leader_epochs;

@@ -20,11 +20,11 @@ use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
 use super::Reply;
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
 use crate::clock::now_ms;
 use crate::error::Error;
+use crate::error_map::ApiError;
 use crate::service::produce::{Acks, Commit, Permit};
 
 /// A partition's answer so far, and the commit to wait for when acks=all.

@@ -7,10 +7,10 @@
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
 use crate::error::Error;
+use crate::error_map::ApiError;
 use crate::txn::TxnError;
 
 pub async fn init_producer_id(

@@ -4,16 +4,16 @@
 //! (`crate::quota`). The service decides whether the caller may (DESCRIBE_CONFIGS or
 //! ALTER_CONFIGS on the cluster): `allowed` is its answer.
 
+use crate::service::security::{QuotaChange, QuotaEntity};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
     DescribeClientQuotasResponse, alter_client_quotas_response, describe_client_quotas_response,
 };
 use kafka_protocol::protocol::StrBytes;
-use strata_metastore::{QuotaChange, QuotaEntity};
 
-use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::error_map::ApiError;
 use crate::service::security::{self, Allowed, EntityMatch, SecurityError};
 
 fn s(v: impl Into<String>) -> StrBytes {

@@ -16,9 +16,9 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
+use crate::error_map::ApiError;
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())

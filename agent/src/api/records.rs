@@ -7,9 +7,9 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{DeleteRecordsRequest, DeleteRecordsResponse};
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
+use crate::error_map::ApiError;
 
 pub async fn delete_records(
     broker: &Broker,

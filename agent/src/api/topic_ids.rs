@@ -15,8 +15,8 @@ use kafka_protocol::messages::{RequestKind, ResponseKind, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::error_map::ApiError;
 
 /// The topics a request named by ids that no topic has, with the partitions it asked
 /// for: they are answered UNKNOWN_TOPIC_ID.
@@ -74,7 +74,7 @@ pub fn resolve(broker: &Broker, request: &mut RequestKind, version: i16) -> Opti
 
 /// The name of the topic whose id is `id`, if one has it now.
 fn name_of(broker: &Broker, id: Uuid) -> Option<TopicName> {
-    let topic = broker.replicas().topic_by_id(id.as_bytes())?;
+    let topic = broker.admin().topic_by_id(id.as_bytes())?;
     Some(TopicName(StrBytes::from_string(topic.record.name.clone())))
 }
 

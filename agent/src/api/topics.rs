@@ -16,9 +16,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use uuid::Uuid;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
+use crate::error_map::ApiError;
 use crate::service::admin::NewTopicSpec;
 
 pub async fn create_topics(

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::service::groups::{CommittedOffset, TopicPartition};
+use crate::service::transactions::TxnRecord;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
@@ -33,13 +35,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use strata_log::txn::{ControlRecord, Marker};
-use strata_metastore::{CommittedOffset, TopicPartition, TxnRecord};
 
-use super::errors::ApiError;
 use crate::broker::Broker;
 use crate::caller::Caller;
 use crate::clock::now_ms;
 use crate::error::Error;
+use crate::error_map::ApiError;
 use crate::service::groups::Member;
 use crate::service::transactions::{Markers, Outcomes, Producer};
 use crate::txn::TxnError;

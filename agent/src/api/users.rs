@@ -18,8 +18,8 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use super::errors::ApiError;
 use crate::broker::Broker;
+use crate::error_map::ApiError;
 use crate::service::security::{
     self, Allowed, CredentialChange, CredentialInfo as Info, SecurityError,
 };

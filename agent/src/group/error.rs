@@ -1,4 +1,4 @@
-//! What the group coordinator refuses, in its own terms; `api/errors.rs` gives each its
+//! What the group coordinator refuses, in its own terms; `error_map.rs` gives each its
 //! Kafka code (the names are Kafka's, so the mapping is one to one).
 
 /// Why a group request is refused.

@@ -6,6 +6,7 @@
 //! a stale generation writes nothing). Membership is not persisted: after a restart a
 //! group comes back Empty with its offsets, and its consumers simply rejoin.
 
+pub mod consumer_protocol;
 mod error;
 pub mod state;
 

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use kafka_protocol::error::ResponseError;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -27,10 +26,9 @@ use super::HttpApi;
 use super::cluster::redirect;
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
-use crate::api::errors::ApiError;
 use crate::caller::Caller;
 use crate::group::GroupError;
-use crate::service::admin::{AdminError, NewTopicSpec, topic_id};
+use crate::service::admin::{AdminError, NewTopicSpec, TopicState, topic_id};
 use crate::service::configs::{ConfigError, Op, Resource};
 use crate::service::groups::Member;
 use crate::service::offsets::{Asker, Query};
@@ -76,26 +74,17 @@ pub fn audited(
 }
 
 fn unknown_topic(topic: &str) -> Problem {
-    Problem::kafka(
-        ResponseError::UnknownTopicOrPartition,
-        format!("topic {topic:?} does not exist"),
-    )
+    Problem::unknown_topic_or_partition(format!("topic {topic:?} does not exist"))
 }
 
 /// The topic as the metastore holds it now, not as this agent last heard: a change made
 /// through another agent a moment ago is seen, and built on. A name no topic can have
 /// is simply unknown.
-pub async fn fresh_topic(
-    http: &HttpApi,
-    topic: &str,
-) -> Result<Arc<crate::replicas::TopicState>, Problem> {
-    if crate::service::admin::validate_topic_name(topic).is_err() {
-        return Err(unknown_topic(topic));
-    }
-    match http.broker.replicas().sync_topic(topic).await {
-        Ok(Some(state)) => Ok(state),
-        Ok(None) => Err(unknown_topic(topic)),
-        Err(e) => Err(Problem::from(ApiError::from(&e))),
+pub async fn fresh_topic(http: &HttpApi, topic: &str) -> Result<Arc<TopicState>, Problem> {
+    match http.broker.admin().fresh_topic(topic).await {
+        Ok(state) => Ok(state),
+        Err(AdminError::UnknownTopic(_)) => Err(unknown_topic(topic)),
+        Err(e) => Err(Problem::from(&e)),
     }
 }
 
@@ -121,7 +110,7 @@ pub async fn list_offsets(
     // Kafka's error name, or for a leader that cannot be reached, why.
     let text = |e: crate::error::Error| match e {
         e @ crate::error::Error::Unreachable { .. } => e.to_string(),
-        other => crate::metrics::kafka_error_name(ApiError::from(&other).code()),
+        other => other.kafka_name(),
     };
     Ok(found
         .into_iter()
@@ -152,7 +141,7 @@ pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extension
                 .collect();
             axum::Json(json!({ "topics": listed })).into_response()
         }
-        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+        Err(e) => Problem::from(&e).into_response(),
     }
 }
 
@@ -282,7 +271,7 @@ pub async fn create_topic(
                 .await
                 .unwrap_or_else(|_| json!({ "name": req.name })),
         )),
-        Err(e) => Err(Problem::from(ApiError::from(&e))),
+        Err(e) => Err(Problem::from(&e)),
     };
     match answer {
         Ok((status, body)) => (status, axum::Json(body)).into_response(),
@@ -309,7 +298,7 @@ pub async fn delete_topic(
     match deleted {
         Ok((name, _)) => (StatusCode::OK, axum::Json(json!({ "deleted": name }))).into_response(),
         Err(AdminError::UnknownTopic(_)) => unknown_topic(&topic).into_response(),
-        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+        Err(e) => Problem::from(&e).into_response(),
     }
 }
 
@@ -368,7 +357,7 @@ pub async fn alter_configs(
         )
             .into_response(),
         Err(ConfigError::UnknownTopic(_)) => unknown_topic(&topic).into_response(),
-        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+        Err(e) => Problem::from(&e).into_response(),
     }
 }
 
@@ -416,7 +405,7 @@ pub async fn add_partitions(
             ),
         )
             .into_response(),
-        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+        Err(e) => Problem::from(&e).into_response(),
     }
 }
 
@@ -441,7 +430,7 @@ pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extension
         .map(|(node_id, e)| {
             let error = match &e {
                 crate::error::Error::Unreachable { why, .. } => why.clone(),
-                other => crate::metrics::kafka_error_name(ApiError::from(other).code()),
+                other => other.kafka_name(),
             };
             json!({ "node_id": node_id, "error": error })
         })
@@ -455,16 +444,16 @@ pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extension
 
 fn check_group(group: &str) -> Result<(), Problem> {
     if group.is_empty() {
-        return Err(Problem::kafka(
-            ResponseError::InvalidGroupId,
-            "the group id is empty",
-        ));
+        return Err(Problem::from(GroupError::InvalidGroupId).detail("the group id is empty"));
     }
     Ok(())
 }
 
 /// The coordinator of `group`, when it is not this agent.
-fn coordinator_elsewhere(http: &HttpApi, group: &str) -> Option<strata_metastore::AgentRecord> {
+fn coordinator_elsewhere(
+    http: &HttpApi,
+    group: &str,
+) -> Option<crate::service::agents::AgentRecord> {
     let membership = http.broker.membership();
     (!membership.coordinates(http.broker.node_id(), group))
         .then(|| membership.coordinator_of(group))
@@ -496,14 +485,8 @@ pub async fn describe_group(
 
 async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Result<Value, Problem> {
     let groups = http.broker.groups();
-    let summary = groups
-        .describe(who, group)
-        .await
-        .map_err(|e| Problem::from(ApiError::from(e)))?;
-    let offsets = groups
-        .committed(who, group)
-        .await
-        .map_err(|e| Problem::from(ApiError::from(e)))?;
+    let summary = groups.describe(who, group).await.map_err(Problem::from)?;
+    let offsets = groups.committed(who, group).await.map_err(Problem::from)?;
     let Some(summary) = summary.or_else(|| {
         (!offsets.is_empty()).then(|| crate::group::GroupSummary {
             state: "Empty",
@@ -512,17 +495,15 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
             members: Vec::new(),
         })
     }) else {
-        return Err(Problem::kafka(
-            ResponseError::GroupIdNotFound,
-            format!("group {group:?} does not exist"),
-        ));
+        return Err(Problem::from(GroupError::GroupIdNotFound)
+            .detail(format!("group {group:?} does not exist")));
     };
     let mut owner: HashMap<(String, i32), String> = HashMap::new();
     let members: Vec<Value> = summary
         .members
         .iter()
         .map(|m| {
-            let assigned = super::assignor::assigned_all(&m.assignment);
+            let assigned = crate::group::consumer_protocol::assigned_all(&m.assignment);
             for (t, ps) in &assigned {
                 for p in ps {
                     owner.insert((t.clone(), *p), m.member_id.clone());
@@ -566,10 +547,11 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
     // Every partition with a committed offset, and every assigned one without (its
     // committed offset and lag null, as kafka-consumer-groups shows `-`: where its
     // member reads is the member's own), in topic and partition order.
-    let mut rows: BTreeMap<(String, i32), Option<&strata_metastore::CommittedOffset>> = offsets
-        .iter()
-        .map(|(k, committed)| (k.clone(), Some(committed)))
-        .collect();
+    let mut rows: BTreeMap<(String, i32), Option<&crate::service::groups::CommittedOffset>> =
+        offsets
+            .iter()
+            .map(|(k, committed)| (k.clone(), Some(committed)))
+            .collect();
     for k in owner.keys() {
         rows.entry(k.clone()).or_insert(None);
     }
@@ -631,7 +613,7 @@ pub async fn delete_group(
     }
     match http.broker.groups().delete(&caller, &group).await {
         Ok(()) => (StatusCode::OK, axum::Json(json!({ "deleted": group }))).into_response(),
-        Err(e) => Problem::from(ApiError::from(e)).into_response(),
+        Err(e) => Problem::from(e).into_response(),
     }
 }
 
@@ -707,7 +689,7 @@ async fn reset(
         .groups()
         .committed(who, group)
         .await
-        .map_err(|e| Problem::from(ApiError::from(e)))?;
+        .map_err(Problem::from)?;
     let topic = req.topic.as_str();
     let state = fresh_topic(http, topic).await?;
     let count = state.record.partitions.len() as i32;
@@ -720,13 +702,10 @@ async fn reset(
                     .and_then(|p| i32::try_from(p).ok())
                     .filter(|p| (0..count).contains(p))
                     .ok_or_else(|| {
-                        Problem::kafka(
-                            ResponseError::UnknownTopicOrPartition,
-                            format!(
-                                "topic {topic} has partitions 0 to {}; {p} is not one of them",
-                                count - 1
-                            ),
-                        )
+                        Problem::unknown_topic_or_partition(format!(
+                            "topic {topic} has partitions 0 to {}; {p} is not one of them",
+                            count - 1
+                        ))
                     })
             })
             .collect::<Result<_, _>>()?,
@@ -795,7 +774,7 @@ async fn reset(
         plan.push(json!({ "partition": p, "previous_offset": previous, "new_offset": target }));
         commits.push((
             (topic.to_string(), *p),
-            strata_metastore::CommittedOffset {
+            crate::service::groups::CommittedOffset {
                 offset: target,
                 leader_epoch: -1,
                 metadata: None,
@@ -815,13 +794,12 @@ async fn reset(
             .await;
         if let Some(e) = outcomes.into_values().find_map(Result::err) {
             return Err(match e {
-                GroupError::IllegalGeneration | GroupError::UnknownMemberId => Problem::kafka(
-                    ResponseError::NonEmptyGroup,
-                    format!(
+                GroupError::IllegalGeneration | GroupError::UnknownMemberId => {
+                    Problem::from(GroupError::NonEmptyGroup).detail(format!(
                         "group {group:?} has active members: stop its consumers first (offsets of a live group are the members' to commit)"
-                    ),
-                ),
-                e => Problem::from(ApiError::from(e)),
+                    ))
+                }
+                e => Problem::from(e),
             });
         }
     }

@@ -27,10 +27,7 @@ use crate::service::agents::{Agents, AgentsError};
 type NodePath = Result<axum::extract::Path<i32>, axum::extract::rejection::PathRejection>;
 
 fn service(http: &HttpApi) -> Agents {
-    Agents::new(
-        Arc::clone(http.broker.replicas()),
-        http.broker.settings().healing(),
-    )
+    http.broker.agents()
 }
 
 impl From<AgentsError> for Problem {

@@ -18,15 +18,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
-use kafka_protocol::error::ResponseError;
 
 use super::problem::Problem;
 use super::{Needs, Shared};
 use crate::authz::{CLUSTER_NAME, Caller, Operation, ResourceType};
 use crate::broker::Broker;
 use crate::context::Principal;
+use crate::error::Error;
 use crate::sasl::oauth::Validator;
-use crate::sasl::scram::ScramHash;
 
 /// The principal of an HTTP request, put in its extensions by [`guard`].
 #[derive(Debug, Clone)]
@@ -124,17 +123,9 @@ impl HttpAuth {
         {
             return Ok(Principal::user(user));
         }
-        let stored = broker
-            .metastore()
-            .user_credentials(user)
+        let matches = crate::service::security::password_matches(broker.security(), user, password)
             .await
             .map_err(|e| format!("the metastore failed: {e}"))?;
-        let matches = stored.is_some_and(|u| {
-            u.mechanisms.iter().any(|(mechanism, credential)| {
-                ScramHash::from_mechanism(mechanism)
-                    .is_some_and(|h| h.password_matches(credential, password.as_bytes()))
-            })
-        });
         if !matches {
             // Never says whether the user exists.
             return Err("invalid user name or password".into());
@@ -212,9 +203,7 @@ pub async fn guard(
                 tracing::info!(%peer, route = %route, reason = %why, "HTTP authentication failed");
                 let delay = shared.broker.login_failures().failed(peer).await;
                 crate::clock::pause(delay).await;
-                let mut problem = Problem::kafka(ResponseError::SaslAuthenticationFailed, why);
-                problem.status = StatusCode::UNAUTHORIZED;
-                let mut response = problem.into_response();
+                let mut response = Problem::from(Error::Unauthenticated(why)).into_response();
                 response
                     .headers_mut()
                     .insert(header::WWW_AUTHENTICATE, auth.challenge());
@@ -268,22 +257,12 @@ pub fn allowed(
     if broker.authorizer().allows(who, operation, kind, name) {
         return Ok(());
     }
-    let code = match kind {
-        ResourceType::Topic => ResponseError::TopicAuthorizationFailed,
-        ResourceType::Group => ResponseError::GroupAuthorizationFailed,
-        ResourceType::Cluster => ResponseError::ClusterAuthorizationFailed,
-        ResourceType::TransactionalId => ResponseError::TransactionalIdAuthorizationFailed,
-    };
-    let mut problem = Problem::kafka(
-        code,
-        format!(
-            "{principal} may not {} {} {name}",
-            operation.name(),
-            kind.name()
-        ),
-    );
-    problem.status = StatusCode::FORBIDDEN;
-    Err(problem)
+    Err(Problem::from(Error::Denied {
+        principal: principal.to_string(),
+        operation: operation.name(),
+        resource: kind,
+        name: name.to_string(),
+    }))
 }
 
 /// The caller of a request [`guard`] let through.

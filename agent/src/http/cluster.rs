@@ -4,7 +4,8 @@
 
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use strata_metastore::AgentRecord;
+
+use crate::service::agents::AgentRecord;
 
 /// Where clients reach an agent's HTTP API: its HTTP listener, with the host of its
 /// advertised Kafka address when the listener is on every interface.

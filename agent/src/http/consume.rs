@@ -27,23 +27,22 @@ use axum::extract::{Path, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError;
 use serde::Deserialize;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 
 use super::HttpApi;
-use super::assignor::{ASSIGNOR, assign, assigned, subscription};
 use super::cluster::redirect;
 use super::json::{self, whole};
 use super::problem::{Body, Extracted, Problem, extract};
 use super::produce::Encoding;
-use crate::api::errors::ApiError;
 use crate::caller::Caller;
+use crate::error::Error;
 use crate::group::GroupError;
+use crate::group::consumer_protocol::{ASSIGNOR, assigned, subscription};
 use crate::group::state::{JoinRequest, Leaving};
 use crate::partition::Offsets;
-use crate::service::fetch::{Asked, Permit, Reader};
+use crate::service::fetch::{Asked, Message, Permit, Reader};
 use crate::service::groups::Member as GroupMember;
 
 /// An instance without calls for this long leaves its group.
@@ -224,10 +223,7 @@ pub(super) fn read_permit(
 
 fn check_group_id(group: &str) -> Result<(), Problem> {
     if group.is_empty() {
-        return Err(Problem::kafka(
-            ResponseError::InvalidGroupId,
-            "group_id must not be empty",
-        ));
+        return Err(Problem::from(GroupError::InvalidGroupId).detail("group_id must not be empty"));
     }
     Ok(())
 }
@@ -238,7 +234,7 @@ fn elsewhere(
     http: &HttpApi,
     group: &str,
     consumer_id: Option<&str>,
-) -> Option<strata_metastore::AgentRecord> {
+) -> Option<crate::service::agents::AgentRecord> {
     let membership = http.broker.membership();
     let node_id = http.broker.node_id();
     let owner = match consumer_id {
@@ -257,13 +253,10 @@ fn elsewhere(
 }
 
 fn gone(id: &str) -> Problem {
-    let mut problem = Problem::kafka(
-        ResponseError::UnknownMemberId,
-        format!(
+    let mut problem = Problem::from(GroupError::UnknownMemberId).detail(format!(
             "no consumer instance {id:?} here: it expired after {} s without a call, was deleted, or its agent restarted; consume without consumer_id to create another",
             INSTANCE_TIMEOUT.as_secs()
-        ),
-    );
+        ));
     problem.status = StatusCode::NOT_FOUND;
     problem
 }
@@ -313,11 +306,10 @@ async fn consume_inner(
     if let Some(agent) = elsewhere(http, &body.group_id, body.consumer_id.as_deref()) {
         return Ok(redirect(&agent, uri));
     }
-    if http.broker.replicas().topic(topic).is_none() {
-        return Err(Problem::kafka(
-            ResponseError::UnknownTopicOrPartition,
-            format!("topic {topic:?} does not exist"),
-        ));
+    if http.broker.fetching().partitions(topic).is_none() {
+        return Err(Problem::unknown_topic_or_partition(format!(
+            "topic {topic:?} does not exist"
+        )));
     }
     let fresh = || {
         let owner = super::admin::caller(extensions);
@@ -485,7 +477,7 @@ async fn create(
         last_used_ms: AtomicI64::new(crate::clock::now_ms()),
         gone: http.broker.shutdown().child_token(),
     });
-    join(http, &instance).await.map_err(Problem::from)?;
+    join(http, &instance).await?;
     http.consumers
         .instances
         .lock()
@@ -497,7 +489,7 @@ async fn create(
 }
 
 /// Joins (or rejoins) the group and takes this member's assignment.
-async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
+async fn join(http: &HttpApi, instance: &Instance) -> Result<(), Problem> {
     let groups = http.broker.groups();
     let mut member_id = instance.member().map(|m| m.member_id).unwrap_or_default();
     for _ in 0..5 {
@@ -526,11 +518,11 @@ async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
                 continue;
             }
             Some(GroupError::RebalanceInProgress) => continue,
-            Some(e) => return Err(ApiError::from(e)),
+            Some(e) => return Err(Problem::from(e)),
         }
         member_id = joined.member_id.clone();
         let assignments = if joined.leader == joined.member_id && !joined.skip_assignment {
-            assign(http.broker.replicas(), &joined.members)
+            groups.range_assignment(&joined.members)
         } else {
             Vec::new()
         };
@@ -555,7 +547,7 @@ async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
                 member_id.clear();
                 continue;
             }
-            Some(e) => return Err(ApiError::from(e)),
+            Some(e) => return Err(Problem::from(e)),
         }
         let assignment = assigned(&synced.assignment, &instance.topic);
         *instance.member.lock().unwrap_or_else(|p| p.into_inner()) = Some(Member {
@@ -566,10 +558,8 @@ async fn join(http: &HttpApi, instance: &Instance) -> Result<(), ApiError> {
         instance.rebalanced.notify_waiters();
         return Ok(());
     }
-    Err(ApiError::new(
-        ResponseError::RebalanceInProgress,
-        "the group kept rebalancing while the HTTP consumer joined; try again",
-    ))
+    Err(Problem::from(GroupError::RebalanceInProgress)
+        .detail("the group kept rebalancing while the HTTP consumer joined; try again"))
 }
 
 /// Keeps the instance in its group until it is deleted, expires or fails.
@@ -607,7 +597,7 @@ async fn heartbeat(http: Arc<HttpApi>, instance: Arc<Instance>) {
             }
         };
         if rejoin && let Err(e) = join(&http, &instance).await {
-            tracing::info!(group = %instance.group, consumer = %instance.id, error = %e.message, "HTTP consumer could not rejoin its group");
+            tracing::info!(group = %instance.group, consumer = %instance.id, error = %e.detail, "HTTP consumer could not rejoin its group");
             break;
         }
     }
@@ -670,7 +660,7 @@ pub(super) struct Read {
 
 /// Why a read gave nothing, with the partition's bounds where known.
 pub(super) struct Unread {
-    pub(super) error: ApiError,
+    pub(super) error: Error,
     pub(super) high_watermark: i64,
     pub(super) log_start_offset: i64,
 }
@@ -678,7 +668,7 @@ pub(super) struct Unread {
 impl Unread {
     /// The offset read is outside the log (the bounds say where it is).
     pub(super) fn out_of_range(&self) -> bool {
-        self.error.code == ResponseError::OffsetOutOfRange
+        self.error.is_offset_out_of_range()
     }
 }
 
@@ -716,7 +706,7 @@ pub(super) async fn read(
             aborted: r.aborted,
         }),
         Err(failed) => Err(Unread {
-            error: ApiError::from(&failed.error),
+            error: failed.error,
             high_watermark: failed.high_watermark,
             log_start_offset: failed.log_start_offset,
         }),
@@ -796,7 +786,7 @@ async fn poll(
                 .groups()
                 .committed(&instance.owner, &instance.group)
                 .await
-                .map_err(|e| Problem::from(ApiError::from(e)))?;
+                .map_err(Problem::from)?;
             for p in missing {
                 let start = match committed.get(&(instance.topic.clone(), p)) {
                     Some(c) if c.offset >= 0 => Some(c.offset),
@@ -917,7 +907,7 @@ pub(super) async fn read_pass(
                 }
             }
             Err(u) => {
-                tracing::debug!(topic, partition = p, error = %u.error.message, "HTTP read could not read a partition");
+                tracing::debug!(topic, partition = p, error = %u.error, "HTTP read could not read a partition");
             }
         }
     }
@@ -959,67 +949,29 @@ impl Pass {
 pub(super) fn take(
     read: &Read,
     partition: i32,
-    mut position: i64,
+    position: i64,
     room: usize,
     encoding: Encoding,
     out: &mut Vec<serde_json::Value>,
 ) -> i64 {
-    let mut aborted: Vec<(i64, i64)> = read.aborted.clone();
-    aborted.sort_by_key(|a| a.1);
-    let mut aborted = aborted.into_iter().peekable();
-    let mut aborting: std::collections::HashSet<i64> = std::collections::HashSet::new();
-    let mut taken = 0;
-    for (header, batch) in strata_log::batch::BatchIter::new(&read.records) {
-        if header.last_offset() < position {
-            continue;
-        }
-        while let Some(&(producer, first)) = aborted.peek() {
-            if first > header.last_offset() {
-                break;
-            }
-            aborting.insert(producer);
-            aborted.next();
-        }
-        if header.is_control() {
-            aborting.remove(&header.producer_id);
-            position = header.next_offset();
-            continue;
-        }
-        if header.is_transactional() && aborting.contains(&header.producer_id) {
-            position = header.next_offset();
-            continue;
-        }
-        let Ok(records) = strata_log::batch::decode_records(batch) else {
-            break;
-        };
-        for r in records {
-            if r.offset < position {
-                continue;
-            }
-            if taken == room {
-                return position;
-            }
-            out.push(message_json(partition, &r, encoding));
-            taken += 1;
-            position = r.offset + 1;
-        }
-        position = header.next_offset();
-    }
-    position
+    let (messages, next) =
+        crate::service::fetch::messages(&read.records, &read.aborted, position, room);
+    out.extend(
+        messages
+            .iter()
+            .map(|m| message_json(partition, m, encoding)),
+    );
+    next
 }
 
-fn message_json(
-    partition: i32,
-    r: &kafka_protocol::records::Record,
-    encoding: Encoding,
-) -> serde_json::Value {
+fn message_json(partition: i32, m: &Message, encoding: Encoding) -> serde_json::Value {
     // Text was asked for but some bytes are not UTF-8: the message is answered in
     // base64, and says so, rather than altered.
     let text = |b: &Option<Bytes>| b.as_ref().is_none_or(|b| std::str::from_utf8(b).is_ok());
     let encoding = if encoding == Encoding::Utf8
-        && text(&r.key)
-        && text(&r.value)
-        && r.headers.iter().all(|h| text(&h.1))
+        && text(&m.key)
+        && text(&m.value)
+        && m.headers.iter().all(|h| text(&h.1))
     {
         Encoding::Utf8
     } else {
@@ -1028,11 +980,11 @@ fn message_json(
     let field = |b: &Option<Bytes>| b.as_ref().map(|b| encoding.encode(b));
     serde_json::json!({
         "partition": partition,
-        "offset": r.offset,
-        "timestamp": r.timestamp,
-        "key": field(&r.key),
-        "value": field(&r.value),
-        "headers": r.headers.iter().map(|h| serde_json::json!({
+        "offset": m.offset,
+        "timestamp": m.timestamp,
+        "key": field(&m.key),
+        "value": field(&m.value),
+        "headers": m.headers.iter().map(|h| serde_json::json!({
             "key": h.0.as_str(),
             "value": field(&h.1),
         })).collect::<Vec<_>>(),
@@ -1074,11 +1026,10 @@ async fn commit_inner(
     if let Some(agent) = elsewhere(http, &body.group_id, body.consumer_id.as_deref()) {
         return Ok(redirect(&agent, uri));
     }
-    let Some(state) = http.broker.replicas().topic(topic) else {
-        return Err(Problem::kafka(
-            ResponseError::UnknownTopicOrPartition,
-            format!("topic {topic:?} does not exist"),
-        ));
+    let Some(count) = http.broker.fetching().partitions(topic) else {
+        return Err(Problem::unknown_topic_or_partition(format!(
+            "topic {topic:?} does not exist"
+        )));
     };
     if body.offsets.is_empty() {
         return Err(Problem::bad_request("offsets is empty: nothing to commit"));
@@ -1087,15 +1038,11 @@ async fn commit_inner(
     let mut offsets = Vec::with_capacity(body.offsets.len());
     let mut answered = BTreeMap::new();
     for (p, offset) in &body.offsets {
-        let partition = p.parse::<i32>().ok().filter(|p| state.has_partition(*p));
+        let partition = p.parse::<i32>().ok().filter(|p| (0..count).contains(p));
         let Some(partition) = partition else {
-            return Err(Problem::kafka(
-                ResponseError::UnknownTopicOrPartition,
-                format!(
-                    "topic {topic} has {} partitions; {p:?} is not one of them",
-                    state.record.partitions.len()
-                ),
-            ));
+            return Err(Problem::unknown_topic_or_partition(format!(
+                "topic {topic} has {count} partitions; {p:?} is not one of them"
+            )));
         };
         let Some(offset) = whole(offset).filter(|o| *o >= 0) else {
             return Err(Problem::bad_request(format!(
@@ -1105,7 +1052,7 @@ async fn commit_inner(
         answered.insert(partition.to_string(), offset);
         offsets.push((
             (topic.to_string(), partition),
-            strata_metastore::CommittedOffset {
+            crate::service::groups::CommittedOffset {
                 offset,
                 leader_epoch: -1,
                 metadata: body.metadata.clone(),
@@ -1164,7 +1111,7 @@ async fn commit_inner(
         )
         .await;
     if let Some(e) = outcomes.into_values().find_map(Result::err) {
-        return Err(Problem::from(ApiError::from(e)));
+        return Err(Problem::from(e));
     }
     Ok(axum::Json(serde_json::json!({
         "group_id": body.group_id,

@@ -20,26 +20,22 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use kafka_protocol::error::ResponseError;
 use serde::Deserialize;
 use serde_json::json;
 
 use super::HttpApi;
-use super::admin::{audited, caller, fresh_topic};
+use super::admin::{caller, fresh_topic};
 use super::cluster::redirect;
 use super::json;
 use super::problem::{Body, Problem};
-use crate::api::errors::ApiError;
 use crate::partition::Partition;
+use crate::service::maintenance::MaintenanceError;
 
 type PartitionPath =
     Result<axum::extract::Path<(String, i32)>, axum::extract::rejection::PathRejection>;
 
 fn unknown(topic: &str, partition: i32) -> Problem {
-    Problem::kafka(
-        ResponseError::UnknownTopicOrPartition,
-        format!("partition {topic}-{partition} does not exist"),
-    )
+    Problem::unknown_topic_or_partition(format!("partition {topic}-{partition} does not exist"))
 }
 
 /// Where a request about a partition is served.
@@ -77,14 +73,18 @@ async fn led_here(
         .find(|a| a.node_id == record.leader && record.leader != http.broker.node_id());
     match leader {
         Some(agent) => Ok(Served::Redirect(redirect(&agent, uri))),
-        None => Err(Problem::kafka(
-            ResponseError::LeaderNotAvailable,
-            format!(
-                "{topic}-{partition} has no live leader (the metastore names agent {})",
-                record.leader
-            ),
-        )),
+        None => Err(no_live_leader(topic, partition, record.leader)),
     }
+}
+
+fn no_live_leader(topic: &str, partition: i32, leader: i32) -> Problem {
+    Problem::from(crate::error::Error::LeaderNotAvailable {
+        topic: topic.to_string(),
+        partition,
+    })
+    .detail(format!(
+        "{topic}-{partition} has no live leader (the metastore names agent {leader})"
+    ))
 }
 
 fn path(p: PartitionPath) -> Result<(String, i32), Problem> {
@@ -102,29 +102,11 @@ pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Ur
         Ok(Served::Redirect(r)) => return r,
         Err(p) => return p.into_response(),
     };
-    let state = http.broker.replicas().topic(&topic);
-    let record = state
-        .as_ref()
-        .and_then(|s| s.record.partitions.get(partition as usize).cloned());
-    let mut status = replica.status(crate::clock::now_ms());
-    status["node_id"] = http.broker.node_id().into();
-    status["log_start_offset"] = http
+    let status = http
         .broker
-        .replicas()
-        .log_start_offset(&replica)
-        .await
-        .into();
-    status["local_log_start_offset"] = replica.log_start_offset().into();
-    if let Some(record) = record {
-        status["replicas"] = json!(record.replicas);
-        status["adding_replicas"] = json!(record.adding);
-        status["removing_replicas"] = json!(record.removing);
-    }
-    status["disabled"] = json!(
-        state
-            .as_ref()
-            .and_then(|s| s.record.disabled.get(&(partition as u32)))
-    );
+        .status()
+        .partition(&topic, partition, &replica)
+        .await;
     axum::Json(status).into_response()
 }
 
@@ -173,7 +155,7 @@ pub async fn disable(
             "reason": reason,
         }))
         .into_response(),
-        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+        Err(e) => Problem::from(&e).into_response(),
     }
 }
 
@@ -202,139 +184,97 @@ pub async fn enable(
             "reason": null,
         }))
         .into_response(),
-        Err(e) => Problem::from(ApiError::from(&e)).into_response(),
+        Err(e) => Problem::from(&e).into_response(),
     }
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/tier`: archives the closed segments not yet
-/// archived, now.
+/// archived, now. The maintenance service decides (ALTER on the cluster) and audits.
 pub async fn tier(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
     p: PartitionPath,
     uri: Uri,
 ) -> Response {
-    let caller = caller(&extensions);
     let (topic, partition) = match path(p) {
         Ok(p) => p,
         Err(p) => return p.into_response(),
     };
-    let replica = match led_here(&http, &topic, partition, &uri).await {
-        Ok(Served::Here(r)) => r,
-        Ok(Served::Redirect(r)) => return r,
-        Err(p) => return p.into_response(),
-    };
-    let outcome = async {
-        let worker = http.broker.tiering().ok_or_else(|| {
-            Problem::new(
-                StatusCode::CONFLICT,
-                "tiering runs in another process here (tiering_enabled = false): run the repair there",
-            )
-        })?;
-        let tiered = http
-            .broker
-            .replicas()
-            .topic(&topic)
-            .is_some_and(|t| t.config.tiered());
-        if !tiered {
-            return Err(Problem::new(
-                StatusCode::CONFLICT,
-                format!("topic {topic} is not tiered (remote.storage.enable is false)"),
-            ));
+    let tiered = http
+        .broker
+        .maintenance()
+        .tier_now(&caller(&extensions), &topic, partition)
+        .await;
+    match tiered {
+        Ok(t) => {
+            let mut body = json!({
+                "topic": topic,
+                "partition": partition,
+                "archived_upto_before": t.archived_upto_before,
+                "archived_upto": t.archived_upto,
+            });
+            if t.waiting_for_active_segment {
+                body["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
+            }
+            axum::Json(body).into_response()
         }
-        let reader = http.broker.replicas().archive();
-        let archived = |m: &[strata_metastore::ManifestEntry]| m.last().map_or(-1, |e| e.last_offset);
-        let before = reader
-            .manifest(&topic, partition, true)
-            .await
-            .map(|m| archived(&m))
-            .unwrap_or(-1);
-        worker
-            .tier_partition(replica.as_ref())
-            .await
-            .map_err(|e| Problem::new(StatusCode::BAD_GATEWAY, format!("tiering {topic}-{partition} failed: {e}")))?;
-        let after = reader
-            .manifest(&topic, partition, true)
-            .await
-            .map(|m| archived(&m))
-            .unwrap_or(before);
-        let closed_waiting = replica.segments_from(after + 1).1 == 1
-            && replica.log_end_offset() > after + 1;
-        let mut body = json!({
-            "topic": topic,
-            "partition": partition,
-            "archived_upto_before": before,
-            "archived_upto": after,
-        });
-        if closed_waiting {
-            body["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
-        }
-        Ok((StatusCode::OK, body))
+        Err(e) => refused(&http, e, &uri),
     }
-    .await;
-    audited(
-        &http,
-        &caller,
-        "partition.tier",
-        &format!("partition:{topic}-{partition}"),
-        json!({}),
-        outcome,
-    )
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/verify`: the archive read back and checked
 /// against the manifest. 200 with `"ok": false` and the mismatches when it disagrees.
+/// The maintenance service decides (ALTER on the cluster) and audits.
 pub async fn verify(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
     p: PartitionPath,
+    uri: Uri,
 ) -> Response {
-    let caller = caller(&extensions);
     let (topic, partition) = match path(p) {
         Ok(p) => p,
         Err(p) => return p.into_response(),
     };
-    let outcome = async {
-        let exists = fresh_topic(&http, &topic).await?.has_partition(partition);
-        if !exists {
-            return Err(unknown(&topic, partition));
+    let verified = http
+        .broker
+        .maintenance()
+        .verify(&caller(&extensions), &topic, partition)
+        .await;
+    match verified {
+        Ok(v) => {
+            let mut body = serde_json::to_value(&v).unwrap_or_default();
+            body["ok"] = v.ok().into();
+            axum::Json(body).into_response()
         }
-        let reader = http.broker.replicas().archive();
-        let manifest = reader
-            .manifest(&topic, partition, true)
-            .await
-            .map_err(|e| {
-                Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("cannot read the manifest: {e}"),
-                )
-            })?;
-        let v = strata_tiering::verify::verify_partition(
-            reader.archive(),
-            &topic,
-            partition,
-            &manifest,
-        )
-        .await
-        .map_err(|e| {
-            Problem::new(
-                StatusCode::BAD_GATEWAY,
-                format!("cannot read the archive: {e}"),
-            )
-        })?;
-        let mut body = serde_json::to_value(&v).unwrap_or_default();
-        body["ok"] = v.ok().into();
-        Ok((StatusCode::OK, body))
+        Err(e) => refused(&http, e, &uri),
     }
-    .await;
-    audited(
-        &http,
-        &caller,
-        "partition.verify",
-        &format!("partition:{topic}-{partition}"),
-        json!({}),
-        outcome,
-    )
+}
+
+/// A repair not done: sent on to the partition's leader (307), or the problem.
+fn refused(http: &HttpApi, e: MaintenanceError, uri: &Uri) -> Response {
+    let status = match &e {
+        MaintenanceError::Refused(e) => return Problem::from(e).into_response(),
+        MaintenanceError::LedElsewhere {
+            topic,
+            partition,
+            leader,
+        } => {
+            let agent = http
+                .broker
+                .membership()
+                .live()
+                .into_iter()
+                .find(|a| a.node_id == *leader && *leader != http.broker.node_id());
+            return match agent {
+                Some(agent) => redirect(&agent, uri),
+                None => no_live_leader(topic, *partition, *leader).into_response(),
+            };
+        }
+        MaintenanceError::TieringElsewhere | MaintenanceError::NotTiered(_) => StatusCode::CONFLICT,
+        MaintenanceError::Manifest(_) => StatusCode::SERVICE_UNAVAILABLE,
+        MaintenanceError::Archive(_) => StatusCode::BAD_GATEWAY,
+    };
+    Problem::new(status, e.to_string()).into_response()
 }
 
 #[derive(Debug, Deserialize)]

@@ -4,9 +4,9 @@
 
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use kafka_protocol::error::ResponseError;
 
-use crate::api::errors::ApiError;
+use crate::error::Kind;
+use crate::error_map::ApiError;
 
 /// A problem-details response.
 #[derive(Debug, Clone)]
@@ -32,16 +32,17 @@ impl Problem {
 
     /// A topic or partition that does not exist (404, UNKNOWN_TOPIC_OR_PARTITION).
     pub fn unknown_topic_or_partition(detail: impl Into<String>) -> Problem {
-        Problem::kafka(ResponseError::UnknownTopicOrPartition, detail)
+        let unknown = crate::error::Error::UnknownTopicOrPartition {
+            topic: String::new(),
+            partition: -1,
+        };
+        Problem::from(&unknown).detail(detail)
     }
 
-    /// A Kafka error, with the status an HTTP client should act on.
-    pub fn kafka(code: ResponseError, detail: impl Into<String>) -> Problem {
-        Problem {
-            status: status_of(code),
-            detail: detail.into(),
-            kafka_error: Some(crate::metrics::kafka_error_name(code.code())),
-        }
+    /// The same problem, with `detail` saying more than the error's own message.
+    pub fn detail(mut self, detail: impl Into<String>) -> Problem {
+        self.detail = detail.into();
+        self
     }
 
     pub fn body(&self) -> serde_json::Value {
@@ -58,16 +59,43 @@ impl Problem {
     }
 }
 
+/// An error as the Kafka edge would answer it, with the status of its kind.
 impl From<ApiError> for Problem {
     fn from(e: ApiError) -> Problem {
-        Problem::kafka(e.code, e.message)
+        Problem {
+            status: status_of(e.kind()),
+            kafka_error: Some(e.name()),
+            detail: e.message,
+        }
     }
 }
 
 /// A service's refusal, with the status its kind maps to.
-impl From<&crate::error::Error> for Problem {
-    fn from(e: &crate::error::Error) -> Problem {
-        Problem::from(ApiError::from(e))
+macro_rules! problems_from {
+    ($($error:ty),* $(,)?) => {
+        $(impl From<$error> for Problem {
+            fn from(e: $error) -> Problem {
+                Problem::from(ApiError::from(e))
+            }
+        })*
+    };
+}
+
+problems_from!(
+    &crate::error::Error,
+    crate::error::Error,
+    crate::group::GroupError,
+    &crate::service::admin::AdminError,
+    crate::service::admin::AdminError,
+    &crate::service::configs::ConfigError,
+    crate::service::configs::ConfigError,
+    &crate::service::placement::PlacementError,
+    &crate::service::security::SecurityError,
+);
+
+impl From<crate::service::security::SecurityError> for Problem {
+    fn from(e: crate::service::security::SecurityError) -> Problem {
+        Problem::from(&e)
     }
 }
 
@@ -82,35 +110,19 @@ impl IntoResponse for Problem {
     }
 }
 
-/// The HTTP status for a Kafka error: 404 for what does not exist, 409 for a stale
-/// generation or a conflicting state, 413 for what is too large, 503 (retry) for what
-/// Kafka clients retry, 403 for refusals, 400 for the rest of the client's mistakes.
-pub fn status_of(code: ResponseError) -> StatusCode {
-    use ResponseError as E;
-    match code {
-        E::UnknownTopicOrPartition | E::GroupIdNotFound | E::TransactionalIdNotFound => {
-            StatusCode::NOT_FOUND
-        }
-        E::IllegalGeneration
-        | E::UnknownMemberId
-        | E::RebalanceInProgress
-        | E::FencedInstanceId
-        | E::NonEmptyGroup
-        | E::GroupSubscribedToTopic
-        | E::TopicAlreadyExists
-        | E::OffsetOutOfRange
-        | E::InvalidProducerEpoch => StatusCode::CONFLICT,
-        E::MessageTooLarge | E::RecordListTooLarge | E::OffsetMetadataTooLarge => {
-            StatusCode::PAYLOAD_TOO_LARGE
-        }
-        E::TopicAuthorizationFailed
-        | E::GroupAuthorizationFailed
-        | E::ClusterAuthorizationFailed
-        | E::TransactionalIdAuthorizationFailed => StatusCode::FORBIDDEN,
-        E::PolicyViolation => StatusCode::UNPROCESSABLE_ENTITY,
-        E::UnknownServerError | E::KafkaStorageError => StatusCode::INTERNAL_SERVER_ERROR,
-        c if c.is_retriable() => StatusCode::SERVICE_UNAVAILABLE,
-        _ => StatusCode::BAD_REQUEST,
+/// The HTTP status of each kind of error: the one place HTTP statuses are decided.
+pub fn status_of(kind: Kind) -> StatusCode {
+    match kind {
+        Kind::Invalid => StatusCode::BAD_REQUEST,
+        Kind::Unauthenticated => StatusCode::UNAUTHORIZED,
+        Kind::Forbidden => StatusCode::FORBIDDEN,
+        Kind::NotFound => StatusCode::NOT_FOUND,
+        Kind::Conflict => StatusCode::CONFLICT,
+        Kind::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+        Kind::Policy => StatusCode::UNPROCESSABLE_ENTITY,
+        Kind::Throttled => StatusCode::TOO_MANY_REQUESTS,
+        Kind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        Kind::Internal => StatusCode::INTERNAL_SERVER_ERROR,
     }
 }
 

@@ -24,15 +24,15 @@ use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
-use kafka_protocol::error::ResponseError;
 use serde::{Deserialize, Serialize};
 
 use super::HttpApi;
 use super::json::{self, whole};
 use super::partitioner::partition_for_key;
 use super::problem::{Body, Extracted, Problem, extract};
-use crate::api::errors::ApiError;
 use crate::caller::Caller;
+use crate::error::Error;
+use crate::error_map::ApiError;
 use crate::service::admin::AdminError;
 use crate::service::produce::{self, Acks, Permit};
 
@@ -204,10 +204,8 @@ fn acks_of(v: Option<&serde_json::Value>) -> Result<Acks, Problem> {
         Some(V::Number(n)) if whole(n) == Some(-1) => Ok(Acks::All),
         Some(V::Number(n)) if whole(n) == Some(1) => Ok(Acks::Leader),
         Some(V::Number(n)) if whole(n) == Some(0) => Ok(Acks::None),
-        Some(other) => Err(Problem::kafka(
-            ResponseError::InvalidRequiredAcks,
-            format!("acks must be \"all\", \"1\" or \"0\", not {other}"),
-        )),
+        Some(other) => Err(Problem::from(Error::InvalidAcks(other.to_string()))
+            .detail(format!("acks must be \"all\", \"1\" or \"0\", not {other}"))),
     }
 }
 
@@ -288,7 +286,7 @@ impl<'a> Offset<'a> {
             },
             Outcome::Failed { partition, error } => Offset::Failed {
                 partition: *partition,
-                error: crate::metrics::kafka_error_name(error.code()),
+                error: error.name(),
                 message: &error.message,
             },
         }
@@ -485,7 +483,7 @@ async fn write(
                 }
                 _ => e.to_string(),
             };
-            let mut problem = Problem::from(ApiError::from(&e));
+            let mut problem = Problem::from(&e);
             problem.detail = detail;
             problem
         })?;
@@ -500,10 +498,13 @@ async fn write(
             (Some(p), _) => {
                 results[i] = Some(Outcome::Failed {
                     partition: Some(p),
-                    error: ApiError::new(
-                        ResponseError::UnknownTopicOrPartition,
-                        format!("topic {topic} has {partitions} partitions, so no partition {p}"),
-                    ),
+                    error: ApiError::from(&Error::UnknownTopicOrPartition {
+                        topic: topic.to_string(),
+                        partition: p,
+                    })
+                    .with_message(format!(
+                        "topic {topic} has {partitions} partitions, so no partition {p}"
+                    )),
                 });
                 continue;
             }

@@ -16,18 +16,17 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
+use crate::service::security::{AclRecord, QuotaEntity};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use strata_metastore::{AclRecord, QuotaEntity};
 
 use super::HttpApi;
 use super::admin::{audited, caller};
 use super::json;
 use super::problem::{Body, Extracted, Problem, extract};
-use crate::api::errors::ApiError;
 use crate::authz::Caller;
 use crate::authz::rules::{
     AclFilter, FilterPattern, Operation, PatternType, Permission, resource_type_name,
@@ -38,26 +37,6 @@ use crate::service::security::{
 };
 
 type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
-
-impl From<SecurityError> for Problem {
-    fn from(e: SecurityError) -> Problem {
-        let status = match &e {
-            SecurityError::Metastore(m) => return Problem::from(ApiError::from(m.as_ref())),
-            SecurityError::Denied { .. } => StatusCode::FORBIDDEN,
-            SecurityError::Disabled | SecurityError::Duplicate(_) => StatusCode::CONFLICT,
-            SecurityError::NotFound(_) => StatusCode::NOT_FOUND,
-            SecurityError::Invalid(_)
-            | SecurityError::UnacceptableCredential(_)
-            | SecurityError::UnsupportedMechanism(_) => StatusCode::BAD_REQUEST,
-        };
-        let kafka = ApiError::from(&e);
-        Problem {
-            status,
-            detail: kafka.message,
-            kafka_error: Some(crate::metrics::kafka_error_name(kafka.code.code())),
-        }
-    }
-}
 
 /// May the caller do `action`? The security service decides (the route table leaves
 /// it to it).

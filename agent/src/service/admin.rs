@@ -23,7 +23,9 @@ use crate::audit::Audit;
 use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
 use crate::caller::Caller;
 use crate::config::MAX_PARTITIONS_PER_TOPIC;
-use crate::replicas::{ReplicaManager, SyncError, TopicState};
+/// A topic as this agent serves it: what the topic service's calls answer.
+pub use crate::replicas::TopicState;
+use crate::replicas::{ReplicaManager, SyncError};
 use crate::topic_config::{self, TopicConfig};
 
 /// Kafka's longest topic name.
@@ -515,6 +517,29 @@ impl Admin<'_> {
             )
         });
         Ok(topics)
+    }
+
+    /// The topic named `name` as this agent serves it now (no caller's check: for
+    /// naming what a request names before a service decides on it).
+    pub fn topic(&self, name: &str) -> Option<Arc<TopicState>> {
+        self.replicas.topic(name)
+    }
+
+    /// The topic whose id is `id`, as this agent serves it now (no caller's check, as
+    /// [`Admin::topic`]).
+    pub fn topic_by_id(&self, id: &[u8; 16]) -> Option<Arc<TopicState>> {
+        self.replicas.topic_by_id(id)
+    }
+
+    /// The topic as the metastore holds it now, not as this agent last heard: a change
+    /// made through another agent a moment ago is seen, and built on. A name no topic
+    /// can have is simply unknown.
+    pub async fn fresh_topic(&self, name: &str) -> Result<Arc<TopicState>, AdminError> {
+        validate_topic_name(name).map_err(|_| AdminError::UnknownTopic(name.to_string()))?;
+        self.replicas
+            .sync_topic(name)
+            .await?
+            .ok_or_else(|| AdminError::UnknownTopic(name.to_string()))
     }
 
     /// The topic `name` as Metadata names it: DESCRIBE on it first (nothing is created

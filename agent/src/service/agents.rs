@@ -14,6 +14,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::Serialize;
+/// A live agent: where it listens (HTTP redirects go to its address).
+pub use strata_metastore::AgentRecord;
 use strata_metastore::{Roster, TopicRecord};
 use strata_replication::placement::{self, Placed};
 

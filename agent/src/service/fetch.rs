@@ -70,6 +70,80 @@ pub struct Fetching {
     peers: Arc<Peers>,
 }
 
+/// A record as a consumer reading over HTTP is given it.
+#[derive(Debug, Clone)]
+pub struct Message {
+    pub offset: i64,
+    pub timestamp: i64,
+    pub key: Option<bytes::Bytes>,
+    pub value: Option<bytes::Bytes>,
+    pub headers: Vec<(String, Option<bytes::Bytes>)>,
+}
+
+/// The records of a read (`records`, whole batches) that a consumer sees from
+/// `position` on, at most `room` of them, and the position after them. Control batches
+/// are skipped, and so are the records of the aborted transactions `aborted` lists as
+/// `(producer id, first offset)` (a read-committed read's; empty otherwise). A batch
+/// that does not decode ends the walk there.
+pub fn messages(
+    records: &[u8],
+    aborted: &[(i64, i64)],
+    mut position: i64,
+    room: usize,
+) -> (Vec<Message>, i64) {
+    let mut aborted = aborted.to_vec();
+    aborted.sort_by_key(|a| a.1);
+    let mut aborted = aborted.into_iter().peekable();
+    let mut aborting: std::collections::HashSet<i64> = std::collections::HashSet::new();
+    let mut out = Vec::new();
+    for (header, batch) in strata_log::batch::BatchIter::new(records) {
+        if header.last_offset() < position {
+            continue;
+        }
+        while let Some(&(producer, first)) = aborted.peek() {
+            if first > header.last_offset() {
+                break;
+            }
+            aborting.insert(producer);
+            aborted.next();
+        }
+        if header.is_control() {
+            aborting.remove(&header.producer_id);
+            position = header.next_offset();
+            continue;
+        }
+        if header.is_transactional() && aborting.contains(&header.producer_id) {
+            position = header.next_offset();
+            continue;
+        }
+        let Ok(decoded) = strata_log::batch::decode_records(batch) else {
+            break;
+        };
+        for r in decoded {
+            if r.offset < position {
+                continue;
+            }
+            if out.len() == room {
+                return (out, position);
+            }
+            position = r.offset + 1;
+            out.push(Message {
+                offset: r.offset,
+                timestamp: r.timestamp,
+                key: r.key,
+                value: r.value,
+                headers: r
+                    .headers
+                    .into_iter()
+                    .map(|(k, v)| (k.to_string(), v))
+                    .collect(),
+            });
+        }
+        position = header.next_offset();
+    }
+    (out, position)
+}
+
 /// How a read at a partition's leader asks ([`Fetching::read_at_leader`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Asked {

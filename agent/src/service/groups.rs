@@ -17,7 +17,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use serde_json::{Value, json};
-use strata_metastore::{CommittedOffset, TopicPartition};
+/// The offsets the group service commits and fetches, as the metastore keeps them.
+pub use strata_metastore::{CommittedOffset, TopicPartition};
 
 use crate::audit::Audit;
 use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
@@ -65,6 +66,22 @@ pub struct Groups<'a> {
 }
 
 impl Groups<'_> {
+    /// The `consumer` protocol's range assignment of the topics the members subscribe
+    /// to, as a group's leader computes it (the HTTP consumer, when it leads).
+    pub fn range_assignment(
+        &self,
+        members: &[(String, Option<String>, bytes::Bytes)],
+    ) -> Vec<(String, bytes::Bytes)> {
+        crate::group::consumer_protocol::assign(
+            |topic| {
+                self.replicas
+                    .topic(topic)
+                    .map(|t| t.record.partitions.len() as i32)
+            },
+            members,
+        )
+    }
+
     /// The coordinator itself, for what is not a caller's request (the transaction
     /// coordinator's staged offsets, the agent's own tasks).
     pub fn coordinator(&self) -> &Arc<Coordinator> {

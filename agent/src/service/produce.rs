@@ -46,7 +46,7 @@ impl Acks {
             0 => Ok(Acks::None),
             1 => Ok(Acks::Leader),
             -1 => Ok(Acks::All),
-            n => Err(Error::InvalidAcks(n)),
+            n => Err(Error::InvalidAcks(n.to_string())),
         }
     }
 }

@@ -18,7 +18,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
-use strata_metastore::{AclRecord, QuotaChange, QuotaEntity, UserCredentials};
+use strata_metastore::UserCredentials;
+/// ACL bindings and quota entities and changes, as the service takes and answers them.
+pub use strata_metastore::{AclRecord, QuotaChange, QuotaEntity};
 
 use strata_metastore::Metastore;
 
@@ -304,6 +306,26 @@ pub async fn user(
             "Attempt to describe a user credential that does not exist: {name}"
         ))),
     }
+}
+
+/// Whether `password` is the password of SCRAM user `user`, for any mechanism it has a
+/// credential for (an HTTP Basic login). False for a user that does not exist.
+pub async fn password_matches(
+    s: Security<'_>,
+    user: &str,
+    password: &str,
+) -> Result<bool, SecurityError> {
+    let stored = s
+        .metastore
+        .user_credentials(user)
+        .await
+        .map_err(metastore)?;
+    Ok(stored.is_some_and(|u| {
+        u.mechanisms.iter().any(|(mechanism, credential)| {
+            ScramHash::from_mechanism(mechanism)
+                .is_some_and(|h| h.password_matches(credential, password.as_bytes()))
+        })
+    }))
 }
 
 /// One change of one user's credential for one mechanism.

@@ -21,7 +21,9 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use strata_log::txn::ControlRecord;
-use strata_metastore::{AgentRecord, CommittedOffset, TopicPartition, TxnRecord};
+/// A transaction as the metastore keeps it: what `describe` and `list` answer.
+pub use strata_metastore::TxnRecord;
+use strata_metastore::{AgentRecord, CommittedOffset, TopicPartition};
 
 use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
 use crate::caller::Caller;

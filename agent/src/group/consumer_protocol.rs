@@ -1,7 +1,8 @@
-//! The `consumer` protocol as an HTTP consumer speaks it in its group: its
-//! subscription, its assignment, and, when it leads the group, the assignment of every
-//! member as Kafka's `RangeAssignor` computes it (so Kafka consumers can share the
-//! group with HTTP ones, whichever leads).
+//! The `consumer` protocol's member metadata, as the group coordinator's members carry
+//! it: a subscription, an assignment, and the assignment of every member as Kafka's
+//! `RangeAssignor` computes it. The HTTP consumer speaks it in its group (so Kafka
+//! consumers can share the group with HTTP ones, whichever leads), and the HTTP group
+//! description reads members' assignments with it.
 
 use std::collections::BTreeMap;
 
@@ -12,8 +13,6 @@ use kafka_protocol::messages::{
     ConsumerProtocolAssignment, ConsumerProtocolSubscription, TopicName,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
-
-use crate::replicas::ReplicaManager;
 
 /// The assignor HTTP consumers offer.
 pub const ASSIGNOR: &str = "range";
@@ -75,10 +74,11 @@ pub fn assigned(assignment: &[u8], topic: &str) -> Vec<i32> {
     partitions
 }
 
-/// The range assignment, as Kafka's `RangeAssignor` computes it, for the group's members
-/// (this instance leads the group).
+/// The range assignment, as Kafka's `RangeAssignor` computes it, for the group's members,
+/// with `partitions` giving each topic's partition count (none for a topic that does
+/// not exist: its subscribers get nothing of it).
 pub fn assign(
-    replicas: &ReplicaManager,
+    partitions: impl Fn(&str) -> Option<i32>,
     members: &[(String, Option<String>, Bytes)],
 ) -> Vec<(String, Bytes)> {
     let mut by_topic: BTreeMap<String, Vec<&str>> = BTreeMap::new();
@@ -95,12 +95,11 @@ pub fn assign(
         .map(|(m, _, _)| (m.as_str(), Vec::new()))
         .collect();
     for (topic, mut subscribers) in by_topic {
-        let Some(state) = replicas.topic(&topic) else {
+        let Some(n) = partitions(&topic) else {
             continue;
         };
         subscribers.sort_unstable();
         subscribers.dedup();
-        let n = state.record.partitions.len() as i32;
         let m = subscribers.len() as i32;
         let (per, extra) = (n / m, n % m);
         for (i, member) in subscribers.into_iter().enumerate() {

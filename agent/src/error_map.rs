@@ -1,9 +1,11 @@
-//! The one place where strata's errors become Kafka error codes.
+//! The one place where strata's errors become Kafka error codes, and each code a
+//! [`Kind`]. Above the services (it names their errors), below the edges. The Kafka edge sends [`ApiError::code`]; the HTTP edge reads only
+//! [`ApiError::kind`] and [`ApiError::name`].
 
 use kafka_protocol::error::ResponseError;
 
 use crate::authz::ResourceType;
-use crate::error::Error;
+use crate::error::{Error, Kind};
 use crate::group::GroupError;
 use crate::partition::PartitionError;
 use crate::service::admin::AdminError;
@@ -32,6 +34,74 @@ impl ApiError {
 
     pub fn code(&self) -> i16 {
         self.code.code()
+    }
+
+    /// What the caller should do about it.
+    pub fn kind(&self) -> Kind {
+        kind_of(self.code)
+    }
+
+    /// Kafka's name for the error (`UNKNOWN_TOPIC_OR_PARTITION`), which the HTTP API
+    /// carries beside its status so that HTTP and Kafka clients are told the same.
+    pub fn name(&self) -> String {
+        crate::metrics::kafka_error_name(self.code.code())
+    }
+
+    /// The same error with its message replaced: `detail`, which says more.
+    pub fn with_message(mut self, message: impl Into<String>) -> ApiError {
+        self.message = message.into();
+        self
+    }
+}
+
+impl Error {
+    /// The offset asked for is outside the partition's log, here or at the agent the
+    /// request went on to.
+    pub fn is_offset_out_of_range(&self) -> bool {
+        ApiError::from(self).code == ResponseError::OffsetOutOfRange
+    }
+
+    /// Kafka's name for the error, as the HTTP API reports it beside other outcomes.
+    pub fn kafka_name(&self) -> String {
+        ApiError::from(self).name()
+    }
+}
+
+/// The kind of a Kafka error: what does not exist, what conflicts with a resource's
+/// state or generation, what is too large, what is refused, what clients retry, and
+/// the rest of the client's mistakes.
+pub fn kind_of(code: ResponseError) -> Kind {
+    use ResponseError as E;
+    match code {
+        E::UnknownTopicOrPartition
+        | E::UnknownTopicId
+        | E::GroupIdNotFound
+        | E::TransactionalIdNotFound
+        | E::ResourceNotFound => Kind::NotFound,
+        E::IllegalGeneration
+        | E::UnknownMemberId
+        | E::RebalanceInProgress
+        | E::FencedInstanceId
+        | E::NonEmptyGroup
+        | E::GroupSubscribedToTopic
+        | E::TopicAlreadyExists
+        | E::DuplicateResource
+        | E::OffsetOutOfRange
+        | E::InvalidProducerEpoch
+        | E::ProducerFenced
+        | E::TransactionCoordinatorFenced
+        | E::SecurityDisabled => Kind::Conflict,
+        E::MessageTooLarge | E::RecordListTooLarge | E::OffsetMetadataTooLarge => Kind::TooLarge,
+        E::TopicAuthorizationFailed
+        | E::GroupAuthorizationFailed
+        | E::ClusterAuthorizationFailed
+        | E::TransactionalIdAuthorizationFailed => Kind::Forbidden,
+        E::SaslAuthenticationFailed => Kind::Unauthenticated,
+        E::PolicyViolation => Kind::Policy,
+        E::ThrottlingQuotaExceeded => Kind::Throttled,
+        E::UnknownServerError | E::KafkaStorageError => Kind::Internal,
+        c if c.is_retriable() => Kind::Unavailable,
+        _ => Kind::Invalid,
     }
 }
 
@@ -146,6 +216,9 @@ impl From<&Error> for ApiError {
                 ApiError::new(ResponseError::InvalidRequiredAcks, e.to_string())
             }
             Error::InvalidRequest(_) => ApiError::new(ResponseError::InvalidRequest, e.to_string()),
+            Error::Unauthenticated(_) => {
+                ApiError::new(ResponseError::SaslAuthenticationFailed, e.to_string())
+            }
             Error::LeaderNotAvailable { .. } => {
                 ApiError::new(ResponseError::LeaderNotAvailable, e.to_string())
             }

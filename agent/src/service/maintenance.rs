@@ -1,0 +1,249 @@
+//! An operator's repairs of one partition's archive: tiering its closed segments now
+//! (after a fault in the object store was fixed, say) and reading its archive back to
+//! check it against the manifest. Both need ALTER on the cluster, are done by the
+//! partition's leader, and are audited here (`partition.tier`, `partition.verify`),
+//! refusals included, whichever edge asked.
+
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use strata_tiering::TieringWorker;
+use strata_tiering::verify::Verification;
+
+use crate::audit::Audit;
+use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
+use crate::caller::Caller;
+use crate::error::Error;
+use crate::partition::Partition;
+use crate::replicas::ReplicaManager;
+
+/// Why a repair did not happen.
+#[derive(Debug, thiserror::Error)]
+pub enum MaintenanceError {
+    /// Refused (no ALTER on the cluster), or no such partition.
+    #[error(transparent)]
+    Refused(#[from] Error),
+    /// Another agent leads the partition: the repair is its to do.
+    #[error("agent {leader} leads {topic}-{partition}")]
+    LedElsewhere {
+        topic: String,
+        partition: i32,
+        leader: i32,
+    },
+    /// This agent runs no tiering worker (`tiering_enabled = false`).
+    #[error("tiering runs in another process here (tiering_enabled = false): run the repair there")]
+    TieringElsewhere,
+    #[error("topic {0} is not tiered (remote.storage.enable is false)")]
+    NotTiered(String),
+    /// The manifest could not be read from the metastore.
+    #[error("cannot read the manifest: {0}")]
+    Manifest(String),
+    /// The object store failed the repair.
+    #[error("{0}")]
+    Archive(String),
+}
+
+/// What a tiering pass run now did.
+#[derive(Debug, Clone)]
+pub struct Tiered {
+    pub archived_upto_before: i64,
+    pub archived_upto: i64,
+    /// Records wait past `archived_upto` in the active segment alone: only closed
+    /// segments are archived.
+    pub waiting_for_active_segment: bool,
+}
+
+/// The repairs, for the partitions this agent leads.
+pub struct Maintenance<'a> {
+    pub replicas: &'a Arc<ReplicaManager>,
+    pub tiering: Option<&'a Arc<TieringWorker>>,
+    pub authorizer: &'a Authorizer,
+    pub audit: &'a Audit,
+}
+
+impl Maintenance<'_> {
+    /// Archives the closed segments of `partition` of `topic` not yet archived, now.
+    pub async fn tier_now(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Tiered, MaintenanceError> {
+        let outcome = self.tiered(who, topic, partition).await;
+        self.record(who, "partition.tier", topic, partition, &outcome, |t| {
+            let mut v = json!({
+                "topic": topic,
+                "partition": partition,
+                "archived_upto_before": t.archived_upto_before,
+                "archived_upto": t.archived_upto,
+            });
+            if t.waiting_for_active_segment {
+                v["waiting_for"] = "the active segment to close".into();
+            }
+            v
+        });
+        outcome
+    }
+
+    async fn tiered(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Tiered, MaintenanceError> {
+        let replica = self.led_here(who, topic, partition).await?;
+        let worker = self.tiering.ok_or(MaintenanceError::TieringElsewhere)?;
+        let tiered = self
+            .replicas
+            .topic(topic)
+            .is_some_and(|t| t.config.tiered());
+        if !tiered {
+            return Err(MaintenanceError::NotTiered(topic.to_string()));
+        }
+        let reader = self.replicas.archive();
+        let archived_upto = || async {
+            reader
+                .manifest(topic, partition, true)
+                .await
+                .map(|m| m.last().map_or(-1, |e| e.last_offset))
+        };
+        let before = archived_upto().await.unwrap_or(-1);
+        worker.tier_partition(replica.as_ref()).await.map_err(|e| {
+            MaintenanceError::Archive(format!("tiering {topic}-{partition} failed: {e}"))
+        })?;
+        let after = archived_upto().await.unwrap_or(before);
+        Ok(Tiered {
+            archived_upto_before: before,
+            archived_upto: after,
+            waiting_for_active_segment: replica.segments_from(after + 1).1 == 1
+                && replica.log_end_offset() > after + 1,
+        })
+    }
+
+    /// Reads the archive of `partition` of `topic` back and checks it against the
+    /// manifest.
+    pub async fn verify(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Verification, MaintenanceError> {
+        let outcome = self.verified(who, topic, partition).await;
+        self.record(
+            who,
+            "partition.verify",
+            topic,
+            partition,
+            &outcome,
+            |v| json!({ "topic": topic, "partition": partition, "ok": v.ok() }),
+        );
+        outcome
+    }
+
+    async fn verified(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Verification, MaintenanceError> {
+        self.may_repair(who)?;
+        if !self.fresh(topic, partition).await?.has_partition(partition) {
+            return Err(unknown(topic, partition));
+        }
+        let reader = self.replicas.archive();
+        let manifest = reader
+            .manifest(topic, partition, true)
+            .await
+            .map_err(|e| MaintenanceError::Manifest(e.to_string()))?;
+        strata_tiering::verify::verify_partition(reader.archive(), topic, partition, &manifest)
+            .await
+            .map_err(|e| MaintenanceError::Archive(format!("cannot read the archive: {e}")))
+    }
+
+    fn may_repair(&self, who: &Caller) -> Result<(), MaintenanceError> {
+        if allows(self.authorizer, who) {
+            return Ok(());
+        }
+        Err(Error::denied(who, Operation::Alter, ResourceType::Cluster, CLUSTER_NAME).into())
+    }
+
+    /// The replica of `partition`, if this agent leads it, as the metastore has the
+    /// topic now.
+    async fn led_here(
+        &self,
+        who: &Caller,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<Partition>, MaintenanceError> {
+        self.may_repair(who)?;
+        let state = self.fresh(topic, partition).await?;
+        let record = state
+            .record
+            .partitions
+            .get(usize::try_from(partition).unwrap_or(usize::MAX))
+            .ok_or_else(|| unknown(topic, partition))?;
+        match state.replica(partition) {
+            Some(replica) if replica.leader_epoch().is_some() => Ok(Arc::clone(replica)),
+            _ => Err(MaintenanceError::LedElsewhere {
+                topic: topic.to_string(),
+                partition,
+                leader: record.leader,
+            }),
+        }
+    }
+
+    /// The topic as the metastore holds it now (a partition added through another
+    /// agent a moment ago is seen).
+    async fn fresh(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Arc<crate::replicas::TopicState>, MaintenanceError> {
+        if crate::service::admin::validate_topic_name(topic).is_err() {
+            return Err(unknown(topic, partition));
+        }
+        match self.replicas.sync_topic(topic).await {
+            Ok(Some(state)) => Ok(state),
+            Ok(None) => Err(unknown(topic, partition)),
+            Err(e) => Err(Error::Sync(e).into()),
+        }
+    }
+
+    /// Audits a repair this agent answered (one sent on to the leader is the leader's
+    /// to audit).
+    fn record<T>(
+        &self,
+        who: &Caller,
+        action: &str,
+        topic: &str,
+        partition: i32,
+        outcome: &Result<T, MaintenanceError>,
+        answer: impl FnOnce(&T) -> Value,
+    ) {
+        if matches!(outcome, Err(MaintenanceError::LedElsewhere { .. })) {
+            return;
+        }
+        let logged = match outcome {
+            Ok(t) => Ok(answer(t)),
+            Err(e) => Err(e.to_string()),
+        };
+        let resource = format!("partition:{topic}-{partition}");
+        self.audit.record(who, action, &resource, json!({}), logged);
+    }
+}
+
+fn allows(authorizer: &Authorizer, who: &Caller) -> bool {
+    authorizer.allows(
+        who.authz(),
+        Operation::Alter,
+        ResourceType::Cluster,
+        CLUSTER_NAME,
+    )
+}
+
+fn unknown(topic: &str, partition: i32) -> MaintenanceError {
+    MaintenanceError::Refused(Error::UnknownTopicOrPartition {
+        topic: topic.to_string(),
+        partition,
+    })
+}
