@@ -333,6 +333,52 @@ def test_bytes_that_are_not_text_round_trip_as_base64(broker):
     assert got[1]["key"] is None
 
 
+def test_http_reads_at_read_committed_leave_out_aborted_transactions(broker):
+    """librdkafka's transactional producer commits, aborts, commits, and writes one more
+    transaction it leaves open. Over HTTP, `read` and `consume` at read_committed give
+    the committed records only, with the control markers' offsets skipped and nothing
+    past the open transaction; at read_uncommitted `read` gives every record."""
+    b, http = broker.bootstrap, broker.http_url
+    topic = unique_topic("http-rc")
+    create_topic(b, topic, 1)
+    p = Producer({"bootstrap.servers": b, "transactional.id": f"t-{topic}", "logger": RDKAFKA_LOG})
+    p.init_transactions(30)
+    for batch, commit in (("a", True), ("b", False), ("c", True)):
+        p.begin_transaction()
+        for i in range(3):
+            p.produce(topic, value=f"{batch}{i}".encode(), partition=0)
+        p.flush(30)
+        if commit:
+            p.commit_transaction(30)
+        else:
+            p.abort_transaction(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(30)
+    committed = ["a0", "a1", "a2", "c0", "c1", "c2"]
+
+    def values(answer: dict) -> list[str]:
+        return [m["value"] for m in answer["messages"]]
+
+    r = post(f"{http}/v1/topics/{topic}/read",
+             {"isolation_level": "read_committed", "max_messages": 100})
+    assert r.status_code == 200, r.text
+    assert values(r.json()) == committed, r.text
+    # Past the last stable offset: the open transaction's first record, not beyond.
+    stable = r.json()["next_offsets"]["0"]
+    assert r.json()["messages"][-1]["offset"] < stable
+    r = post(f"{http}/v1/topics/{topic}/read",
+             {"isolation_level": "read_uncommitted", "max_messages": 100})
+    assert r.status_code == 200, r.text
+    assert values(r.json()) == ["a0", "a1", "a2", "b0", "b1", "b2", "c0", "c1", "c2", "open"]
+    r = post(f"{http}/v1/topics/{topic}/consume",
+             {"group_id": f"g-{topic}", "auto_offset_reset": "earliest",
+              "isolation_level": "read_committed", "timeout_ms": 5000})
+    assert r.status_code == 200, r.text
+    assert values(r.json()) == committed, r.text
+    p.abort_transaction(30)
+
+
 def test_wrong_input_gets_problem_details_with_the_kafka_error(broker):
     b, http = broker.bootstrap, broker.http_url
     topic = unique_topic("http-bad")
