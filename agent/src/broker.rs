@@ -341,8 +341,13 @@ impl Broker {
     }
 
     /// The cluster's agents as an operator sees them: list, health, drain.
-    pub fn agents(&self) -> crate::service::agents::Agents {
-        crate::service::agents::Agents::new(Arc::clone(&self.replicas), self.settings().healing())
+    pub fn agents(&self) -> crate::service::agents::Agents<'_> {
+        crate::service::agents::Agents {
+            replicas: &self.replicas,
+            healing: self.settings().healing(),
+            authorizer: &self.authorizer,
+            audit: &self.audit,
+        }
     }
 
     /// An operator's repairs of a partition's archive (tier now, verify).

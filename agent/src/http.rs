@@ -293,13 +293,13 @@ fn table() -> Vec<(Route, Handler)> {
         route(
             "POST",
             "/v1/agents/{node_id}/drain",
-            cluster(O::Alter),
+            InHandler("the agents service: ALTER on the cluster"),
             post(agents::drain),
         ),
         route(
             "DELETE",
             "/v1/agents/{node_id}/drain",
-            cluster(O::Alter),
+            InHandler("the agents service: ALTER on the cluster"),
             delete(agents::undrain),
         ),
         route("GET", "/v1/tiering", cluster(O::Describe), get(tiering)),

@@ -1079,12 +1079,13 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
                     )
                 }
                 // The topic service decides the incident switch, the transaction service
-                // an operator's abort, the maintenance service the archive's repairs:
-                // ALTER on the cluster.
+                // an operator's abort, the maintenance service the archive's repairs,
+                // the agents service a drain: ALTER on the cluster.
                 ("POST", "/v1/topics/{topic}/partitions/{partition}/disable")
                 | ("POST", "/v1/topics/{topic}/partitions/{partition}/enable")
                 | ("POST", "/v1/topics/{topic}/partitions/{partition}/tier")
                 | ("POST", "/v1/topics/{topic}/partitions/{partition}/verify")
+                | ("POST" | "DELETE", "/v1/agents/{node_id}/drain")
                 | ("POST", "/v1/transactions/abort") => {
                     assert_eq!(
                         (status, kafka_error),
@@ -1124,6 +1125,8 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         "partition.enable",
         "partition.tier",
         "partition.verify",
+        "agent.drain",
+        "agent.undrain",
         "transaction.abort",
     ] {
         assert!(

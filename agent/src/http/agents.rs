@@ -20,19 +20,20 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use super::HttpApi;
-use super::admin::{audited, caller};
+use super::admin::caller;
 use super::problem::Problem;
 use crate::service::agents::{Agents, AgentsError};
 
 type NodePath = Result<axum::extract::Path<i32>, axum::extract::rejection::PathRejection>;
 
-fn service(http: &HttpApi) -> Agents {
+fn service(http: &HttpApi) -> Agents<'_> {
     http.broker.agents()
 }
 
 impl From<AgentsError> for Problem {
     fn from(e: AgentsError) -> Problem {
         match e {
+            AgentsError::Denied(e) => Problem::from(&e),
             AgentsError::UnknownAgent(_) => Problem::new(StatusCode::NOT_FOUND, e.to_string()),
             AgentsError::Metastore(e) => Problem::new(
                 StatusCode::SERVICE_UNAVAILABLE,
@@ -74,73 +75,37 @@ pub async fn get(State(http): State<Arc<HttpApi>>, p: NodePath) -> Response {
     }
 }
 
-/// `POST /v1/agents/{node_id}/drain`.
+/// `POST /v1/agents/{node_id}/drain`: the agents service decides (ALTER on the
+/// cluster) and audits.
 pub async fn drain(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
     p: NodePath,
 ) -> Response {
-    act(
-        &http,
-        &extensions,
-        p,
-        "agent.drain",
-        |agents, n| async move {
-            let v = agents.drain(n).await?;
-            let v = serde_json::to_value(v)
-                .map_err(|e| Problem::new(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
-            Ok((StatusCode::ACCEPTED, v))
-        },
-    )
-    .await
+    let n = match node(p) {
+        Ok(n) => n,
+        Err(p) => return p.into_response(),
+    };
+    match service(&http).drain(&caller(&extensions), n).await {
+        Ok(v) => (StatusCode::ACCEPTED, axum::Json(v)).into_response(),
+        Err(e) => Problem::from(e).into_response(),
+    }
 }
 
-/// `DELETE /v1/agents/{node_id}/drain`.
+/// `DELETE /v1/agents/{node_id}/drain`: the agents service decides (ALTER on the
+/// cluster) and audits.
 pub async fn undrain(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
     p: NodePath,
 ) -> Response {
-    act(
-        &http,
-        &extensions,
-        p,
-        "agent.undrain",
-        |agents, n| async move {
-            let was = agents.undrain(n).await?;
-            Ok((
-                StatusCode::OK,
-                json!({ "node_id": n, "draining": false, "was_draining": was }),
-            ))
-        },
-    )
-    .await
-}
-
-/// Runs an audited action on agent `p`.
-async fn act<F, Fut>(
-    http: &HttpApi,
-    extensions: &Extensions,
-    p: NodePath,
-    action: &str,
-    f: F,
-) -> Response
-where
-    F: FnOnce(Agents, i32) -> Fut,
-    Fut: std::future::Future<Output = Result<(StatusCode, serde_json::Value), Problem>>,
-{
-    let caller = caller(extensions);
     let n = match node(p) {
         Ok(n) => n,
         Err(p) => return p.into_response(),
     };
-    let outcome = f(service(http), n).await;
-    audited(
-        http,
-        &caller,
-        action,
-        &format!("agent:{n}"),
-        json!({}),
-        outcome,
-    )
+    match service(&http).undrain(&caller(&extensions), n).await {
+        Ok(was) => axum::Json(json!({ "node_id": n, "draining": false, "was_draining": was }))
+            .into_response(),
+        Err(e) => Problem::from(e).into_response(),
+    }
 }

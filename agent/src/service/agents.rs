@@ -19,12 +19,18 @@ pub use strata_metastore::AgentRecord;
 use strata_metastore::{Roster, TopicRecord};
 use strata_replication::placement::{self, Placed};
 
+use crate::audit::Audit;
+use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
+use crate::caller::Caller;
 use crate::controller::{Healing, placed_agents_of};
 use crate::replicas::ReplicaManager;
 
 /// Why a request about agents is refused.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentsError {
+    /// A drain asked for without ALTER on the cluster.
+    #[error(transparent)]
+    Denied(crate::error::Error),
     #[error("no agent {0} has ever registered in this cluster")]
     UnknownAgent(i32),
     #[error(transparent)]
@@ -116,16 +122,52 @@ pub struct ClusterHealth {
     pub moves_in_flight: usize,
 }
 
-/// The agents service.
-#[derive(Debug)]
-pub struct Agents {
-    replicas: Arc<ReplicaManager>,
-    healing: Healing,
+/// The agents service. Draining needs ALTER on the cluster and is audited here
+/// (`agent.drain`, `agent.undrain`), refusals included.
+pub struct Agents<'a> {
+    pub replicas: &'a Arc<ReplicaManager>,
+    pub healing: Healing,
+    pub authorizer: &'a Authorizer,
+    pub audit: &'a Audit,
 }
 
-impl Agents {
-    pub fn new(replicas: Arc<ReplicaManager>, healing: Healing) -> Agents {
-        Agents { replicas, healing }
+impl Agents<'_> {
+    /// ALTER on the cluster: what a drain needs.
+    fn may_drain(&self, who: &Caller) -> Result<(), AgentsError> {
+        let (alter, cluster) = (Operation::Alter, ResourceType::Cluster);
+        if self
+            .authorizer
+            .allows(who.authz(), alter, cluster, CLUSTER_NAME)
+        {
+            return Ok(());
+        }
+        Err(AgentsError::Denied(crate::error::Error::denied(
+            who,
+            alter,
+            cluster,
+            CLUSTER_NAME,
+        )))
+    }
+
+    fn record<T>(
+        &self,
+        who: &Caller,
+        action: &str,
+        node_id: i32,
+        outcome: &Result<T, AgentsError>,
+        answer: impl FnOnce(&T) -> serde_json::Value,
+    ) {
+        let logged = match outcome {
+            Ok(t) => Ok(answer(t)),
+            Err(e) => Err(e.to_string()),
+        };
+        self.audit.record(
+            who,
+            action,
+            &format!("agent:{node_id}"),
+            serde_json::json!({}),
+            logged,
+        );
     }
 
     fn now_ms(&self) -> i64 {
@@ -248,8 +290,18 @@ impl Agents {
             .ok_or(AgentsError::UnknownAgent(node_id))
     }
 
-    /// Starts draining agent `node_id` (the one registered under it now); returns it.
-    pub async fn drain(&self, node_id: i32) -> Result<AgentView, AgentsError> {
+    /// Starts draining agent `node_id` (the one registered under it now), for a caller
+    /// with ALTER on the cluster; returns it.
+    pub async fn drain(&self, who: &Caller, node_id: i32) -> Result<AgentView, AgentsError> {
+        let outcome = self.drained(who, node_id).await;
+        self.record(who, "agent.drain", node_id, &outcome, |v| {
+            serde_json::to_value(v).unwrap_or_default()
+        });
+        outcome
+    }
+
+    async fn drained(&self, who: &Caller, node_id: i32) -> Result<AgentView, AgentsError> {
+        self.may_drain(who)?;
         match self
             .replicas
             .metastore()
@@ -265,8 +317,22 @@ impl Agents {
         self.get(node_id).await
     }
 
-    /// Stops draining `node_id`; returns whether a drain was in force.
-    pub async fn undrain(&self, node_id: i32) -> Result<bool, AgentsError> {
+    /// Stops draining `node_id`, for a caller with ALTER on the cluster; returns
+    /// whether a drain was in force.
+    pub async fn undrain(&self, who: &Caller, node_id: i32) -> Result<bool, AgentsError> {
+        let outcome = self.undrained(who, node_id).await;
+        self.record(
+            who,
+            "agent.undrain",
+            node_id,
+            &outcome,
+            |was| serde_json::json!({ "node_id": node_id, "draining": false, "was_draining": was }),
+        );
+        outcome
+    }
+
+    async fn undrained(&self, who: &Caller, node_id: i32) -> Result<bool, AgentsError> {
+        self.may_drain(who)?;
         let metastore = self.replicas.metastore();
         if metastore.roster().await?.agent(node_id).is_none() {
             return Err(AgentsError::UnknownAgent(node_id));
