@@ -1110,7 +1110,7 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         }
     }
 
-    // The operator actions the services decide audited their refusals.
+    // The operator and security changes audited their refusals.
     let refused: Vec<String> = agent
         .broker()
         .audit()
@@ -1128,6 +1128,10 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         "agent.drain",
         "agent.undrain",
         "transaction.abort",
+        "acl.create",
+        "acl.delete",
+        "user.alter_scram_credentials",
+        "quota.alter",
     ] {
         assert!(
             refused.iter().any(|a| a == action),

@@ -38,6 +38,33 @@ use crate::service::security::{
 
 type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
+/// May the caller make the change `audited_as` names? The security service decides; a
+/// refusal is audited here, with `resource` as the request's path names it (its body
+/// is not read for a caller refused).
+fn may_change(
+    http: &HttpApi,
+    extensions: &Extensions,
+    action: Action,
+    audited_as: &str,
+    resource: &str,
+) -> Result<Allowed, Problem> {
+    allowed(http, extensions, action).inspect_err(|p| {
+        let who = caller(extensions);
+        let refused = Err(p.detail.clone());
+        http.broker
+            .audit()
+            .record(&who, audited_as, resource, json!({}), refused);
+    })
+}
+
+/// A user's resource in the audit log, as the path names it.
+fn user_resource(user: &Extracted<String>) -> String {
+    match user {
+        Ok(u) => format!("user:{}", u.0),
+        Err(_) => "user:".to_string(),
+    }
+}
+
 /// May the caller do `action`? The security service decides (the route table leaves
 /// it to it).
 fn allowed(http: &HttpApi, extensions: &Extensions, action: Action) -> Result<Allowed, Problem> {
@@ -304,7 +331,7 @@ pub async fn create_acls(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
-    let allowed = match allowed(&http, &extensions, Action::AlterAcls) {
+    let allowed = match may_change(&http, &extensions, Action::AlterAcls, "acl.create", "acls") {
         Ok(a) => a,
         Err(p) => return p.into_response(),
     };
@@ -364,7 +391,7 @@ pub async fn delete_acls(
     query: QueryOf<AclQuery>,
 ) -> Response {
     let caller = caller(&extensions);
-    let allowed = match allowed(&http, &extensions, Action::AlterAcls) {
+    let allowed = match may_change(&http, &extensions, Action::AlterAcls, "acl.delete", "acls") {
         Ok(a) => a,
         Err(p) => return p.into_response(),
     };
@@ -497,7 +524,14 @@ pub async fn set_user(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
-    let allowed = match allowed(&http, &extensions, Action::AlterUsers) {
+    let named = user_resource(&user);
+    let allowed = match may_change(
+        &http,
+        &extensions,
+        Action::AlterUsers,
+        "user.alter_scram_credentials",
+        &named,
+    ) {
         Ok(a) => a,
         Err(p) => return p.into_response(),
     };
@@ -588,7 +622,14 @@ pub async fn delete_user(
     query: QueryOf<DeleteUserQuery>,
 ) -> Response {
     let caller = caller(&extensions);
-    let allowed = match allowed(&http, &extensions, Action::AlterUsers) {
+    let named = user_resource(&user);
+    let allowed = match may_change(
+        &http,
+        &extensions,
+        Action::AlterUsers,
+        "user.alter_scram_credentials",
+        &named,
+    ) {
         Ok(a) => a,
         Err(p) => return p.into_response(),
     };
@@ -708,7 +749,13 @@ pub async fn alter_quotas(
     body: Body,
 ) -> Response {
     let caller = caller(&extensions);
-    let allowed = match allowed(&http, &extensions, Action::AlterQuotas) {
+    let allowed = match may_change(
+        &http,
+        &extensions,
+        Action::AlterQuotas,
+        "quota.alter",
+        "quotas",
+    ) {
         Ok(a) => a,
         Err(p) => return p.into_response(),
     };
