@@ -413,6 +413,12 @@ pub fn fetched(topic: &str, bytes: usize, follower: bool) {
         .increment(bytes as u64);
 }
 
+/// A partition read found its records outside the page cache and waited for the disk
+/// on the blocking pool, not on a request thread.
+pub fn read_from_disk() {
+    counter!("strata_disk_reads_total").increment(1);
+}
+
 /// A fetch was answered: `session` is `none`, `opened` or `incremental`.
 pub fn fetch_answered(session: &'static str) {
     counter!("strata_fetch_requests_total", "session" => session).increment(1);

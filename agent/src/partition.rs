@@ -32,6 +32,15 @@ use crate::tasks::{Stopped, Tasks};
 mod txn;
 pub use txn::{Bound, OpenTransaction};
 
+/// Whether a read may wait for the disk ([`Partition::read`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Disk {
+    /// Only what the page cache holds; fail rather than wait.
+    CachedOnly,
+    /// Wait for the disk (on the blocking pool).
+    Wait,
+}
+
 /// What waiters on a partition watch: it changes on every append, watermark move and
 /// role change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -830,11 +839,37 @@ impl Partition {
     /// followers): whole batches, at most `max_bytes` unless the first batch alone is
     /// larger. Up to the last stable offset, the aborted transactions in what was read
     /// come with it.
-    pub fn read(
+    ///
+    /// The runtime's threads never wait for the disk here: the read takes what the page
+    /// cache holds (where recent records are), and only a read that would wait for the
+    /// disk (a consumer catching up on old segments) is done again on the blocking pool
+    /// (decision 0005).
+    pub async fn read(
+        self: &Arc<Self>,
+        offset: i64,
+        max_bytes: usize,
+        bound: Bound,
+    ) -> Result<ReadOutcome, PartitionError> {
+        match self.read_from_disk(offset, max_bytes, bound, Disk::CachedOnly) {
+            Err(PartitionError::Log(e)) if e.would_block() => {
+                crate::metrics::read_from_disk();
+                let partition = Arc::clone(self);
+                tokio::task::spawn_blocking(move || {
+                    partition.read_from_disk(offset, max_bytes, bound, Disk::Wait)
+                })
+                .await
+                .map_err(|_| PartitionError::Interrupted(self.name()))?
+            }
+            read => read,
+        }
+    }
+
+    fn read_from_disk(
         &self,
         offset: i64,
         max_bytes: usize,
         bound: Bound,
+        disk: Disk,
     ) -> Result<ReadOutcome, PartitionError> {
         let high_watermark = self.high_watermark();
         let last_stable_offset = self.log().last_stable_offset(high_watermark);
@@ -871,6 +906,10 @@ impl Partition {
             };
             let generation = plan.generation();
             let buf = crate::buffers::reads().take(plan.max_bytes());
+            let plan = match disk {
+                Disk::CachedOnly => plan.cached_only(),
+                Disk::Wait => plan,
+            };
             let read = plan.read_into(buf);
             if self.log().generation() == generation {
                 break (read?, log_start_offset, limit);

@@ -865,14 +865,14 @@ impl ReplicaManager {
     /// Reads from `offset` locally, or from the archive when it lies below the local log.
     pub async fn read(
         &self,
-        partition: &Partition,
+        partition: &Arc<Partition>,
         offset: i64,
         max_bytes: usize,
         bound: Bound,
     ) -> Result<ReadOutcome, PartitionError> {
         let local_start = partition.log_start_offset();
         if offset >= local_start {
-            let mut out = partition.read(offset, max_bytes, bound)?;
+            let mut out = partition.read(offset, max_bytes, bound).await?;
             out.log_start_offset = self.log_start_offset(partition).await;
             return Ok(out);
         }
@@ -891,7 +891,7 @@ impl ReplicaManager {
         match archived {
             // Compacted away up to the end of the archive: the local log goes on.
             Ok(Some(records)) if records.is_empty() => {
-                let mut out = partition.read(local_start, max_bytes, bound)?;
+                let mut out = partition.read(local_start, max_bytes, bound).await?;
                 out.log_start_offset = log_start;
                 Ok(out)
             }

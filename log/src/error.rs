@@ -80,6 +80,13 @@ impl Error {
     }
 }
 
+impl Error {
+    /// A read that would have waited for the disk ([`crate::ReadPlan::cached_only`]).
+    pub fn would_block(&self) -> bool {
+        matches!(self, Error::Io { source, .. } if source.kind() == io::ErrorKind::WouldBlock)
+    }
+}
+
 /// Attaches a verb phrase and the file to an I/O error.
 pub(crate) trait IoContext<T> {
     fn context(self, context: &'static str, path: &std::path::Path) -> Result<T>;

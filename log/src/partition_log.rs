@@ -122,7 +122,7 @@ struct Unsealed {
 
 /// A read planned under the log's lock ([`PartitionLog::read_plan`]) and done without
 /// it ([`ReadPlan::read`]).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct ReadPlan {
     reader: SegmentReader,
     start: u64,
@@ -154,6 +154,14 @@ impl ReadPlan {
             Some((position, _)) => self.reader.read_from(position, self.max_bytes, buf),
             None => Ok(buf),
         }
+    }
+
+    /// The same read, taking only what the page cache holds: where the disk would be
+    /// waited for, it fails at once ([`Error::would_block`]), so that a caller on an
+    /// async runtime's thread can do it again where waiting is allowed.
+    pub fn cached_only(mut self) -> ReadPlan {
+        self.reader = self.reader.cached_only();
+        self
     }
 
     /// The most [`ReadPlan::read`] reads (the first batch aside, if larger).

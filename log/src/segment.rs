@@ -9,6 +9,7 @@
 //! their segments (see `docs/log-format.md`, "Open files").
 
 use std::fs::{File, OpenOptions};
+use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -332,6 +333,7 @@ impl Segment {
             path: self.path.clone(),
             file: self.file.clone(),
             size: self.size,
+            cached_only: false,
         }
     }
 
@@ -588,9 +590,66 @@ pub(crate) struct SegmentReader {
     path: PathBuf,
     file: Option<Arc<File>>,
     size: u64,
+    /// Reads only what the page cache holds, failing with `WouldBlock` where the disk
+    /// would be waited for ([`cached_read_exact_at`]).
+    cached_only: bool,
+}
+
+/// `pread` of exactly `buf.len()` bytes at `position`, taking only what the page cache
+/// holds: `preadv2` with `RWF_NOWAIT`, which fails with `EAGAIN` (here `WouldBlock`)
+/// rather than wait for the disk. Where the file system cannot tell (`EOPNOTSUPP`), the
+/// read is done as usual.
+#[allow(unsafe_code)]
+fn cached_read_exact_at(file: &File, mut buf: &mut [u8], mut position: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    while !buf.is_empty() {
+        let iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let offset = libc::off_t::try_from(position)
+            .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+        // SAFETY: one iovec over `buf`, which lives and is borrowed mutably for the
+        // call; the descriptor is `file`'s, open for the call.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, offset, libc::RWF_NOWAIT) };
+        match n {
+            0 => return Err(io::Error::from(io::ErrorKind::UnexpectedEof)),
+            n if n > 0 => {
+                let n = n as usize;
+                buf = &mut buf[n..];
+                position += n as u64;
+            }
+            _ => {
+                let e = io::Error::last_os_error();
+                match e.raw_os_error() {
+                    Some(libc::EINTR) => {}
+                    Some(libc::EOPNOTSUPP) => return file.read_exact_at(buf, position),
+                    _ => return Err(e),
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 impl SegmentReader {
+    /// Reads `buf.len()` bytes at `position`: from the page cache only when the reader
+    /// is [`cached_only`](SegmentReader::cached_only).
+    fn read_exact_at(&self, file: &File, buf: &mut [u8], position: u64) -> Result<()> {
+        let read = if self.cached_only {
+            cached_read_exact_at(file, buf, position)
+        } else {
+            file.read_exact_at(buf, position)
+        };
+        read.context("read segment", &self.path)
+    }
+
+    /// The same reader, reading only what the page cache holds.
+    pub(crate) fn cached_only(mut self) -> SegmentReader {
+        self.cached_only = true;
+        self
+    }
+
     fn file(&mut self) -> Result<Arc<File>> {
         if let Some(f) = &self.file {
             return Ok(Arc::clone(f));
@@ -610,8 +669,7 @@ impl SegmentReader {
         let mut header_buf = [0u8; HEADER_BYTES];
         let file = self.file()?;
         while position + HEADER_BYTES as u64 <= self.size {
-            file.read_exact_at(&mut header_buf, position)
-                .context("read segment", &self.path)?;
+            self.read_exact_at(&file, &mut header_buf, position)?;
             let header = BatchHeader::parse(&header_buf).ok_or_else(|| Error::CorruptSegment {
                 path: self.path.clone(),
                 reason: format!("short header at {position}"),
@@ -639,8 +697,7 @@ impl SegmentReader {
         let available = (self.size - position) as usize;
         let mut header_buf = [0u8; HEADER_BYTES];
         let file = self.file()?;
-        file.read_exact_at(&mut header_buf, position)
-            .context("read segment", &self.path)?;
+        self.read_exact_at(&file, &mut header_buf, position)?;
         let first = BatchHeader::parse(&header_buf)
             .map(|h| h.total_bytes())
             .ok_or_else(|| Error::CorruptSegment {
@@ -649,12 +706,86 @@ impl SegmentReader {
             })?;
         let want = available.min(max_bytes.max(first));
         buf.resize(want, 0);
-        file.read_exact_at(&mut buf, position)
-            .context("read segment", &self.path)?;
+        self.read_exact_at(&file, &mut buf, position)?;
         let mut iter = crate::batch::BatchIter::new(&buf);
         let _ = iter.by_ref().count();
         let whole = iter.position();
         buf.truncate(whole);
         Ok(buf)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsRawFd;
+
+    use super::*;
+    use crate::batch::tests::encode_batch;
+    use kafka_protocol::records::Compression;
+
+    /// Whether this file system tells, for a read, that it would wait for the disk.
+    #[allow(unsafe_code)]
+    fn tells_would_block(file: &File) -> bool {
+        let mut b = [0u8; 1];
+        let iov = libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: 1,
+        };
+        // SAFETY: one iovec over a local buffer, the descriptor open for the call.
+        let n = unsafe { libc::preadv2(file.as_raw_fd(), &iov, 1, 0, libc::RWF_NOWAIT) };
+        n >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EOPNOTSUPP)
+    }
+
+    #[test]
+    #[allow(unsafe_code)]
+    fn a_cached_only_read_refuses_to_wait_for_the_disk_and_reads_what_is_cached() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut segment = Segment::create(dir.path(), 0, 4096, 0).unwrap();
+        for i in 0..8 {
+            let mut batch = encode_batch(100, i * 100, Compression::None);
+            batch[..8].copy_from_slice(&(i * 100).to_be_bytes());
+            segment.append(&batch).unwrap();
+        }
+        let file = File::open(segment.path()).unwrap();
+        file.sync_all().unwrap();
+        let everything = segment
+            .reader()
+            .read_from(0, usize::MAX, Vec::new())
+            .unwrap();
+        assert!(!everything.is_empty());
+
+        // In the page cache: read alike either way.
+        let cached = segment.reader().cached_only();
+        assert_eq!(
+            cached.clone().read_from(0, usize::MAX, Vec::new()).unwrap(),
+            everything
+        );
+
+        // Dropped from the page cache (its pages are clean after the fsync).
+        // SAFETY: advice on an open descriptor; no memory is touched.
+        let dropped =
+            unsafe { libc::posix_fadvise(file.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        assert_eq!(dropped, 0);
+        if !tells_would_block(&file) {
+            eprintln!("this file system cannot tell a read would wait: not checked here");
+            return;
+        }
+        let refused = cached
+            .clone()
+            .read_from(0, usize::MAX, Vec::new())
+            .unwrap_err();
+        assert!(refused.would_block(), "{refused}");
+        // A read that may wait reads it (and caches it).
+        assert_eq!(
+            segment
+                .reader()
+                .read_from(0, usize::MAX, Vec::new())
+                .unwrap(),
+            everything
+        );
+        assert_eq!(
+            cached.clone().read_from(0, usize::MAX, Vec::new()).unwrap(),
+            everything
+        );
     }
 }

@@ -314,7 +314,7 @@ impl Fetching {
     /// a consumer with `read_committed` up to the last stable offset only.
     pub async fn read(
         &self,
-        replica: &Partition,
+        replica: &Arc<Partition>,
         permit: &Permit,
         current_leader_epoch: i32,
         offset: i64,
@@ -341,7 +341,7 @@ impl Fetching {
                 });
             }
             Ok(()) => match reader {
-                Reader::Follower(_) => replica.read(offset, max_bytes, Bound::LogEnd),
+                Reader::Follower(_) => replica.read(offset, max_bytes, Bound::LogEnd).await,
                 Reader::Consumer => {
                     let bound = if read_committed {
                         Bound::LastStable
