@@ -206,18 +206,7 @@ pub async fn tier(
         .tier_now(&caller(&extensions), &topic, partition)
         .await;
     match tiered {
-        Ok(t) => {
-            let mut body = json!({
-                "topic": topic,
-                "partition": partition,
-                "archived_upto_before": t.archived_upto_before,
-                "archived_upto": t.archived_upto,
-            });
-            if t.waiting_for_active_segment {
-                body["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
-            }
-            axum::Json(body).into_response()
-        }
+        Ok(t) => axum::Json(t.json(&topic, partition)).into_response(),
         Err(e) => refused(&http, e, &uri),
     }
 }

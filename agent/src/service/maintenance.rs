@@ -53,6 +53,22 @@ pub struct Tiered {
     pub waiting_for_active_segment: bool,
 }
 
+impl Tiered {
+    /// As the HTTP API answers it and the audit log records it.
+    pub fn json(&self, topic: &str, partition: i32) -> Value {
+        let mut v = json!({
+            "topic": topic,
+            "partition": partition,
+            "archived_upto_before": self.archived_upto_before,
+            "archived_upto": self.archived_upto,
+        });
+        if self.waiting_for_active_segment {
+            v["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
+        }
+        v
+    }
+}
+
 /// The repairs, for the partitions this agent leads.
 pub struct Maintenance<'a> {
     pub replicas: &'a Arc<ReplicaManager>,
@@ -71,16 +87,7 @@ impl Maintenance<'_> {
     ) -> Result<Tiered, MaintenanceError> {
         let outcome = self.tiered(who, topic, partition).await;
         self.record(who, "partition.tier", topic, partition, &outcome, |t| {
-            let mut v = json!({
-                "topic": topic,
-                "partition": partition,
-                "archived_upto_before": t.archived_upto_before,
-                "archived_upto": t.archived_upto,
-            });
-            if t.waiting_for_active_segment {
-                v["waiting_for"] = "the active segment to close".into();
-            }
-            v
+            t.json(topic, partition)
         });
         outcome
     }
