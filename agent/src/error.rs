@@ -139,6 +139,16 @@ impl Error {
     }
 }
 
+impl Error {
+    /// This agent does not lead the partition (any more): its leader must be asked.
+    pub fn is_not_leader(&self) -> bool {
+        matches!(
+            self,
+            Error::NotLeader { .. } | Error::Partition(PartitionError::NotLeader(_))
+        )
+    }
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a topic could not be brought in line with the metastore.

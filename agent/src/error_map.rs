@@ -1,6 +1,7 @@
 //! The one place where strata's errors become Kafka error codes, and each code a
-//! [`Kind`]. Above the services (it names their errors), below the edges. The Kafka edge sends [`ApiError::code`]; the HTTP edge reads only
-//! [`ApiError::kind`] and [`ApiError::name`].
+//! [`Kind`]. Above the services (it names their errors), below the edges. The Kafka
+//! edge sends [`ApiError::code`]; the HTTP edge reads only [`ApiError::kind`] and
+//! [`ApiError::name`].
 
 use kafka_protocol::error::ResponseError;
 
@@ -90,6 +91,7 @@ pub fn kind_of(code: ResponseError) -> Kind {
         | E::InvalidProducerEpoch
         | E::ProducerFenced
         | E::TransactionCoordinatorFenced
+        | E::InvalidTxnState
         | E::SecurityDisabled => Kind::Conflict,
         E::MessageTooLarge | E::RecordListTooLarge | E::OffsetMetadataTooLarge => Kind::TooLarge,
         E::TopicAuthorizationFailed

@@ -599,8 +599,12 @@ async fn abort_transaction(
         Ok(offset) => axum::Json(serde_json::json!({ "marker_offset": offset })).into_response(),
         Err(AbortError::NotFound(why)) => error(StatusCode::NOT_FOUND, why),
         Err(AbortError::NotHanging(why)) => error(StatusCode::CONFLICT, why),
-        // Refused: 403 without ALTER on the cluster, 409 for a fenced producer or
-        // coordinator epoch, 503 where this agent no longer leads the partition.
+        // This agent no longer leads the partition: asking it again cannot succeed.
+        Err(AbortError::Refused(e)) if e.is_not_leader() => {
+            error(StatusCode::MISDIRECTED_REQUEST, e.to_string())
+        }
+        // Otherwise 403 without ALTER on the cluster, 409 for a fenced producer or
+        // coordinator epoch or a transaction in another state, 503 to retry.
         Err(AbortError::Refused(e)) => problem::Problem::from(&e).into_response(),
     }
 }

@@ -9,7 +9,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::service::security::AclRecord;
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,
@@ -24,7 +23,7 @@ use kafka_protocol::protocol::StrBytes;
 use crate::authz::rules::AclFilter;
 use crate::broker::Broker;
 use crate::error_map::ApiError;
-use crate::service::security::{self, Allowed, SecurityError};
+use crate::service::security::{self, AclRecord, Allowed, SecurityError};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())

@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 
-use crate::service::groups::{CommittedOffset, TopicPartition};
 use bytes::Bytes;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -40,7 +39,7 @@ use crate::clock::now_ms;
 use crate::error_map::ApiError;
 use crate::group::GroupError;
 use crate::group::state::{JoinRequest, Leaving};
-use crate::service::groups::{Member, Offsets};
+use crate::service::groups::{CommittedOffset, Member, Offsets, TopicPartition};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())

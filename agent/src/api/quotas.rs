@@ -4,7 +4,6 @@
 //! (`crate::quota`). The service decides whether the caller may (DESCRIBE_CONFIGS or
 //! ALTER_CONFIGS on the cluster): `allowed` is its answer.
 
-use crate::service::security::{QuotaChange, QuotaEntity};
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
     AlterClientQuotasRequest, AlterClientQuotasResponse, DescribeClientQuotasRequest,
@@ -14,7 +13,9 @@ use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
 use crate::error_map::ApiError;
-use crate::service::security::{self, Allowed, EntityMatch, SecurityError};
+use crate::service::security::{
+    self, Allowed, EntityMatch, QuotaChange, QuotaEntity, SecurityError,
+};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())

@@ -6,8 +6,6 @@
 
 use std::collections::BTreeSet;
 
-use crate::service::groups::{CommittedOffset, TopicPartition};
-use crate::service::transactions::TxnRecord;
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
 use kafka_protocol::messages::add_partitions_to_txn_response::{
@@ -41,8 +39,8 @@ use crate::caller::Caller;
 use crate::clock::now_ms;
 use crate::error::Error;
 use crate::error_map::ApiError;
-use crate::service::groups::Member;
-use crate::service::transactions::{Markers, Outcomes, Producer};
+use crate::service::groups::{CommittedOffset, Member, TopicPartition};
+use crate::service::transactions::{Markers, Outcomes, Producer, TxnRecord};
 use crate::txn::TxnError;
 
 fn s(v: impl Into<String>) -> StrBytes {

@@ -28,6 +28,7 @@ use super::admin::{caller, fresh_topic};
 use super::cluster::redirect;
 use super::json;
 use super::problem::{Body, Problem};
+use crate::error::Error;
 use crate::partition::Partition;
 use crate::service::maintenance::MaintenanceError;
 
@@ -242,6 +243,9 @@ pub async fn verify(
 /// A repair not done: sent on to the partition's leader (307), or the problem.
 fn refused(http: &HttpApi, e: MaintenanceError, uri: &Uri) -> Response {
     let status = match &e {
+        MaintenanceError::Refused(Error::UnknownTopicOrPartition { topic, partition }) => {
+            return unknown(topic, *partition).into_response();
+        }
         MaintenanceError::Refused(e) => return Problem::from(e).into_response(),
         MaintenanceError::LedElsewhere {
             topic,

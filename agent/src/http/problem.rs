@@ -110,7 +110,10 @@ impl IntoResponse for Problem {
     }
 }
 
-/// The HTTP status of each kind of error: the one place HTTP statuses are decided.
+/// The HTTP status of each kind of error: the one place an error's status is decided
+/// (routes answer a few of their own for what is not an error: a redirect, a consumer
+/// instance gone from this agent, an operator's abort sent to an agent that does not
+/// lead the partition).
 pub fn status_of(kind: Kind) -> StatusCode {
     match kind {
         Kind::Invalid => StatusCode::BAD_REQUEST,

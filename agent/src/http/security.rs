@@ -16,7 +16,6 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use crate::service::security::{AclRecord, QuotaEntity};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -33,7 +32,8 @@ use crate::authz::rules::{
 };
 use crate::sasl::scram::{MIN_ITERATIONS, ScramHash};
 use crate::service::security::{
-    self, Action, Allowed, CredentialChange, CredentialInfo, EntityMatch, SecurityError,
+    self, AclRecord, Action, Allowed, CredentialChange, CredentialInfo, EntityMatch, QuotaEntity,
+    SecurityError,
 };
 
 type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;

@@ -1,8 +1,8 @@
 //! An operator's repairs of one partition's archive: tiering its closed segments now
-//! (after a fault in the object store was fixed, say) and reading its archive back to
-//! check it against the manifest. Both need ALTER on the cluster, are done by the
-//! partition's leader, and are audited here (`partition.tier`, `partition.verify`),
-//! refusals included, whichever edge asked.
+//! (after a fault in the object store was fixed, say; done by the partition's leader)
+//! and reading its archive back to check it against the manifest (by any agent). Both
+//! need ALTER on the cluster and are audited here (`partition.tier`,
+//! `partition.verify`), refusals included, whichever edge asked.
 
 use std::sync::Arc;
 
@@ -142,7 +142,10 @@ impl Maintenance<'_> {
             topic,
             partition,
             &outcome,
-            |v| json!({ "topic": topic, "partition": partition, "ok": v.ok() }),
+            |v| {
+                let mismatches = v.mismatches.len();
+                json!({ "topic": topic, "partition": partition, "ok": v.ok(), "mismatches": mismatches })
+            },
         );
         outcome
     }

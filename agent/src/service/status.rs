@@ -1,6 +1,7 @@
 //! What this agent reports about itself to an operator: whether it is ready, its
-//! tiering progress, and its replicas as each sees itself. Reads only; the HTTP routes
-//! that show them need DESCRIBE on the cluster (`/readyz` nothing).
+//! tiering progress, its replicas as each sees itself, and the leader's view of one
+//! partition. Reads only; the HTTP routes that show them need DESCRIBE on the cluster,
+//! a partition's view DESCRIBE on its topic, and `/readyz` nothing.
 
 use std::sync::Arc;
 
