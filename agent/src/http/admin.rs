@@ -80,7 +80,7 @@ fn unknown_topic(topic: &str) -> Problem {
 /// The topic as the metastore holds it now, not as this agent last heard: a change made
 /// through another agent a moment ago is seen, and built on. A name no topic can have
 /// is simply unknown.
-pub async fn fresh_topic(http: &HttpApi, topic: &str) -> Result<Arc<TopicState>, Problem> {
+async fn fresh_topic(http: &HttpApi, topic: &str) -> Result<Arc<TopicState>, Problem> {
     match http.broker.admin().fresh_topic(topic).await {
         Ok(state) => Ok(state),
         Err(AdminError::UnknownTopic(_)) => Err(unknown_topic(topic)),

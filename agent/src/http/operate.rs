@@ -24,12 +24,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::HttpApi;
-use super::admin::{caller, fresh_topic};
+use super::admin::caller;
 use super::cluster::redirect;
 use super::json;
 use super::problem::{Body, Problem};
 use crate::error::Error;
-use crate::partition::Partition;
 use crate::service::maintenance::MaintenanceError;
 
 type PartitionPath =
@@ -37,45 +36,6 @@ type PartitionPath =
 
 fn unknown(topic: &str, partition: i32) -> Problem {
     Problem::unknown_topic_or_partition(format!("partition {topic}-{partition} does not exist"))
-}
-
-/// Where a request about a partition is served.
-enum Served {
-    /// This agent leads the partition.
-    Here(Arc<Partition>),
-    /// A 307 to the agent that does.
-    Redirect(Response),
-}
-
-/// Where a request about `partition` of `topic` is served: here if this agent leads it,
-/// else at its leader.
-async fn led_here(
-    http: &HttpApi,
-    topic: &str,
-    partition: i32,
-    uri: &Uri,
-) -> Result<Served, Problem> {
-    let state = fresh_topic(http, topic).await?;
-    let record = state
-        .record
-        .partitions
-        .get(usize::try_from(partition).unwrap_or(usize::MAX))
-        .ok_or_else(|| unknown(topic, partition))?;
-    if let Some(replica) = state.replica(partition)
-        && replica.leader_epoch().is_some()
-    {
-        return Ok(Served::Here(Arc::clone(replica)));
-    }
-    let leader = http
-        .broker
-        .membership()
-        .live()
-        .into_iter()
-        .find(|a| a.node_id == record.leader && record.leader != http.broker.node_id());
-    match leader {
-        Some(agent) => Ok(Served::Redirect(redirect(&agent, uri))),
-        None => Err(no_live_leader(topic, partition, record.leader)),
-    }
 }
 
 fn no_live_leader(topic: &str, partition: i32, leader: i32) -> Problem {
@@ -98,17 +58,10 @@ pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Ur
         Ok(p) => p,
         Err(p) => return p.into_response(),
     };
-    let replica = match led_here(&http, &topic, partition, &uri).await {
-        Ok(Served::Here(r)) => r,
-        Ok(Served::Redirect(r)) => return r,
-        Err(p) => return p.into_response(),
-    };
-    let status = http
-        .broker
-        .status()
-        .partition(&topic, partition, &replica)
-        .await;
-    axum::Json(status).into_response()
+    match http.broker.status().partition(&topic, partition).await {
+        Ok(status) => axum::Json(status).into_response(),
+        Err(e) => refused(&http, e, &uri),
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -240,7 +193,8 @@ pub async fn verify(
     }
 }
 
-/// A repair not done: sent on to the partition's leader (307), or the problem.
+/// A partition request not answered here: sent on to the partition's leader (307), or
+/// the problem.
 fn refused(http: &HttpApi, e: MaintenanceError, uri: &Uri) -> Response {
     let status = match &e {
         MaintenanceError::Refused(Error::UnknownTopicOrPartition { topic, partition }) => {

@@ -157,7 +157,10 @@ impl Maintenance<'_> {
         partition: i32,
     ) -> Result<Verification, MaintenanceError> {
         self.may_repair(who)?;
-        if !self.fresh(topic, partition).await?.has_partition(partition) {
+        if !fresh(self.replicas, topic, partition)
+            .await?
+            .has_partition(partition)
+        {
             return Err(unknown(topic, partition));
         }
         let reader = self.replicas.archive();
@@ -177,8 +180,7 @@ impl Maintenance<'_> {
         Err(Error::denied(who, Operation::Alter, ResourceType::Cluster, CLUSTER_NAME).into())
     }
 
-    /// The replica of `partition`, if this agent leads it, as the metastore has the
-    /// topic now.
+    /// The replica of `partition`, for a caller with ALTER on the cluster.
     async fn led_here(
         &self,
         who: &Caller,
@@ -186,37 +188,7 @@ impl Maintenance<'_> {
         partition: i32,
     ) -> Result<Arc<Partition>, MaintenanceError> {
         self.may_repair(who)?;
-        let state = self.fresh(topic, partition).await?;
-        let record = state
-            .record
-            .partitions
-            .get(usize::try_from(partition).unwrap_or(usize::MAX))
-            .ok_or_else(|| unknown(topic, partition))?;
-        match state.replica(partition) {
-            Some(replica) if replica.leader_epoch().is_some() => Ok(Arc::clone(replica)),
-            _ => Err(MaintenanceError::LedElsewhere {
-                topic: topic.to_string(),
-                partition,
-                leader: record.leader,
-            }),
-        }
-    }
-
-    /// The topic as the metastore holds it now (a partition added through another
-    /// agent a moment ago is seen).
-    async fn fresh(
-        &self,
-        topic: &str,
-        partition: i32,
-    ) -> Result<Arc<crate::replicas::TopicState>, MaintenanceError> {
-        if crate::service::admin::validate_topic_name(topic).is_err() {
-            return Err(unknown(topic, partition));
-        }
-        match self.replicas.sync_topic(topic).await {
-            Ok(Some(state)) => Ok(state),
-            Ok(None) => Err(unknown(topic, partition)),
-            Err(e) => Err(Error::Sync(e).into()),
-        }
+        led_here(self.replicas, topic, partition).await
     }
 
     /// Audits a repair this agent answered (one sent on to the leader is the leader's
@@ -239,6 +211,46 @@ impl Maintenance<'_> {
         };
         let resource = format!("partition:{topic}-{partition}");
         self.audit.record(who, action, &resource, json!({}), logged);
+    }
+}
+
+/// The replica of `partition` of `topic` if this agent leads it, as the metastore has
+/// the topic now; otherwise which agent does ([`MaintenanceError::LedElsewhere`]).
+pub(crate) async fn led_here(
+    replicas: &ReplicaManager,
+    topic: &str,
+    partition: i32,
+) -> Result<Arc<Partition>, MaintenanceError> {
+    let state = fresh(replicas, topic, partition).await?;
+    let record = state
+        .record
+        .partitions
+        .get(usize::try_from(partition).unwrap_or(usize::MAX))
+        .ok_or_else(|| unknown(topic, partition))?;
+    match state.replica(partition) {
+        Some(replica) if replica.leader_epoch().is_some() => Ok(Arc::clone(replica)),
+        _ => Err(MaintenanceError::LedElsewhere {
+            topic: topic.to_string(),
+            partition,
+            leader: record.leader,
+        }),
+    }
+}
+
+/// The topic as the metastore holds it now (a partition added through another agent a
+/// moment ago is seen); a name no topic can have is simply unknown.
+async fn fresh(
+    replicas: &ReplicaManager,
+    topic: &str,
+    partition: i32,
+) -> Result<Arc<crate::replicas::TopicState>, MaintenanceError> {
+    if crate::service::admin::validate_topic_name(topic).is_err() {
+        return Err(unknown(topic, partition));
+    }
+    match replicas.sync_topic(topic).await {
+        Ok(Some(state)) => Ok(state),
+        Ok(None) => Err(unknown(topic, partition)),
+        Err(e) => Err(Error::Sync(e).into()),
     }
 }
 

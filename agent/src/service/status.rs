@@ -8,8 +8,8 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use strata_tiering::TieringWorker;
 
-use crate::partition::Partition;
 use crate::replicas::ReplicaManager;
+use crate::service::maintenance::MaintenanceError;
 
 /// This agent's own state.
 pub struct Status<'a> {
@@ -76,17 +76,20 @@ impl Status<'_> {
             .collect()
     }
 
-    /// The leader's view of `replica`, a partition of `topic` this agent leads: its
-    /// replicas, epoch, log start (the archive's included) and end, high watermark,
-    /// ISR, each follower's progress, and whether an operator disabled its writes.
-    pub async fn partition(&self, topic: &str, partition: i32, replica: &Partition) -> Value {
+    /// The leader's view of `partition` of `topic` (this agent must lead it, or the
+    /// error says which agent does): its replicas, epoch, log start (the archive's
+    /// included) and end, high watermark, ISR, each follower's progress, and whether an
+    /// operator disabled its writes.
+    pub async fn partition(&self, topic: &str, partition: i32) -> Result<Value, MaintenanceError> {
+        let replica =
+            crate::service::maintenance::led_here(self.replicas, topic, partition).await?;
         let state = self.replicas.topic(topic);
         let record = state
             .as_ref()
             .and_then(|s| s.record.partitions.get(partition as usize).cloned());
         let mut status = replica.status(crate::clock::now_ms());
         status["node_id"] = self.node_id.into();
-        status["log_start_offset"] = self.replicas.log_start_offset(replica).await.into();
+        status["log_start_offset"] = self.replicas.log_start_offset(&replica).await.into();
         status["local_log_start_offset"] = replica.log_start_offset().into();
         if let Some(record) = record {
             status["replicas"] = json!(record.replicas);
@@ -98,7 +101,7 @@ impl Status<'_> {
                 .as_ref()
                 .and_then(|s| s.record.disabled.get(&(partition as u32)))
         );
-        status
+        Ok(status)
     }
 
     /// This agent's replicas, leaders and followers, as each sees itself now.
