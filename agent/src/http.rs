@@ -18,6 +18,8 @@ mod auth;
 mod cluster;
 mod consume;
 mod json;
+pub(crate) mod model;
+mod openapi;
 mod operate;
 mod partitioner;
 mod problem;
@@ -64,10 +66,6 @@ impl FromRef<Shared> for Arc<HttpApi> {
         Arc::clone(&s.api)
     }
 }
-
-/// The OpenAPI 3.1 document of the API (`tests/clients/test_http_api.py` runs
-/// schemathesis against it).
-const OPENAPI: &str = include_str!("http/openapi.json");
 
 /// What a route needs of its caller before its handler runs. Every route names one:
 /// the route table below is the only way a route is added, so none is unguarded by
@@ -127,7 +125,7 @@ fn table() -> Vec<(Route, Handler)> {
         "the topic service: CREATE on the cluster or the topic, DELETE or ALTER on the topic",
     );
     vec![
-        route("GET", "/healthz", Nothing, get(|| async { "ok\n" })),
+        route("GET", "/healthz", Nothing, get(healthz)),
         route("GET", "/readyz", Nothing, get(readyz)),
         route("GET", "/metrics", Nothing, get(metrics)),
         route("GET", "/v1/openapi.json", Nothing, get(openapi)),
@@ -390,11 +388,30 @@ fn http_auth(settings: &crate::config::Settings) -> auth::HttpAuth {
     auth::HttpAuth::new(&methods, bearer)
 }
 
+/// The API's OpenAPI document (`http/openapi.rs`; `tests/clients/test_http_api.py` runs
+/// schemathesis against it).
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    summary = "This document",
+    responses((status = 200, description = "The OpenAPI document", body = Object, content_type = "application/json")),
+)]
 async fn openapi() -> impl axum::response::IntoResponse {
     (
         [(axum::http::header::CONTENT_TYPE, "application/json")],
-        OPENAPI,
+        openapi::text(),
     )
+}
+
+/// The process is up.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    summary = "The process is up",
+    responses((status = 200, description = "Up", body = String, content_type = "text/plain")),
+)]
+async fn healthz() -> &'static str {
+    "ok\n"
 }
 
 /// Paths that are not served: a problem-details body naming the paths that are (from
@@ -423,6 +440,15 @@ async fn not_found(
 
 /// Ready while the agent is not shutting down and the metastore answers. The HTTP
 /// listener starts after the Kafka listener, so it is never ready before Kafka is.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    summary = "The Kafka listener accepts and the metastore answers",
+    responses(
+        (status = 200, description = "Ready", body = String, content_type = "text/plain"),
+        (status = 503, description = "Not ready, and why", body = String, content_type = "text/plain"),
+    ),
+)]
 async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
     if broker.shutdown().is_cancelled() {
         return (
@@ -440,6 +466,12 @@ async fn readyz(State(broker): State<Arc<Broker>>) -> (StatusCode, String) {
 }
 
 /// Every series in Prometheus's text format (`observe.rs`, `docs/metrics.md`).
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    summary = "Prometheus metrics (docs/metrics.md)",
+    responses((status = 200, description = "Prometheus text format", body = String, content_type = "text/plain")),
+)]
 async fn metrics(State(broker): State<Arc<Broker>>) -> impl axum::response::IntoResponse {
     (
         [(

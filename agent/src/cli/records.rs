@@ -8,9 +8,13 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::{Api, Conn, Output, Refused, cell, key_value, print_json, seg};
+use super::{Api, Conn, Output, Refused, key_value, print_json, seg};
+use crate::http::model::{
+    ConsumeResponse, ConsumedMessage, MessageOutcome, ProduceResponse, ReadResponse,
+};
 
 #[derive(Debug, Args)]
 pub struct ProduceArgs {
@@ -194,18 +198,21 @@ pub(super) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
                 _ => return Err(e.context(format!("after {sent} records produced"))),
             },
         };
-        let errors: Vec<&Value> = v["offsets"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter(|o| o.get("error").is_some_and(|e| !e.is_null()))
+        let answer = ProduceResponse::deserialize(&v).context("the produce answer")?;
+        let errors: Vec<_> = answer
+            .offsets
+            .iter()
+            .filter_map(|o| match o {
+                MessageOutcome::Failed(failed) => Some(failed),
+                MessageOutcome::Written(_) => None,
+            })
             .collect();
         if let Some(first) = errors.first() {
             eprintln!(
                 "strata: {} of {n} records refused: {} ({})",
                 errors.len(),
-                cell(&first["message"]),
-                cell(&first["error"])
+                first.message,
+                first.error
             );
         }
         failed += errors.len() as u64;
@@ -271,35 +278,26 @@ fn wanted(args: &ConsumeArgs, printed: u64) -> u64 {
 
 /// Prints `messages` as --print-key, --print-offset and --output ask; answers where
 /// each partition continues.
-fn print_messages(args: &ConsumeArgs, messages: &[Value]) -> anyhow::Result<BTreeMap<String, i64>> {
+fn print_messages(
+    args: &ConsumeArgs,
+    messages: &[ConsumedMessage],
+) -> anyhow::Result<BTreeMap<String, i64>> {
     let mut next: BTreeMap<String, i64> = BTreeMap::new();
     let mut out = std::io::stdout().lock();
     for m in messages {
         if args.conn.output == Output::Json {
-            writeln!(out, "{m}")?;
+            writeln!(out, "{}", serde_json::to_string(m)?)?;
         } else {
             if args.print_offset {
-                write!(
-                    out,
-                    "{}:{}{}",
-                    cell(&m["partition"]),
-                    cell(&m["offset"]),
-                    args.key_separator
-                )?;
+                write!(out, "{}:{}{}", m.partition, m.offset, args.key_separator)?;
             }
             if args.print_key {
-                write!(
-                    out,
-                    "{}{}",
-                    m["key"].as_str().unwrap_or(""),
-                    args.key_separator
-                )?;
+                let key = m.key.as_deref().unwrap_or("");
+                write!(out, "{key}{}", args.key_separator)?;
             }
-            writeln!(out, "{}", m["value"].as_str().unwrap_or(""))?;
+            writeln!(out, "{}", m.value.as_deref().unwrap_or(""))?;
         }
-        if let (Some(p), Some(o)) = (m["partition"].as_i64(), m["offset"].as_i64()) {
-            next.insert(p.to_string(), o + 1);
-        }
+        next.insert(m.partition.to_string(), m.offset + 1);
     }
     out.flush()?;
     Ok(next)
@@ -329,13 +327,9 @@ async fn read_directly(
     tty: bool,
 ) -> anyhow::Result<()> {
     let path = format!("/v1/topics/{}/read", seg(&args.topic));
-    let mut offsets: Option<Value> = args.offset.map(|o| {
-        args.partition
-            .iter()
-            .map(|p| (p.to_string(), Value::from(o)))
-            .collect::<serde_json::Map<_, _>>()
-            .into()
-    });
+    let mut offsets: Option<BTreeMap<String, i64>> = args
+        .offset
+        .map(|o| args.partition.iter().map(|p| (p.to_string(), o)).collect());
     let mut idle_since = crate::clock::instant();
     loop {
         if args.max_messages.is_some_and(|m| *printed >= m) {
@@ -347,18 +341,16 @@ async fn read_directly(
             "from": if args.from_beginning { "earliest" } else { "latest" },
         });
         match &offsets {
-            Some(o) => body["offsets"] = o.clone(),
+            Some(o) => body["offsets"] = json!(o),
             None if !args.partition.is_empty() => body["partitions"] = json!(args.partition),
             None => {}
         }
-        let v = api.post(&path, body).await?;
-        if let Some(next) = v
-            .get("next_offsets")
-            .filter(|n| n.as_object().is_some_and(|o| !o.is_empty()))
-        {
-            offsets = Some(next.clone());
+        let answer: ReadResponse =
+            serde_json::from_value(api.post(&path, body).await?).context("the read answer")?;
+        if !answer.next_offsets.is_empty() {
+            offsets = Some(answer.next_offsets);
         }
-        let messages = v["messages"].as_array().cloned().unwrap_or_default();
+        let messages = answer.messages;
         if messages.is_empty() {
             if idle_too_long(args, idle_since) {
                 return Ok(());
@@ -402,9 +394,10 @@ async fn consume_in_group(
             Some(id) => body["consumer_id"] = id.clone().into(),
             None => body["new_consumer"] = true.into(),
         }
-        let v = api.post(&path, body).await?;
-        *consumer_id = v["consumer_id"].as_str().map(str::to_string);
-        let messages = v["messages"].as_array().cloned().unwrap_or_default();
+        let answer: ConsumeResponse =
+            serde_json::from_value(api.post(&path, body).await?).context("the consume answer")?;
+        *consumer_id = Some(answer.consumer_id);
+        let messages = answer.messages;
         if messages.is_empty() {
             if idle_too_long(args, idle_since) {
                 return Ok(());

@@ -30,12 +30,15 @@ use bytes::Bytes;
 use serde::Deserialize;
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
+use utoipa::ToSchema;
 
 use super::HttpApi;
 use super::cluster::redirect;
 use super::json::{self, whole};
+use super::model::{
+    CommitResponse, ConsumeResponse, ConsumedHeader, ConsumedMessage, Encoding, IsolationLevel,
+};
 use super::problem::{Body, Extracted, Problem, extract};
-use super::produce::Encoding;
 use crate::caller::Caller;
 use crate::error::Error;
 use crate::group::GroupError;
@@ -60,11 +63,7 @@ const PARTITION_READ_BYTES: usize = 1024 * 1024;
 /// response timeout).
 const REMOTE_WAIT: Duration = Duration::from_secs(5);
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Reset {
-    Earliest,
-    Latest,
-}
+pub(super) use super::model::Reset;
 
 /// The instance's place in its group, as the last rebalance left it.
 #[derive(Debug, Clone)]
@@ -156,37 +155,58 @@ impl Consumers {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// Messages to read as a member of `group_id`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ConsumeBody {
+#[schema(as = ConsumeRequest)]
+pub(super) struct ConsumeBody {
+    #[schema(min_length = 1)]
     group_id: String,
+    /// An instance a consume with new_consumer answered; without it, the caller's
+    /// implicit instance for the group and topic (created by the first such call)
     #[serde(default)]
     consumer_id: Option<String>,
-    /// Another instance rather than the caller's implicit one.
+    /// Create another instance in the group rather than use the caller's implicit one;
+    /// later calls name its consumer_id
     #[serde(default)]
     new_consumer: bool,
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 1, maximum = 10000, default = 100)]
     max_messages: Option<usize>,
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 0, maximum = 30000, default = 1000)]
     timeout_ms: Option<u64>,
+    /// Where the group starts on a partition without a committed offset (earliest by
+    /// default)
     #[serde(default)]
+    #[schema(value_type = Option<Reset>)]
     auto_offset_reset: Option<String>,
+    /// read_uncommitted by default
     #[serde(default)]
+    #[schema(value_type = Option<IsolationLevel>)]
     isolation_level: Option<String>,
+    /// utf-8 by default
     #[serde(default)]
+    #[schema(value_type = Option<Encoding>)]
     encoding: Option<String>,
 }
 
-#[derive(Debug, Deserialize)]
+/// Offsets to commit for `group_id`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CommitBody {
+#[schema(as = CommitRequest)]
+pub(super) struct CommitBody {
+    #[schema(min_length = 1)]
     group_id: String,
     #[serde(default)]
     consumer_id: Option<String>,
     /// The generation the offsets were consumed in (a consume answers it); the
     /// instance's current one if absent.
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
     generation_id: Option<i32>,
+    /// Partition (as a string) to the next offset to read
+    #[schema(schema_with = super::openapi::commit_offsets)]
     offsets: BTreeMap<String, serde_json::Number>,
     #[serde(default)]
     metadata: Option<String>,
@@ -261,6 +281,19 @@ fn gone(id: &str) -> Problem {
     problem
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/consume",
+    summary = "Read messages as a member of a consumer group",
+    description = "Without `consumer_id`, reads as the caller's implicit instance for the group and topic (created, and joined to `group_id`, by the first such call), so each call continues where the last one stopped; `new_consumer` creates another instance, whose `consumer_id` later calls name. Waits up to `timeout_ms` for a first message.",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    request_body = ConsumeBody,
+    responses(
+        (status = 200, description = "Messages from the instance's positions", body = ConsumeResponse),
+        super::openapi::Redirected,
+        super::openapi::GroupProblems,
+    ),
+)]
 pub async fn consume(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -351,15 +384,14 @@ async fn consume_inner(
         poll(http, &permit, &instance, max_messages, encoding, deadline).await?;
     instance.touch();
     let member = instance.member();
-    let answer = serde_json::json!({
-        "consumer_id": instance.id,
-        "generation_id": member.as_ref().map_or(-1, |m| m.generation),
-        "assignment": member.map(|m| m.assignment).unwrap_or_default(),
-        "messages": messages,
-        "has_more": has_more,
-    })
-    .to_string();
-    Ok(throttled_answer(http, extensions, answer).await)
+    let answer = ConsumeResponse {
+        consumer_id: instance.id.clone(),
+        generation_id: member.as_ref().map_or(-1, |m| m.generation),
+        assignment: member.map(|m| m.assignment).unwrap_or_default(),
+        messages,
+        has_more,
+    };
+    Ok(throttled_answer(http, extensions, json::text(&answer)).await)
 }
 
 /// Messages read: the answer counts against the caller's consumer_byte_rate, and waits
@@ -412,9 +444,9 @@ impl Limits {
                 "timeout_ms must be 0 to {MAX_TIMEOUT_MS}, not {timeout_ms}"
             )));
         }
-        let read_committed = match isolation_level {
-            None | Some("read_uncommitted") => false,
-            Some("read_committed") => true,
+        let isolation = match isolation_level {
+            None | Some("read_uncommitted") => IsolationLevel::ReadUncommitted,
+            Some("read_committed") => IsolationLevel::ReadCommitted,
             Some(other) => {
                 return Err(Problem::bad_request(format!(
                     "isolation_level must be \"read_uncommitted\" or \"read_committed\", not {other:?}"
@@ -424,7 +456,7 @@ impl Limits {
         Ok(Limits {
             max_messages,
             timeout_ms,
-            read_committed,
+            read_committed: isolation == IsolationLevel::ReadCommitted,
             encoding: Encoding::parse(encoding)?,
         })
     }
@@ -628,6 +660,17 @@ fn leave(http: &HttpApi, instance: &Instance) {
 }
 
 /// `DELETE /v1/consumers/{consumer_id}`: the instance leaves its group at once.
+#[utoipa::path(
+    delete,
+    path = "/v1/consumers/{consumer_id}",
+    summary = "Remove a consumer instance from its group",
+    params(("consumer_id" = String, Path, description = "An instance a consume answered")),
+    responses(
+        (status = 204, description = "The instance left its group"),
+        super::openapi::Redirected,
+        super::openapi::LeaveProblems,
+    ),
+)]
 pub async fn delete(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -762,7 +805,7 @@ async fn poll(
     max: usize,
     encoding: Encoding,
     deadline: tokio::time::Instant,
-) -> Result<(Vec<serde_json::Value>, bool), Problem> {
+) -> Result<(Vec<ConsumedMessage>, bool), Problem> {
     let mut positions = instance.positions.lock().await;
     loop {
         let rebalanced = instance.rebalanced.notified();
@@ -828,7 +871,7 @@ async fn poll(
 
 /// What one pass over a caller's positions read.
 pub(super) struct Pass {
-    pub(super) messages: Vec<serde_json::Value>,
+    pub(super) messages: Vec<ConsumedMessage>,
     /// More are already there: read again at once.
     pub(super) has_more: bool,
     /// A position was out of range (`moved`: and moved to where the reset said).
@@ -952,19 +995,15 @@ pub(super) fn take(
     position: i64,
     room: usize,
     encoding: Encoding,
-    out: &mut Vec<serde_json::Value>,
+    out: &mut Vec<ConsumedMessage>,
 ) -> i64 {
     let (messages, next) =
         crate::service::fetch::messages(&read.records, &read.aborted, position, room);
-    out.extend(
-        messages
-            .iter()
-            .map(|m| message_json(partition, m, encoding)),
-    );
+    out.extend(messages.iter().map(|m| consumed(partition, m, encoding)));
     next
 }
 
-fn message_json(partition: i32, m: &Message, encoding: Encoding) -> serde_json::Value {
+fn consumed(partition: i32, m: &Message, encoding: Encoding) -> ConsumedMessage {
     // Text was asked for but some bytes are not UTF-8: the message is answered in
     // base64, and says so, rather than altered.
     let text = |b: &Option<Bytes>| b.as_ref().is_none_or(|b| std::str::from_utf8(b).is_ok());
@@ -978,24 +1017,41 @@ fn message_json(partition: i32, m: &Message, encoding: Encoding) -> serde_json::
         Encoding::Base64
     };
     let field = |b: &Option<Bytes>| b.as_ref().map(|b| encoding.encode(b));
-    serde_json::json!({
-        "partition": partition,
-        "offset": m.offset,
-        "timestamp": m.timestamp,
-        "key": field(&m.key),
-        "value": field(&m.value),
-        "headers": m.headers.iter().map(|h| serde_json::json!({
-            "key": h.0.as_str(),
-            "value": field(&h.1),
-        })).collect::<Vec<_>>(),
-        "encoding": if encoding == Encoding::Base64 { "base64" } else { "utf-8" },
-    })
+    ConsumedMessage {
+        partition,
+        offset: m.offset,
+        timestamp: m.timestamp,
+        key: field(&m.key),
+        value: field(&m.value),
+        headers: m
+            .headers
+            .iter()
+            .map(|h| ConsumedHeader {
+                key: h.0.clone(),
+                value: field(&h.1),
+            })
+            .collect(),
+        encoding,
+    }
 }
 
 /// `POST /v1/topics/{topic}/commit`: `{"group_id", "offsets": {"2": 10543}}`, the next
 /// offset to read per partition. With a `consumer_id`, under that instance's
 /// generation (a stale one is refused, 409); without, as a client outside the group,
 /// which Kafka allows only while the group has no members.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/commit",
+    summary = "Commit a group's offsets",
+    description = "Each offset is the next one to read, as in Kafka. With `consumer_id` under its generation (a stale `generation_id` is refused with 409); without, as the caller's implicit instance if it has one, else only while the group has no members.",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    request_body = CommitBody,
+    responses(
+        (status = 200, description = "The offsets committed", body = CommitResponse),
+        super::openapi::Redirected,
+        super::openapi::GroupProblems,
+    ),
+)]
 pub async fn commit(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -1113,10 +1169,10 @@ async fn commit_inner(
     if let Some(e) = outcomes.into_values().find_map(Result::err) {
         return Err(Problem::from(e));
     }
-    Ok(axum::Json(serde_json::json!({
-        "group_id": body.group_id,
-        "generation_id": generation,
-        "offsets": answered,
-    }))
+    Ok(axum::Json(CommitResponse {
+        group_id: body.group_id,
+        generation_id: generation,
+        offsets: answered,
+    })
     .into_response())
 }

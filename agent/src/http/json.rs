@@ -74,6 +74,15 @@ fn shape(json: &[u8]) -> Shape {
     Shape::Object
 }
 
+/// An answer's model as JSON text. (The models are structs of strings, numbers and
+/// maps with string keys, which always serialize.)
+pub fn text<T: serde::Serialize>(answer: &T) -> String {
+    serde_json::to_string(answer).unwrap_or_else(|e| {
+        tracing::error!(error = %e, "an answer did not serialize");
+        String::new()
+    })
+}
+
 /// The integer `n` is, if it is one (whatever its JSON spelling).
 pub fn whole(n: &Number) -> Option<i64> {
     n.as_i64().or_else(|| {

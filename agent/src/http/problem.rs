@@ -5,6 +5,7 @@
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::model::ProblemBody;
 use crate::error::Kind;
 use crate::error_map::ApiError;
 
@@ -45,17 +46,15 @@ impl Problem {
         self
     }
 
-    pub fn body(&self) -> serde_json::Value {
-        let mut body = serde_json::json!({
-            "type": "about:blank",
-            "title": self.status.canonical_reason().unwrap_or("Error"),
-            "status": self.status.as_u16(),
-            "detail": self.detail,
-        });
-        if let Some(name) = &self.kafka_error {
-            body["kafka_error"] = name.as_str().into();
+    pub fn body(&self) -> ProblemBody<'_> {
+        ProblemBody {
+            kind: "about:blank".into(),
+            title: self.status.canonical_reason().unwrap_or("Error").into(),
+            status: self.status.as_u16(),
+            detail: self.detail.as_str().into(),
+            kafka_error: self.kafka_error.as_deref().map(Into::into),
+            offsets: None,
         }
-        body
     }
 }
 
@@ -104,7 +103,7 @@ impl IntoResponse for Problem {
         (
             self.status,
             [(header::CONTENT_TYPE, "application/problem+json")],
-            self.body().to_string(),
+            super::json::text(&self.body()),
         )
             .into_response()
     }

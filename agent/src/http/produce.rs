@@ -24,10 +24,12 @@ use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
+use utoipa::ToSchema;
 
 use super::HttpApi;
 use super::json::{self, whole};
+use super::model::{Failed, MessageOutcome, ProduceResponse, Written};
 use super::partitioner::partition_for_key;
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::caller::Caller;
@@ -60,33 +62,53 @@ pub fn remembered() -> Remembered {
         .build()
 }
 
-#[derive(Debug, Deserialize)]
+/// Messages to append. Keys, values and header values are UTF-8 text, or all base64
+/// with `"encoding": "base64"`.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Request<'a> {
+#[schema(as = ProduceRequest)]
+pub(super) struct Request<'a> {
     #[serde(borrow)]
+    #[schema(min_items = 1)]
     messages: Vec<Message<'a>>,
+    /// Which replicas must have a message before it is answered written: all in-sync
+    /// ones (the default), the leader, or none
     #[serde(default)]
+    #[schema(schema_with = super::openapi::acks)]
     acks: Option<serde_json::Value>,
+    /// utf-8 by default
     #[serde(default)]
+    #[schema(value_type = Option<Encoding>)]
     encoding: Option<String>,
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 1000, maximum = 30000, default = 10000)]
     timeout_ms: Option<u64>,
 }
 
-/// Keys and values are borrowed from the body where JSON allows (no escapes): UTF-8
-/// ones become records without a copy, base64 ones are decoded from the body itself.
-#[derive(Debug, Deserialize)]
+/// A message to append.
+// Keys and values are borrowed from the body where JSON allows (no escapes): UTF-8
+// ones become records without a copy, base64 ones are decoded from the body itself.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Message<'a> {
+#[schema(as = ProducedMessage)]
+pub(super) struct Message<'a> {
+    /// UTF-8 text, or base64 when the request's `encoding` is `base64`; null for none
     #[serde(default, borrow, deserialize_with = "borrowed")]
+    #[schema(value_type = Option<String>)]
     key: Option<Cow<'a, str>>,
+    /// UTF-8 text, or base64 when the request's `encoding` is `base64`; null for none
     #[serde(default, borrow, deserialize_with = "borrowed")]
+    #[schema(value_type = Option<String>)]
     value: Option<Cow<'a, str>>,
     #[serde(default)]
     headers: Option<Headers>,
+    /// Overrides the partitioner
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
     partition: Option<i32>,
+    /// Milliseconds since the epoch; default now
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
     timestamp: Option<i64>,
 }
 
@@ -102,15 +124,16 @@ where
 }
 
 /// Headers as an object (`{"trace": "t1"}`) or, to repeat a key or keep an order, a
-/// list of `{"key", "value"}`.
-#[derive(Debug, Deserialize)]
+/// list of `{"key", "value"}`. Values as the message's key and value are written.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(untagged)]
 enum Headers {
     Map(BTreeMap<String, Option<String>>),
     List(Vec<HeaderEntry>),
 }
 
-#[derive(Debug, Deserialize)]
+/// A header, in a list of them.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct HeaderEntry {
     key: String,
@@ -118,13 +141,7 @@ struct HeaderEntry {
     value: Option<String>,
 }
 
-/// How keys, values and header values are written in the request (and answered in a
-/// consume).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
-    Utf8,
-    Base64,
-}
+pub use super::model::Encoding;
 
 impl Encoding {
     pub fn parse(s: Option<&str>) -> Result<Encoding, Problem> {
@@ -237,62 +254,57 @@ impl Answer {
     }
 
     fn to_response(&self) -> Response {
-        let offsets: Vec<Offset<'_>> = self.results.iter().map(Offset::of).collect();
+        let offsets: Vec<MessageOutcome<'_>> = self.results.iter().map(Outcome::answered).collect();
         if !self.written_any()
             && let Some(Outcome::Failed { error, .. }) = self.results.first()
         {
             // Nothing was written: the request failed as a whole, as its first error.
             let problem = Problem::from(error.clone());
             let mut body = problem.body();
-            body["offsets"] = serde_json::to_value(&offsets).unwrap_or_default();
+            body.offsets = Some(offsets);
             return (
                 problem.status,
                 [(axum::http::header::CONTENT_TYPE, "application/problem+json")],
-                body.to_string(),
+                json::text(&body),
             )
                 .into_response();
         }
-        (StatusCode::OK, axum::Json(Offsets { offsets })).into_response()
+        (StatusCode::OK, axum::Json(ProduceResponse { offsets })).into_response()
     }
 }
 
-/// The answer's body: a typed value written straight to text (no tree of values).
-#[derive(Serialize)]
-struct Offsets<'a> {
-    offsets: Vec<Offset<'a>>,
-}
-
-/// One message's outcome as the answer spells it.
-#[derive(Serialize)]
-#[serde(untagged)]
-enum Offset<'a> {
-    Written {
-        partition: i32,
-        offset: Option<i64>,
-    },
-    Failed {
-        partition: Option<i32>,
-        error: String,
-        message: &'a str,
-    },
-}
-
-impl<'a> Offset<'a> {
-    fn of(outcome: &'a Outcome) -> Offset<'a> {
-        match outcome {
-            Outcome::Written { partition, offset } => Offset::Written {
+impl Outcome {
+    /// The outcome as the answer spells it.
+    fn answered(&self) -> MessageOutcome<'_> {
+        match self {
+            Outcome::Written { partition, offset } => MessageOutcome::Written(Written {
                 partition: *partition,
                 offset: *offset,
-            },
-            Outcome::Failed { partition, error } => Offset::Failed {
+            }),
+            Outcome::Failed { partition, error } => MessageOutcome::Failed(Failed {
                 partition: *partition,
-                error: error.name(),
-                message: &error.message,
-            },
+                error: error.name().into(),
+                message: error.message.as_str().into(),
+            }),
         }
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/produce",
+    summary = "Append messages to a topic",
+    description = "Keyed messages go to the partition the Java client's default partitioner picks (murmur2); unkeyed ones to one partition chosen per request; `partition` overrides both. The topic is created with the defaults if it does not exist and auto.create.topics.enable is on.",
+    params(
+        ("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')"),
+        ("Idempotency-Key" = Option<String>, Header, min_length = 1, max_length = 255, description = "A retry with the same key and body gets the first answer and writes nothing (kept 10 minutes by the agent that answered)"),
+    ),
+    request_body = Request,
+    responses(
+        (status = 200, description = "Each message's partition and offset, or its error", body = ProduceResponse),
+        super::openapi::ProduceProblems,
+    ),
+)]
 pub async fn produce(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,

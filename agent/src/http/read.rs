@@ -14,36 +14,60 @@ use axum::extract::State;
 use axum::http::Extensions;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
 use super::HttpApi;
 use super::consume::{Limits, Reset, read_pass, read_permit, start_at, throttled_answer};
 use super::json::{self, whole};
+use super::model::{Encoding, IsolationLevel, ReadResponse};
 use super::problem::{Body, Extracted, Problem, extract};
 
-#[derive(Debug, Deserialize)]
+/// Where to read each partition from.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct ReadBody {
-    /// Partitions to read from an offset each.
+#[schema(as = ReadRequest)]
+pub(super) struct ReadBody {
+    /// Partitions to read from an offset each
     #[serde(default)]
+    #[schema(schema_with = super::openapi::read_offsets)]
     offsets: Option<BTreeMap<String, serde_json::Number>>,
-    /// Partitions to read from `from`. Neither these nor `offsets`: every partition.
+    /// Partitions to read from `from`; with neither this nor offsets, every partition
     #[serde(default)]
+    #[schema(schema_with = super::openapi::read_partitions)]
     partitions: Option<Vec<serde_json::Number>>,
     /// Where a partition without an offset starts, and where one whose offset is out
-    /// of range starts again: `earliest` (the default) or `latest`.
+    /// of range starts again (earliest by default)
     #[serde(default)]
+    #[schema(value_type = Option<Reset>)]
     from: Option<String>,
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 1, maximum = 10000, default = 100)]
     max_messages: Option<usize>,
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 0, maximum = 30000, default = 0)]
     timeout_ms: Option<u64>,
+    /// read_uncommitted by default
     #[serde(default)]
+    #[schema(value_type = Option<IsolationLevel>)]
     isolation_level: Option<String>,
+    /// utf-8 by default
     #[serde(default)]
+    #[schema(value_type = Option<Encoding>)]
     encoding: Option<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/read",
+    summary = "Read messages straight from partitions, without a group",
+    description = "Stateless: partitions named in `offsets` start at their offset, those in `partitions` (or, naming neither, all) `from` the earliest or latest offset; pass the answer's `next_offsets` as `offsets` into the next call. Nothing is committed and no group is joined, so the first call answers at once. Waits up to `timeout_ms` (default 0) for a first message. Needs READ on the topic.",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    request_body = ReadBody,
+    responses(
+        (status = 200, description = "Messages from the positions asked, and where each partition continues", body = ReadResponse),
+        super::openapi::ReadProblems,
+    ),
+)]
 pub async fn read_records(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -143,11 +167,10 @@ async fn answer(
         pass.wait(http, &permit, read_committed, deadline, never)
             .await;
     };
-    let answer = json!({
-        "messages": pass.messages,
-        "next_offsets": next.iter().map(|(p, o)| (p.to_string(), *o)).collect::<BTreeMap<_, _>>(),
-        "has_more": pass.has_more,
-    })
-    .to_string();
-    Ok(throttled_answer(http, extensions, answer).await)
+    let answer = ReadResponse {
+        messages: pass.messages,
+        next_offsets: next.iter().map(|(p, o)| (p.to_string(), *o)).collect(),
+        has_more: pass.has_more,
+    };
+    Ok(throttled_answer(http, extensions, json::text(&answer)).await)
 }

@@ -1,0 +1,146 @@
+//! The HTTP API's typed answers on the data path: what the handlers write, what the
+//! CLI reads, and what the OpenAPI document is generated from (`openapi.rs`). The
+//! requests are typed where they are parsed (`produce.rs`, `consume.rs`, `read.rs`).
+
+use std::borrow::Cow;
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// An RFC 9457 problem: every error answer's body.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = Problem)]
+pub struct ProblemBody<'a> {
+    /// `about:blank`: the status says what kind of problem it is.
+    #[serde(rename = "type")]
+    pub kind: Cow<'a, str>,
+    pub title: Cow<'a, str>,
+    pub status: u16,
+    pub detail: Cow<'a, str>,
+    /// Kafka's name for the error, as Kafka clients print it
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kafka_error: Option<Cow<'a, str>>,
+    /// For a produce that wrote nothing: each message's error
+    #[serde(default, borrow, skip_serializing_if = "Option::is_none")]
+    pub offsets: Option<Vec<MessageOutcome<'a>>>,
+}
+
+/// Each message's partition and offset, or its error, in the order sent.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ProduceResponse<'a> {
+    #[serde(borrow)]
+    pub offsets: Vec<MessageOutcome<'a>>,
+}
+
+/// One message's outcome.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum MessageOutcome<'a> {
+    Written(Written),
+    #[serde(borrow)]
+    Failed(Failed<'a>),
+}
+
+/// A message written.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Written {
+    pub partition: i32,
+    /// null for acks 0
+    pub offset: Option<i64>,
+}
+
+/// A message not written, and why.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Failed<'a> {
+    /// null where no partition was chosen
+    pub partition: Option<i32>,
+    /// Kafka's name for the error
+    pub error: Cow<'a, str>,
+    #[serde(borrow)]
+    pub message: Cow<'a, str>,
+}
+
+/// How keys, values and header values are written: in a request, and in an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+pub enum Encoding {
+    #[serde(rename = "utf-8")]
+    Utf8,
+    #[serde(rename = "base64")]
+    Base64,
+}
+
+/// Which records a read returns: all, or only those of committed transactions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum IsolationLevel {
+    ReadUncommitted,
+    ReadCommitted,
+}
+
+/// Where a position without a committed or given offset starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Reset {
+    Earliest,
+    Latest,
+}
+
+/// A message read.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumedMessage {
+    pub partition: i32,
+    pub offset: i64,
+    pub timestamp: i64,
+    /// UTF-8 text, or base64 when `encoding` is `base64`; null for none
+    pub key: Option<String>,
+    /// UTF-8 text, or base64 when `encoding` is `base64`; null for none
+    pub value: Option<String>,
+    pub headers: Vec<ConsumedHeader>,
+    /// base64 also where text was asked for but the bytes are not UTF-8
+    pub encoding: Encoding,
+}
+
+/// A header of a message read.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConsumedHeader {
+    pub key: String,
+    /// UTF-8 text, or base64 when the message's `encoding` is `base64`; null for none
+    pub value: Option<String>,
+}
+
+/// Messages from a consumer instance's positions.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ConsumeResponse {
+    /// The instance that read: name it in a commit to commit under its generation
+    pub consumer_id: String,
+    /// The instance's generation in its group; -1 before it has joined
+    pub generation_id: i32,
+    /// The partitions of the topic assigned to the instance
+    pub assignment: Vec<i32>,
+    pub messages: Vec<ConsumedMessage>,
+    /// More are there already: consume again at once
+    pub has_more: bool,
+}
+
+/// Messages from the positions asked, and where each partition continues.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ReadResponse {
+    pub messages: Vec<ConsumedMessage>,
+    /// Where each partition read continues: the offsets for the next call
+    pub next_offsets: BTreeMap<String, i64>,
+    /// More are there already: read again at once
+    pub has_more: bool,
+}
+
+/// The offsets committed.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct CommitResponse {
+    pub group_id: String,
+    /// The generation they were committed under; -1 from outside the group
+    pub generation_id: i32,
+    /// Partition (as a string) to the next offset to read
+    pub offsets: BTreeMap<String, i64>,
+}
