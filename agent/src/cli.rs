@@ -22,6 +22,9 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
+use crate::http::model::Cluster;
+use crate::service::agents::ClusterHealth;
+
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
 pub enum Output {
@@ -247,67 +250,65 @@ pub enum ClusterCommand {
 
 /// `strata cluster health`: a summary, the problems, and the partitions they concern.
 async fn health(conn: &Conn) -> anyhow::Result<()> {
-    let v = Api::new(conn)?.get("/v1/cluster/health").await?;
-    let healthy = v["healthy"] == true;
+    let answer = Api::new(conn)?.get("/v1/cluster/health").await?;
+    let v: ClusterHealth = serde_json::from_value(answer.clone())
+        .context("the agent's answer is not a cluster health report")?;
     if conn.output == Output::Json {
-        print_json(&v)?;
+        print_json(&answer)?;
     } else {
         let mut out = std::io::stdout().lock();
-        let racks = v["racks"]
-            .as_object()
-            .map(|r| {
-                r.iter()
-                    .map(|(rack, n)| {
-                        let rack = if rack.is_empty() { "-" } else { rack.as_str() };
-                        format!("{rack}:{n}")
-                    })
-                    .collect::<Vec<_>>()
-                    .join(" ")
+        let racks = v
+            .racks
+            .iter()
+            .map(|(rack, n)| {
+                let rack = if rack.is_empty() { "-" } else { rack.as_str() };
+                format!("{rack}:{n}")
             })
-            .unwrap_or_default();
+            .collect::<Vec<_>>()
+            .join(" ");
         writeln!(
             out,
             "{}  controller {}  agents {} live{} (racks {})  topics {}  partitions {}",
-            if healthy { "healthy" } else { "UNHEALTHY" },
-            cell(&v["controller"]),
-            cell(&v["agents_live"]),
-            match v["agents_gone"].as_array().map_or(0, Vec::len) {
+            if v.healthy { "healthy" } else { "UNHEALTHY" },
+            v.controller,
+            v.agents_live,
+            match v.agents_gone.len() {
                 0 => String::new(),
-                n => format!(", {n} gone ({})", cell(&v["agents_gone"])),
+                n => format!(", {n} gone ({})", ids(&v.agents_gone)),
             },
             racks,
-            cell(&v["topics"]),
-            cell(&v["partitions"]),
+            v.topics,
+            v.partitions,
         )?;
         writeln!(
             out,
             "offline {}  under-replicated {}  rebuilding {}  replacements pending {}  draining {}  moves {}",
-            v["offline"].as_array().map_or(0, Vec::len),
-            v["under_replicated"].as_array().map_or(0, Vec::len),
-            cell(&v["replicas_rebuilding"]),
-            cell(&v["replacements_pending"]),
-            match v["draining"].as_array() {
-                Some(d) if !d.is_empty() => cell(&v["draining"]),
-                _ => "-".to_string(),
+            v.offline.len(),
+            v.under_replicated.len(),
+            v.replicas_rebuilding,
+            v.replacements_pending,
+            match v.draining.is_empty() {
+                false => ids(&v.draining),
+                true => "-".to_string(),
             },
-            cell(&v["moves_in_flight"]),
+            v.moves_in_flight,
         )?;
-        for problem in v["problems"].as_array().into_iter().flatten() {
-            writeln!(out, "- {}", cell(problem))?;
+        for problem in &v.problems {
+            writeln!(out, "- {problem}")?;
         }
         let mut rows = Vec::new();
-        for (state, key) in [
-            ("offline", "offline"),
-            ("under-replicated", "under_replicated"),
+        for (state, partitions) in [
+            ("offline", &v.offline),
+            ("under-replicated", &v.under_replicated),
         ] {
-            for p in v[key].as_array().into_iter().flatten() {
+            for p in partitions {
                 rows.push(vec![
                     state.to_string(),
-                    cell(&p["topic"]),
-                    cell(&p["partition"]),
-                    cell(&p["leader"]),
-                    cell(&p["replicas"]),
-                    cell(&p["isr"]),
+                    p.topic.clone(),
+                    p.partition.to_string(),
+                    p.leader.to_string(),
+                    ids(&p.replicas),
+                    ids(&p.isr),
                 ]);
             }
         }
@@ -320,10 +321,15 @@ async fn health(conn: &Conn) -> anyhow::Result<()> {
             )?;
         }
     }
-    if !healthy {
+    if !v.healthy {
         bail!("the cluster needs attention");
     }
     Ok(())
+}
+
+/// Node ids as a cell shows them: `1,2,3`.
+fn ids(ids: &[i32]) -> String {
+    ids.iter().map(i32::to_string).collect::<Vec<_>>().join(",")
 }
 
 fn key_value(s: &str) -> Result<(String, String), String> {
@@ -540,15 +546,22 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
             if conn.output == Output::Json {
                 return print_json(&v);
             }
+            let v: Cluster =
+                serde_json::from_value(v).context("the agent's answer is not a cluster")?;
             let mut out = std::io::stdout().lock();
             writeln!(
                 out,
                 "cluster {}  controller {}  version {}",
-                cell(&v["cluster_id"]),
-                cell(&v["controller"]),
-                cell(&v["version"])
+                v.cluster_id, v.controller, v.version
             )?;
-            let rows = table_rows(&v["agents"], &["node_id", "kafka", "http", "rack"]);
+            let rows: Vec<Vec<String>> = v
+                .agents
+                .iter()
+                .map(|a| {
+                    let rack = a.rack.clone().unwrap_or_else(|| "-".to_string());
+                    vec![a.node_id.to_string(), a.kafka.clone(), a.http.clone(), rack]
+                })
+                .collect();
             table(&mut out, &["NODE", "KAFKA", "HTTP", "RACK"], &rows)?;
             Ok(())
         }

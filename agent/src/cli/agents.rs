@@ -4,11 +4,14 @@
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
 use clap::Subcommand;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Api, Conn, Output, cell, print_json, table};
+use super::{Api, Conn, Output, print_json, table};
+use crate::http::model::Undrained;
+use crate::service::agents::{AgentView, ClusterAgents};
 
 #[derive(Debug, Subcommand)]
 pub enum Agents {
@@ -31,31 +34,30 @@ pub enum Agents {
     Undrain { node_id: i32 },
 }
 
-fn row(a: &Value) -> Vec<String> {
-    let drain = &a["drain"];
-    let state = if a["live"] != true {
-        match a["replacement_due_ms"].as_i64() {
+fn row(a: &AgentView) -> Vec<String> {
+    let state = match (&a.drain, a.replacement_due_ms) {
+        _ if !a.live => match a.replacement_due_ms {
             Some(due) => format!("gone (replaced at {due})"),
             None => "gone".to_string(),
-        }
-    } else if drain.is_object() {
-        if drain["safe_to_stop"] == true {
-            "drained: safe to stop".to_string()
-        } else {
-            "draining".to_string()
-        }
-    } else {
-        "live".to_string()
+        },
+        (Some(drain), _) if drain.safe_to_stop => "drained: safe to stop".to_string(),
+        (Some(_), _) => "draining".to_string(),
+        (None, _) => "live".to_string(),
     };
     vec![
-        cell(&a["node_id"]),
+        a.node_id.to_string(),
         state,
-        cell(&a["rack"]),
-        cell(&a["replicas"]),
-        cell(&a["leaderships"]),
-        format!("+{} -{}", cell(&a["moving_in"]), cell(&a["moving_out"])),
-        cell(&a["kafka"]),
+        a.rack.clone().unwrap_or_else(|| "-".to_string()),
+        a.replicas.to_string(),
+        a.leaderships.to_string(),
+        format!("+{} -{}", a.moving_in, a.moving_out),
+        a.kafka.clone(),
     ]
+}
+
+/// An answer as its model.
+fn typed<T: DeserializeOwned>(v: Value, what: &str) -> anyhow::Result<T> {
+    serde_json::from_value(v).with_context(|| format!("the agent's answer is not {what}"))
 }
 
 const HEADERS: [&str; 7] = [
@@ -72,20 +74,16 @@ pub async fn run(command: Agents, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let v: ClusterAgents = typed(v, "the agents")?;
             writeln!(
                 out,
                 "controller {}  moves in flight {} (at most {})  replacement delay {} ms",
-                cell(&v["controller"]),
-                cell(&v["moves_in_flight"]),
-                cell(&v["replica_moves_max"]),
-                cell(&v["replica_replacement_delay_ms"])
+                v.controller,
+                v.moves_in_flight,
+                v.replica_moves_max,
+                v.replica_replacement_delay_ms
             )?;
-            let rows: Vec<Vec<String>> = v["agents"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(row)
-                .collect();
+            let rows: Vec<Vec<String>> = v.agents.iter().map(row).collect();
             table(&mut out, &HEADERS, &rows)?;
             Ok(())
         }
@@ -94,6 +92,7 @@ pub async fn run(command: Agents, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let v: AgentView = typed(v, "an agent")?;
             table(&mut out, &HEADERS, &[row(&v)])?;
             describe_drain(&mut out, &v)?;
             Ok(())
@@ -104,28 +103,29 @@ pub async fn run(command: Agents, conn: &Conn) -> anyhow::Result<()> {
             timeout,
         } => {
             let path = format!("/v1/agents/{node_id}");
-            let mut v = api
+            let mut answer = api
                 .post(&format!("{path}/drain"), Value::Object(Default::default()))
                 .await?;
+            let mut v: AgentView = typed(answer.clone(), "an agent")?;
             let deadline = crate::clock::instant() + Duration::from_secs(timeout);
-            while wait && v["drain"]["safe_to_stop"] != true {
+            while wait && !v.drain.as_ref().is_some_and(|d| d.safe_to_stop) {
                 if crate::clock::instant() >= deadline {
                     describe_drain(&mut out, &v)?;
                     bail!("agent {node_id} is not drained after {timeout} s");
                 }
-                if !json_out {
+                if !json_out && let Some(d) = &v.drain {
                     writeln!(
                         out,
                         "draining agent {node_id}: {} leaderships and {} replicas left",
-                        cell(&v["drain"]["leaderships_left"]),
-                        cell(&v["drain"]["replicas_left"])
+                        d.leaderships_left, d.replicas_left
                     )?;
                 }
                 crate::clock::pause(Duration::from_secs(2)).await;
-                v = api.get(&path).await?;
+                answer = api.get(&path).await?;
+                v = typed(answer.clone(), "an agent")?;
             }
             if json_out {
-                return print_json(&v);
+                return print_json(&answer);
             }
             describe_drain(&mut out, &v)?;
             Ok(())
@@ -135,7 +135,8 @@ pub async fn run(command: Agents, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            if v["was_draining"] == true {
+            let v: Undrained = typed(v, "an undrain")?;
+            if v.was_draining {
                 writeln!(out, "agent {node_id} is no longer drained")?;
             } else {
                 writeln!(out, "agent {node_id} was not being drained")?;
@@ -145,26 +146,23 @@ pub async fn run(command: Agents, conn: &Conn) -> anyhow::Result<()> {
     }
 }
 
-fn describe_drain(out: &mut impl Write, v: &Value) -> anyhow::Result<()> {
-    let d = &v["drain"];
-    if !d.is_object() {
+fn describe_drain(out: &mut impl Write, v: &AgentView) -> anyhow::Result<()> {
+    let Some(d) = &v.drain else {
         return Ok(());
-    }
-    if d["safe_to_stop"] == true {
+    };
+    if d.safe_to_stop {
         writeln!(
             out,
             "agent {} is drained: it leads nothing and holds no replica; safe to stop",
-            cell(&v["node_id"])
+            v.node_id
         )?;
     } else {
         writeln!(
             out,
             "agent {} is draining: {} leaderships and {} replicas left",
-            cell(&v["node_id"]),
-            cell(&d["leaderships_left"]),
-            cell(&d["replicas_left"])
+            v.node_id, d.leaderships_left, d.replicas_left
         )?;
-        if let Some(why) = d["waiting_for"].as_str() {
+        if let Some(why) = &d.waiting_for {
             writeln!(out, "  waiting for {why}")?;
         }
     }

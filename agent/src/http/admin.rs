@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use super::HttpApi;
 use super::cluster::redirect;
 use super::json::{self, whole};
+use super::model::{Cluster, LiveAgent};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::caller::Caller;
 use crate::group::GroupError;
@@ -811,26 +812,33 @@ async fn reset(
 
 /// `GET /v1/cluster`: the cluster id, the controller and every live agent, with where
 /// Kafka clients and HTTP clients reach it.
+#[utoipa::path(
+    get,
+    path = "/v1/cluster",
+    summary = "The cluster: its id, the controller and every live agent",
+    responses(
+        (status = 200, description = "The cluster", body = Cluster),
+        super::openapi::CallerProblems,
+    ),
+)]
 pub async fn cluster(State(http): State<Arc<HttpApi>>) -> Response {
     let membership = http.broker.membership();
-    let agents: Vec<Value> = membership
+    let agents = membership
         .live()
         .iter()
-        .map(|a| {
-            json!({
-                "node_id": a.node_id,
-                "kafka": format!("{}:{}", a.host, a.port),
-                "http": super::cluster::http_address(a),
-                "rack": a.rack,
-            })
+        .map(|a| LiveAgent {
+            node_id: a.node_id,
+            kafka: format!("{}:{}", a.host, a.port),
+            http: super::cluster::http_address(a),
+            rack: a.rack.clone(),
         })
         .collect();
-    axum::Json(json!({
-        "cluster_id": http.broker.identity().cluster_id,
-        "controller": membership.controller_id(),
-        "node_id": http.broker.node_id(),
-        "version": crate::VERSION,
-        "agents": agents,
-    }))
+    axum::Json(Cluster {
+        cluster_id: http.broker.identity().cluster_id.clone(),
+        controller: membership.controller_id(),
+        node_id: http.broker.node_id(),
+        version: crate::VERSION.to_string(),
+        agents,
+    })
     .into_response()
 }

@@ -144,3 +144,38 @@ pub struct CommitResponse {
     /// Partition (as a string) to the next offset to read
     pub offsets: BTreeMap<String, i64>,
 }
+
+/// The cluster: its id, the controller and every live agent.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Cluster {
+    pub cluster_id: String,
+    /// The controller's node id
+    pub controller: i32,
+    /// The agent that answered
+    pub node_id: i32,
+    pub version: String,
+    /// The live agents
+    pub agents: Vec<LiveAgent>,
+}
+
+/// A live agent, as clients are told of it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = Agent)]
+pub struct LiveAgent {
+    pub node_id: i32,
+    /// host:port of its Kafka listener, as clients are told
+    pub kafka: String,
+    /// host:port of its HTTP API
+    pub http: String,
+    pub rack: Option<String>,
+}
+
+/// An agent no longer drained.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Undrained {
+    pub node_id: i32,
+    /// Always false: no drain is in force now
+    pub draining: bool,
+    /// Whether a drain was in force before
+    pub was_draining: bool,
+}

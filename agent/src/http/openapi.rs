@@ -2,8 +2,8 @@
 //! utoipa from the routes' annotations and the typed requests and answers the handlers
 //! use, so it cannot drift from them.
 //!
-//! Generated so far: the data path (produce, consume, read, commit, leave) and the
-//! probes. The other operations are still described by hand in `openapi-remainder.json`
+//! Generated so far: the data path (produce, consume, read, commit, leave), the
+//! cluster and its agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
 //! and merged in ([`document`]) until their answers are typed too; each path and each
 //! schema is in one of the two, never both (`every_route_is_described_once`).
 
@@ -37,6 +37,12 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::read::read_records,
         super::consume::commit,
         super::consume::delete,
+        super::admin::cluster,
+        super::agents::health,
+        super::agents::list,
+        super::agents::get,
+        super::agents::drain,
+        super::agents::undrain,
         super::healthz,
         super::readyz,
         super::metrics,
@@ -134,6 +140,7 @@ macro_rules! problems {
 }
 
 const MALFORMED: &str = "The request is malformed (the detail says how)";
+const UNAUTHENTICATED: &str = "Authentication is required (`http_authentication`) and the credentials are missing or wrong (SASL_AUTHENTICATION_FAILED)";
 const FORBIDDEN: &str = "Not authorized";
 const NOT_FOUND: &str = "The topic, partition or consumer instance does not exist";
 const CONFLICT: &str = "A stale generation, a rebalance, a conflicting state, or an Idempotency-Key used with another body";
@@ -146,6 +153,7 @@ problems!(
     /// What a produce may answer instead of offsets.
     ProduceProblems:
     400 => MALFORMED,
+    401 => UNAUTHENTICATED,
     403 => FORBIDDEN,
     404 => NOT_FOUND,
     409 => CONFLICT,
@@ -159,6 +167,7 @@ problems!(
     /// What a consume or a commit may answer instead.
     GroupProblems:
     400 => MALFORMED,
+    401 => UNAUTHENTICATED,
     403 => FORBIDDEN,
     404 => NOT_FOUND,
     409 => CONFLICT,
@@ -171,6 +180,7 @@ problems!(
     /// What a read may answer instead.
     ReadProblems:
     400 => MALFORMED,
+    401 => UNAUTHENTICATED,
     403 => FORBIDDEN,
     404 => NOT_FOUND,
     413 => TOO_LARGE,
@@ -182,8 +192,51 @@ problems!(
     /// What leaving a group may answer instead.
     LeaveProblems:
     400 => MALFORMED,
+    401 => UNAUTHENTICATED,
     403 => FORBIDDEN,
     404 => NOT_FOUND,
+);
+
+problems!(
+    /// What a route open to any authenticated caller may answer instead.
+    CallerProblems:
+    401 => UNAUTHENTICATED,
+);
+
+const DESCRIBE_CLUSTER: &str =
+    "Not authorized: the caller may not DESCRIBE the cluster (CLUSTER_AUTHORIZATION_FAILED)";
+const ALTER_CLUSTER: &str =
+    "Not authorized: the caller may not ALTER the cluster (CLUSTER_AUTHORIZATION_FAILED)";
+const METASTORE_UNREADABLE: &str = "The metastore cannot be read now";
+const NOT_A_NODE_ID: &str = "The node id is not an integer";
+const NO_SUCH_AGENT: &str = "No agent ever registered under this node id";
+
+problems!(
+    /// What a view of the cluster may answer instead.
+    DescribeClusterProblems:
+    401 => UNAUTHENTICATED,
+    403 => DESCRIBE_CLUSTER,
+    503 => METASTORE_UNREADABLE,
+);
+
+problems!(
+    /// What a view of one agent may answer instead.
+    AgentProblems:
+    400 => NOT_A_NODE_ID,
+    401 => UNAUTHENTICATED,
+    403 => DESCRIBE_CLUSTER,
+    404 => NO_SUCH_AGENT,
+    503 => METASTORE_UNREADABLE,
+);
+
+problems!(
+    /// What starting or stopping a drain may answer instead.
+    DrainProblems:
+    400 => NOT_A_NODE_ID,
+    401 => UNAUTHENTICATED,
+    403 => ALTER_CLUSTER,
+    404 => NO_SUCH_AGENT,
+    503 => METASTORE_UNREADABLE,
 );
 
 /// A request for another agent: the same request to the agent in `Location`.

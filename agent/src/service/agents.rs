@@ -13,11 +13,12 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 /// A live agent: where it listens (HTTP redirects go to its address).
 pub use strata_metastore::AgentRecord;
 use strata_metastore::{Roster, TopicRecord};
 use strata_replication::placement::{self, Placed};
+use utoipa::ToSchema;
 
 use crate::audit::Audit;
 use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
@@ -38,16 +39,19 @@ pub enum AgentsError {
 }
 
 /// One agent.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = AgentStatus)]
 pub struct AgentView {
     pub node_id: i32,
     pub live: bool,
-    /// Where clients reach it (its inter-agent listener's address).
+    /// host:port of its inter-agent Kafka listener
     pub kafka: String,
+    /// host:port of its HTTP API
     pub http: String,
     pub rack: Option<String>,
+    /// The id of its data directory: a new disk is a new id
     pub data_dir_id: String,
-    /// When its lease ended, if it is gone.
+    /// When its lease ended, if it is not live
     pub gone_since_ms: Option<i64>,
     /// Replicas on it, leaderships, and partitions that list it first.
     pub replicas: usize,
@@ -64,7 +68,8 @@ pub struct AgentView {
 }
 
 /// A drain in progress.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = DrainStatus)]
 pub struct DrainView {
     pub requested_at_ms: i64,
     pub leaderships_left: usize,
@@ -76,7 +81,8 @@ pub struct DrainView {
 }
 
 /// Every agent, and what placement is doing.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = Agents)]
 pub struct ClusterAgents {
     pub controller: i32,
     pub replica_replacement_delay_ms: i64,
@@ -86,7 +92,7 @@ pub struct ClusterAgents {
 }
 
 /// A partition named in a health report.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct PartitionRef {
     pub topic: String,
     pub partition: u32,
@@ -96,7 +102,7 @@ pub struct PartitionRef {
 }
 
 /// The cluster at a glance (`GET /v1/cluster/health`, `strata cluster health`).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct ClusterHealth {
     /// No partition offline or under-replicated, and no agent gone that holds replicas.
     pub healthy: bool,
