@@ -319,12 +319,20 @@ pub fn validate_all<'a>(
     configs.into_iter().try_for_each(|(k, v)| validate(k, v))
 }
 
-/// Where an effective value came from (Kafka's config source codes).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where an effective value came from (Kafka's config source codes): set on the topic,
+/// as a dynamic config of this broker or of the cluster's default (e.g.
+/// `log.retention.ms` for `retention.ms`), in the agent's `topic_defaults`, or Kafka's
+/// default.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = TopicConfigSource)]
 pub enum Source {
     Topic = 1,
     DynamicBroker = 2,
     DynamicDefault = 3,
+    #[serde(rename = "broker")]
     StaticBroker = 4,
     Default = 5,
 }

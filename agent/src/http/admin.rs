@@ -21,11 +21,16 @@ use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::ToSchema;
 
 use super::HttpApi;
 use super::cluster::redirect;
 use super::json::{self, whole};
-use super::model::{Cluster, LiveAgent};
+use super::model::{
+    Cluster, LiveAgent, OffsetOrError, PartitionsAdded, Topic, TopicConfigEntry, TopicConfigs,
+    TopicCreated, TopicDeleted, TopicList, TopicNamed, TopicPartition, TopicSummary,
+    TopicValidated,
+};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::caller::Caller;
 use crate::group::GroupError;
@@ -120,6 +125,16 @@ pub async fn list_offsets(
 }
 
 /// `GET /v1/topics`: every topic the metastore holds.
+#[utoipa::path(
+    get,
+    path = "/v1/topics",
+    summary = "Every topic",
+    description = "The topics the metastore holds that the caller may describe, with their partition count, replication factor and the partitions whose writes are disabled.",
+    responses(
+        (status = 200, description = "The topics", body = TopicList),
+        super::openapi::ListTopicsProblems,
+    ),
+)]
 pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     match http
         .broker
@@ -128,19 +143,17 @@ pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extension
         .await
     {
         Ok(topics) => {
-            let listed: Vec<Value> = topics
+            let topics = topics
                 .iter()
-                .map(|t| {
-                    json!({
-                        "name": t.name,
-                        "topic_id": topic_id(&t.id),
-                        "partitions": t.partitions.len(),
-                        "replication_factor": t.replication_factor,
-                        "disabled_partitions": t.disabled.keys().collect::<Vec<_>>(),
-                    })
+                .map(|t| TopicSummary {
+                    name: t.name.clone(),
+                    topic_id: topic_id(&t.id),
+                    partitions: t.partitions.len(),
+                    replication_factor: t.replication_factor,
+                    disabled_partitions: t.disabled.keys().copied().collect(),
                 })
                 .collect();
-            axum::Json(json!({ "topics": listed })).into_response()
+            axum::Json(TopicList { topics }).into_response()
         }
         Err(e) => Problem::from(&e).into_response(),
     }
@@ -148,6 +161,17 @@ pub async fn list_topics(State(http): State<Arc<HttpApi>>, extensions: Extension
 
 /// `GET /v1/topics/{topic}`: placement, leadership and offsets of every partition, and
 /// the effective configs with where each comes from.
+#[utoipa::path(
+    get,
+    path = "/v1/topics/{topic}",
+    summary = "Describe a topic",
+    description = "Placement, leadership, offsets and the disabled flag of every partition (offsets asked of each partition's leader; one that cannot answer shows `{\"error\"}`), and the effective configs with where each comes from. Needs DESCRIBE on the topic.",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    responses(
+        (status = 200, description = "The topic", body = Topic),
+        super::openapi::DescribeTopicProblems,
+    ),
+)]
 pub async fn describe_topic(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -163,7 +187,7 @@ pub async fn describe_topic(
     }
 }
 
-async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Value, Problem> {
+async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Topic, Problem> {
     let state = fresh_topic(http, topic).await?;
     let indexes: Vec<i32> = (0..state.record.partitions.len() as i32).collect();
     let (starts, ends) = tokio::join!(
@@ -172,62 +196,93 @@ async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Value, Pr
     );
     let (starts, ends) = (starts?, ends?);
     let offset = |m: &BTreeMap<i32, Result<i64, String>>, p: i32| match m.get(&p) {
-        Some(Ok(o)) => json!(o),
-        Some(Err(e)) => json!({ "error": e }),
-        None => Value::Null,
+        Some(Ok(o)) => Some(OffsetOrError::Offset(*o)),
+        Some(Err(e)) => Some(OffsetOrError::Error { error: e.clone() }),
+        None => None,
     };
-    let partitions: Vec<Value> = state
+    let partitions = state
         .record
         .partitions
         .iter()
         .map(|p| {
             let i = p.index as i32;
-            json!({
-                "partition": i,
-                "leader": p.leader,
-                "leader_epoch": p.leader_epoch,
-                "replicas": p.replicas,
-                "isr": p.isr,
-                "eligible_leader_replicas": p.elr,
-                "directories": p.directories,
-                "adding_replicas": p.adding,
-                "removing_replicas": p.removing,
-                "disabled": state.record.disabled.get(&p.index),
-                "log_start_offset": offset(&starts, i),
-                "high_watermark": offset(&ends, i),
-            })
+            TopicPartition {
+                partition: i,
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+                replicas: p.replicas.clone(),
+                isr: p.isr.clone(),
+                eligible_leader_replicas: p.elr.clone(),
+                directories: p.directories.clone(),
+                adding_replicas: p.adding.clone(),
+                removing_replicas: p.removing.clone(),
+                disabled: state.record.disabled.get(&p.index).cloned(),
+                log_start_offset: offset(&starts, i),
+                high_watermark: offset(&ends, i),
+            }
         })
         .collect();
-    let configs: BTreeMap<&str, Value> = state
+    let configs = state
         .config
         .entries()
-        .map(|(name, value, source)| (name, json!({ "value": value, "source": source.name() })))
+        .map(|(name, value, source)| {
+            let entry = TopicConfigEntry {
+                value: value.to_string(),
+                source,
+            };
+            (name.to_string(), entry)
+        })
         .collect();
-    Ok(json!({
-        "name": topic,
-        "topic_id": topic_id(&state.record.id),
-        "replication_factor": state.record.replication_factor,
-        "partitions": partitions,
-        "configs": configs,
-    }))
+    Ok(Topic {
+        name: topic.to_string(),
+        topic_id: topic_id(&state.record.id),
+        replication_factor: state.record.replication_factor,
+        partitions,
+        configs,
+    })
 }
 
-#[derive(Debug, Deserialize)]
+/// A topic to create.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct CreateTopic {
+#[schema(as = CreateTopicRequest)]
+pub(super) struct CreateTopic {
+    /// Kafka's rules: 1 to 249 ASCII letters, digits, '.', '_' and '-', and not '.' or
+    /// '..'
+    #[schema(pattern = "^[a-zA-Z0-9._-]{1,249}$")]
     name: String,
+    /// How many; -1 or null for the broker's `num_partitions`
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(schema_with = super::openapi::partition_count)]
     partitions: Option<i32>,
+    /// Replicas per partition, at most the live agents (else INVALID_REPLICATION_FACTOR,
+    /// 400); -1 or null for the broker's `replication_factor`
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(schema_with = super::openapi::replication_factor)]
     replication_factor: Option<i16>,
+    /// Configs set on the topic; the others are the broker's defaults
     #[serde(default)]
+    #[schema(schema_with = super::openapi::nullable_topic_configs)]
     configs: Option<BTreeMap<String, String>>,
+    /// Check the request, create nothing
     #[serde(default)]
     validate_only: Option<bool>,
 }
 
 /// `POST /v1/topics`: `{"name", "partitions"?, "replication_factor"?, "configs"?,
 /// "validate_only"?}`, as CreateTopics (the broker's defaults where left out).
+#[utoipa::path(
+    post,
+    path = "/v1/topics",
+    summary = "Create a topic",
+    description = "As CreateTopics: the broker's defaults (`num_partitions`, `replication_factor`) where a field is left out or -1. With `validate_only`, checks the request and creates nothing. Needs CREATE on the cluster or the topic; audited (`topic.create`, `topic.validate`).",
+    request_body = CreateTopic,
+    responses(
+        (status = 200, description = "`validate_only`: the topic would be created so", body = TopicValidated),
+        (status = 201, description = "The topic, created, as `GET /v1/topics/{topic}` describes it (or only named, where it cannot be described now)", body = TopicCreated),
+        super::openapi::CreateTopicProblems,
+    ),
+)]
 pub async fn create_topic(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -256,31 +311,43 @@ pub async fn create_topic(
         .create_topic(&caller, spec, validate_only)
         .await
     {
-        Ok(created) if validate_only => Ok((
-            StatusCode::OK,
-            json!({
-                "name": req.name,
-                "partitions": created.num_partitions,
-                "replication_factor": created.replication_factor,
-                "validate_only": true,
-            }),
-        )),
+        Ok(created) if validate_only => {
+            let validated = TopicValidated {
+                name: req.name,
+                partitions: created.num_partitions,
+                replication_factor: created.replication_factor,
+                validate_only: true,
+            };
+            Ok((StatusCode::OK, axum::Json(validated).into_response()))
+        }
         // Created: a describe that fails now does not make it less so.
-        Ok(_) => Ok((
-            StatusCode::CREATED,
-            describe(&http, &caller, &req.name)
-                .await
-                .unwrap_or_else(|_| json!({ "name": req.name })),
-        )),
+        Ok(_) => {
+            let created = match describe(&http, &caller, &req.name).await {
+                Ok(topic) => TopicCreated::Described(topic),
+                Err(_) => TopicCreated::Named(TopicNamed { name: req.name }),
+            };
+            Ok((StatusCode::CREATED, axum::Json(created).into_response()))
+        }
         Err(e) => Err(Problem::from(&e)),
     };
     match answer {
-        Ok((status, body)) => (status, axum::Json(body)).into_response(),
+        Ok((status, body)) => (status, body).into_response(),
         Err(p) => p.into_response(),
     }
 }
 
 /// `DELETE /v1/topics/{topic}`.
+#[utoipa::path(
+    delete,
+    path = "/v1/topics/{topic}",
+    summary = "Delete a topic and its data",
+    description = "As DeleteTopics; the archive's objects go after the lifecycle's grace period. Needs DELETE on the topic; audited (`topic.delete`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    responses(
+        (status = 200, description = "The topic is deleted", body = TopicDeleted),
+        super::openapi::ChangeTopicProblems,
+    ),
+)]
 pub async fn delete_topic(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -297,25 +364,44 @@ pub async fn delete_topic(
         .delete_topic(&caller, Some(&topic), &[0; 16])
         .await;
     match deleted {
-        Ok((name, _)) => (StatusCode::OK, axum::Json(json!({ "deleted": name }))).into_response(),
+        Ok((deleted, _)) => axum::Json(TopicDeleted { deleted }).into_response(),
         Err(AdminError::UnknownTopic(_)) => unknown_topic(&topic).into_response(),
         Err(e) => Problem::from(&e).into_response(),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// At least one config to set or delete; `set` wins over `delete` for a config in both.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct AlterConfigs {
+#[schema(as = AlterConfigsRequest)]
+pub(super) struct AlterConfigs {
+    /// Configs to give these values
     #[serde(default)]
+    #[schema(schema_with = super::openapi::topic_configs)]
     set: BTreeMap<String, String>,
+    /// Configs to return to their defaults
     #[serde(default)]
+    #[schema(schema_with = super::openapi::topic_config_names)]
     delete: Vec<String>,
+    /// Check the change, store nothing
     #[serde(default)]
     validate_only: Option<bool>,
 }
 
 /// `PATCH /v1/topics/{topic}/configs`: `{"set": {name: value}, "delete": [name]}`, as
 /// IncrementalAlterConfigs (SET and DELETE); the others keep their values.
+#[utoipa::path(
+    patch,
+    path = "/v1/topics/{topic}/configs",
+    summary = "Set or remove topic configs",
+    description = "As IncrementalAlterConfigs with SET and DELETE: `set` gives configs their values, `delete` returns them to their defaults, and the others keep theirs. Needs ALTER_CONFIGS on the topic; audited (`topic.alter_configs`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    request_body = AlterConfigs,
+    responses(
+        (status = 200, description = "The configs the topic now sets (or, with `validate_only`, would set)", body = TopicConfigs),
+        super::openapi::AlterConfigsProblems,
+    ),
+)]
 pub async fn alter_configs(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -352,27 +438,44 @@ pub async fn alter_configs(
         )
         .await;
     match altered {
-        Ok(configs) => (
-            StatusCode::OK,
-            axum::Json(json!({ "name": topic, "configs": configs.unwrap_or_default() })),
-        )
-            .into_response(),
+        Ok(configs) => axum::Json(TopicConfigs {
+            name: topic,
+            configs: configs.unwrap_or_default(),
+        })
+        .into_response(),
         Err(ConfigError::UnknownTopic(_)) => unknown_topic(&topic).into_response(),
         Err(e) => Problem::from(&e).into_response(),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// The new number of partitions.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct AddPartitions {
+#[schema(as = AddPartitionsRequest)]
+pub(super) struct AddPartitions {
+    /// The new number of partitions, above the current one
     #[serde(deserialize_with = "json::opt", default)]
+    #[schema(required = true, value_type = i32, minimum = 1, maximum = 10000)]
     count: Option<i32>,
+    /// Check the request, add nothing
     #[serde(default)]
     validate_only: Option<bool>,
 }
 
 /// `POST /v1/topics/{topic}/partitions`: `{"count": n}`, the new total, as
 /// CreatePartitions.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/partitions",
+    summary = "Grow a topic to `count` partitions",
+    description = "As CreatePartitions: `count` is the new total, above the current one. Needs ALTER on the topic; audited (`topic.add_partitions`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')")),
+    request_body = AddPartitions,
+    responses(
+        (status = 200, description = "The topic has (or, with `validate_only`, would have) `partitions` partitions", body = PartitionsAdded),
+        super::openapi::AddPartitionsProblems,
+    ),
+)]
 pub async fn add_partitions(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -399,13 +502,12 @@ pub async fn add_partitions(
         .create_partitions(&caller, &topic, count, None, validate_only)
         .await;
     match grown {
-        Ok(()) => (
-            StatusCode::OK,
-            axum::Json(
-                json!({ "name": topic, "partitions": count, "validate_only": validate_only }),
-            ),
-        )
-            .into_response(),
+        Ok(()) => axum::Json(PartitionsAdded {
+            name: topic,
+            partitions: count,
+            validate_only,
+        })
+        .into_response(),
         Err(e) => Problem::from(&e).into_response(),
     }
 }

@@ -179,3 +179,131 @@ pub struct Undrained {
     /// Whether a drain was in force before
     pub was_draining: bool,
 }
+
+/// Every topic.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicList {
+    pub topics: Vec<TopicSummary>,
+}
+
+/// A topic in a list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicSummary {
+    pub name: String,
+    /// Kafka's text form of the topic id (URL-safe base64, no padding)
+    pub topic_id: String,
+    /// How many
+    pub partitions: usize,
+    pub replication_factor: i16,
+    /// Partitions whose writes are disabled
+    pub disabled_partitions: Vec<u32>,
+}
+
+/// A topic: every partition's placement, leadership and offsets, and every config.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Topic {
+    pub name: String,
+    /// Kafka's text form of the topic id (URL-safe base64, no padding)
+    pub topic_id: String,
+    pub replication_factor: i16,
+    pub partitions: Vec<TopicPartition>,
+    /// Every topic config, effective value and where it comes from
+    pub configs: BTreeMap<String, TopicConfigEntry>,
+}
+
+/// A partition of a topic described.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicPartition {
+    pub partition: i32,
+    /// The leader's node id; -1 for none
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Replicas that left the ISR while it was below min.insync.replicas and may still
+    /// lead (KIP-966)
+    pub eligible_leader_replicas: Vec<i32>,
+    /// By replica (node id): the id of the data directory holding its log; empty: not
+    /// opened yet
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub directories: BTreeMap<i32, String>,
+    /// A reassignment in progress: replicas being added
+    pub adding_replicas: Vec<i32>,
+    /// A reassignment in progress: replicas to remove
+    pub removing_replicas: Vec<i32>,
+    /// Why writes are disabled; null when they are not
+    pub disabled: Option<String>,
+    /// The first offset held, archive included (ListOffsets earliest), or why the
+    /// leader did not answer
+    pub log_start_offset: Option<OffsetOrError>,
+    /// ListOffsets latest, or why the leader did not answer
+    pub high_watermark: Option<OffsetOrError>,
+}
+
+/// An offset a partition's leader gave, or why it gave none.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum OffsetOrError {
+    Offset(i64),
+    Error {
+        /// Kafka's error name, or why the leader could not be asked
+        error: String,
+    },
+}
+
+/// A config's effective value and where it comes from.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicConfigEntry {
+    pub value: String,
+    pub source: crate::topic_config::Source,
+}
+
+/// A topic creation checked (`validate_only`): the topic would be created so.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicValidated {
+    pub name: String,
+    pub partitions: i32,
+    pub replication_factor: i16,
+    /// Always true
+    pub validate_only: bool,
+}
+
+/// A topic deleted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicDeleted {
+    /// The topic's name
+    pub deleted: String,
+}
+
+/// The configs a topic sets (not the defaults).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicConfigs {
+    pub name: String,
+    /// Every config set on the topic (not the defaults)
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A topic grown (or, with `validate_only`, that would be).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PartitionsAdded {
+    pub name: String,
+    pub partitions: i32,
+    pub validate_only: bool,
+}
+
+/// A topic created: described as `GET /v1/topics/{topic}` describes it, or, where it
+/// cannot be described now (the caller may not DESCRIBE it, or its leaders do not
+/// answer yet), named.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(untagged)]
+pub enum TopicCreated {
+    Described(Topic),
+    Named(TopicNamed),
+}
+
+/// A topic, by name only.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TopicNamed {
+    pub name: String,
+}

@@ -2,8 +2,8 @@
 //! utoipa from the routes' annotations and the typed requests and answers the handlers
 //! use, so it cannot drift from them.
 //!
-//! Generated so far: the data path (produce, consume, read, commit, leave), the
-//! cluster and its agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
+//! Generated so far: the data path (produce, consume, read, commit, leave), topics,
+//! the cluster and its agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
 //! and merged in ([`document`]) until their answers are typed too; each path and each
 //! schema is in one of the two, never both (`every_route_is_described_once`).
 
@@ -13,7 +13,7 @@ use std::sync::LazyLock;
 use serde_json::{Value, json};
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{
-    ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+    AllOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, HeaderBuilder, RefOr};
@@ -37,6 +37,12 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::read::read_records,
         super::consume::commit,
         super::consume::delete,
+        super::admin::list_topics,
+        super::admin::create_topic,
+        super::admin::describe_topic,
+        super::admin::delete_topic,
+        super::admin::alter_configs,
+        super::admin::add_partitions,
         super::admin::cluster,
         super::agents::health,
         super::agents::list,
@@ -51,7 +57,7 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
     // The problem answers name it by reference (`problems`).
     components(schemas(ProblemBody)),
     security((), ("basic" = []), ("bearer" = [])),
-    modifiers(&Schemes),
+    modifiers(&Schemes, &TopicConfigNames),
 )]
 struct Generated;
 
@@ -75,6 +81,48 @@ impl Modify for Schemes {
         components.add_security_scheme("basic", SecurityScheme::Http(basic.build()));
         components.add_security_scheme("bearer", SecurityScheme::Http(bearer.build()));
     }
+}
+
+/// The topic configs strata knows, as a schema of their names (`TopicConfigName`) and
+/// one of values by name (`TopicConfigValues`), from the table the configs are
+/// checked against ([`crate::topic_config::TOPIC_CONFIGS`]).
+struct TopicConfigNames;
+
+impl Modify for TopicConfigNames {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        let names = ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(
+                crate::topic_config::TOPIC_CONFIGS.iter().map(|c| c.name),
+            ))
+            .description(Some(
+                "A topic config strata knows (Kafka's name); any other is INVALID_CONFIG (400)",
+            ));
+        let values = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .property_names(Some(reference("TopicConfigName")))
+            .additional_properties(Some(ObjectBuilder::new().schema_type(Type::String)))
+            .description(Some(
+                "Config name to value, as text; each value is checked as Kafka checks it (else INVALID_CONFIG, 400)",
+            ));
+        components
+            .schemas
+            .insert("TopicConfigName".to_string(), RefOr::T(names.into()));
+        components
+            .schemas
+            .insert("TopicConfigValues".to_string(), RefOr::T(values.into()));
+    }
+}
+
+/// The schema `name`, by reference, where a schema is due.
+fn reference(name: &str) -> Schema {
+    AllOfBuilder::new().item(to(name)).into()
+}
+
+/// A reference to the schema `name`.
+fn to(name: &str) -> RefOr<Schema> {
+    RefOr::Ref(utoipa::openapi::Ref::from_schema_name(name))
 }
 
 /// The document, as served.
@@ -197,6 +245,85 @@ problems!(
     404 => NOT_FOUND,
 );
 
+const METASTORE_FAILED: &str =
+    "An internal error (UNKNOWN_SERVER_ERROR: the metastore failed; KAFKA_STORAGE_ERROR)";
+const METASTORE_BUSY: &str =
+    "Retriable: the metastore timed out or is not available, no leader or coordinator now";
+const NO_SUCH_TOPIC: &str = "The topic does not exist (UNKNOWN_TOPIC_OR_PARTITION)";
+const BODY_TOO_LARGE: &str = "Too large: the body is over 2 MiB";
+const METASTORE_LIMIT: &str = "POLICY_VIOLATION: the change exceeds a metastore limit (a key, a value or a transaction too large)";
+
+problems!(
+    /// What listing topics may answer instead.
+    ListTopicsProblems:
+    401 => UNAUTHENTICATED,
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
+problems!(
+    /// What describing a topic may answer instead.
+    DescribeTopicProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    404 => NO_SUCH_TOPIC,
+    422 => "POLICY_VIOLATION: the name is too long for a metastore key",
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
+problems!(
+    /// What creating a topic may answer instead.
+    CreateTopicProblems:
+    400 => "The request is malformed, or Kafka refuses it: INVALID_TOPIC_EXCEPTION, INVALID_PARTITIONS (also too many partitions for this agent's file budget), INVALID_REPLICATION_FACTOR (more than the live agents), INVALID_CONFIG (the detail says why)",
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    409 => "The topic already exists (TOPIC_ALREADY_EXISTS)",
+    413 => BODY_TOO_LARGE,
+    422 => METASTORE_LIMIT,
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
+problems!(
+    /// What deleting a topic may answer instead.
+    ChangeTopicProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    404 => NO_SUCH_TOPIC,
+    422 => METASTORE_LIMIT,
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
+problems!(
+    /// What changing a topic's configs may answer instead.
+    AlterConfigsProblems:
+    400 => "The request is malformed, nothing is to change, or a config is refused (INVALID_CONFIG; the detail says why)",
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    404 => NO_SUCH_TOPIC,
+    413 => BODY_TOO_LARGE,
+    422 => METASTORE_LIMIT,
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
+problems!(
+    /// What growing a topic may answer instead.
+    AddPartitionsProblems:
+    400 => "The request is malformed, or Kafka refuses it: INVALID_PARTITIONS (not above the current count, above 10 000, or over this agent's file budget), INVALID_REPLICATION_FACTOR (the topic's is above the live agents)",
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    404 => NO_SUCH_TOPIC,
+    413 => BODY_TOO_LARGE,
+    422 => METASTORE_LIMIT,
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
 problems!(
     /// What a route open to any authenticated caller may answer instead.
     CallerProblems:
@@ -301,6 +428,68 @@ pub fn read_partitions() -> Schema {
         .description(Some(
             "Partitions to read from `from`; with neither this nor offsets, every partition",
         ))
+        .into()
+}
+
+/// A count between 1 and `max`, or -1 or null for the broker's default.
+fn count_or_default(max: i64, description: &str) -> Schema {
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .minimum(Some(1))
+                .maximum(Some(max)),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .enum_values(Some([-1])),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(description))
+        .into()
+}
+
+/// A new topic's partition count.
+pub fn partition_count() -> Schema {
+    count_or_default(
+        10_000,
+        "How many; -1 or null for the broker's `num_partitions`",
+    )
+}
+
+/// A new topic's replication factor.
+pub fn replication_factor() -> Schema {
+    count_or_default(
+        i64::from(i16::MAX),
+        "Replicas per partition, at most the live agents (else INVALID_REPLICATION_FACTOR, 400); -1 or null for the broker's `replication_factor`",
+    )
+}
+
+/// Configs set on a new topic, or null.
+pub fn nullable_topic_configs() -> Schema {
+    OneOfBuilder::new()
+        .item(to("TopicConfigValues"))
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .description(Some(
+            "Configs set on the topic; the others are the broker's defaults",
+        ))
+        .into()
+}
+
+/// Configs to set, by name.
+pub fn topic_configs() -> Schema {
+    AllOfBuilder::new()
+        .item(to("TopicConfigValues"))
+        .description(Some("Configs to give these values"))
+        .into()
+}
+
+/// Configs to return to their defaults.
+pub fn topic_config_names() -> Schema {
+    ArrayBuilder::new()
+        .items(to("TopicConfigName"))
+        .description(Some("Configs to return to their defaults"))
         .into()
 }
 
