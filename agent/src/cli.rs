@@ -22,8 +22,11 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
-use crate::http::model::Cluster;
+use crate::http::model::{
+    Cluster, OffsetOrError, Topic, TopicConfigs, TopicCreated, TopicList, TopicValidated,
+};
 use crate::service::agents::ClusterHealth;
+use crate::topic_config::Source as ConfigSource;
 
 /// How results are printed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Default)]
@@ -325,6 +328,11 @@ async fn health(conn: &Conn) -> anyhow::Result<()> {
         bail!("the cluster needs attention");
     }
     Ok(())
+}
+
+/// An answer as its model.
+fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> anyhow::Result<T> {
+    serde_json::from_value(v).with_context(|| format!("the agent's answer is not {what}"))
 }
 
 /// Node ids as a cell shows them: `1,2,3`.
@@ -630,16 +638,21 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            let rows = table_rows(
-                &v["topics"],
-                &[
-                    "name",
-                    "partitions",
-                    "replication_factor",
-                    "topic_id",
-                    "disabled_partitions",
-                ],
-            );
+            let v: TopicList = typed(v, "a topic list")?;
+            let rows: Vec<Vec<String>> = v
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let disabled = t.disabled_partitions.iter().map(|p| p.to_string());
+                    vec![
+                        t.name,
+                        t.partitions.to_string(),
+                        t.replication_factor.to_string(),
+                        t.topic_id,
+                        disabled.collect::<Vec<_>>().join(","),
+                    ]
+                })
+                .collect();
             table(
                 &mut out,
                 &["TOPIC", "PARTITIONS", "REPLICATION", "ID", "DISABLED"],
@@ -651,7 +664,7 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            describe_topic(&mut out, &v)?;
+            describe_topic(&mut out, &typed(v, "a topic")?)?;
         }
         Topics::Create {
             topic,
@@ -677,15 +690,17 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
                 return print_json(&v);
             }
             if validate_only {
+                let v: TopicValidated = typed(v, "a topic validated")?;
                 writeln!(
                     out,
                     "topic {topic} would be created with {} partitions, replication factor {}",
-                    cell(&v["partitions"]),
-                    cell(&v["replication_factor"])
+                    v.partitions, v.replication_factor
                 )?;
             } else {
                 writeln!(out, "created topic {topic}")?;
-                describe_topic(&mut out, &v)?;
+                if let TopicCreated::Described(t) = typed(v, "a topic created")? {
+                    describe_topic(&mut out, &t)?;
+                }
             }
         }
         Topics::Delete { topic } => {
@@ -711,12 +726,8 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
                 return print_json(&v);
             }
             writeln!(out, "topic {topic} now sets:")?;
-            let rows: Vec<Vec<String>> = v["configs"]
-                .as_object()
-                .into_iter()
-                .flatten()
-                .map(|(k, v)| vec![k.clone(), cell(v)])
-                .collect();
+            let v: TopicConfigs = typed(v, "a topic's configs")?;
+            let rows: Vec<Vec<String>> = v.configs.into_iter().map(|(k, v)| vec![k, v]).collect();
             table(&mut out, &["CONFIG", "VALUE"], &rows)?;
         }
         Topics::AddPartitions { topic, count } => {
@@ -735,29 +746,31 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn describe_topic(out: &mut impl Write, v: &Value) -> anyhow::Result<()> {
+fn describe_topic(out: &mut impl Write, v: &Topic) -> anyhow::Result<()> {
     writeln!(
         out,
         "topic {}  id {}  replication factor {}",
-        cell(&v["name"]),
-        cell(&v["topic_id"]),
-        cell(&v["replication_factor"])
+        v.name, v.topic_id, v.replication_factor
     )?;
-    let rows: Vec<Vec<String>> = v["partitions"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let offset = |o: &Option<OffsetOrError>| match o {
+        Some(OffsetOrError::Offset(o)) => o.to_string(),
+        Some(OffsetOrError::Error { error }) => error.clone(),
+        None => "-".to_string(),
+    };
+    let rows: Vec<Vec<String>> = v
+        .partitions
+        .iter()
         .map(|p| {
             vec![
-                cell(&p["partition"]),
-                cell(&p["leader"]),
-                cell(&p["leader_epoch"]),
-                cell(&p["replicas"]),
-                cell(&p["isr"]),
-                cell(&p["log_start_offset"]),
-                cell(&p["high_watermark"]),
-                p["disabled"]
-                    .as_str()
+                p.partition.to_string(),
+                p.leader.to_string(),
+                p.leader_epoch.to_string(),
+                ids(&p.replicas),
+                ids(&p.isr),
+                offset(&p.log_start_offset),
+                offset(&p.high_watermark),
+                p.disabled
+                    .as_ref()
                     .map_or("-".to_string(), |r| format!("disabled: {r}")),
             ]
         })
@@ -776,12 +789,11 @@ fn describe_topic(out: &mut impl Write, v: &Value) -> anyhow::Result<()> {
         ],
         &rows,
     )?;
-    let set: Vec<Vec<String>> = v["configs"]
-        .as_object()
-        .into_iter()
-        .flatten()
-        .filter(|(_, c)| c["source"] != "default")
-        .map(|(k, c)| vec![k.clone(), cell(&c["value"]), cell(&c["source"])])
+    let set: Vec<Vec<String>> = v
+        .configs
+        .iter()
+        .filter(|(_, c)| c.source != ConfigSource::Default)
+        .map(|(k, c)| vec![k.clone(), c.value.clone(), c.source.name().to_string()])
         .collect();
     if !set.is_empty() {
         writeln!(out)?;

@@ -4,12 +4,11 @@
 use std::io::Write;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Subcommand;
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::{Api, Conn, Output, print_json, table};
+use super::{Api, Conn, Output, print_json, table, typed};
 use crate::http::model::Undrained;
 use crate::service::agents::{AgentView, ClusterAgents};
 
@@ -53,11 +52,6 @@ fn row(a: &AgentView) -> Vec<String> {
         format!("+{} -{}", a.moving_in, a.moving_out),
         a.kafka.clone(),
     ]
-}
-
-/// An answer as its model.
-fn typed<T: DeserializeOwned>(v: Value, what: &str) -> anyhow::Result<T> {
-    serde_json::from_value(v).with_context(|| format!("the agent's answer is not {what}"))
 }
 
 const HEADERS: [&str; 7] = [

@@ -213,7 +213,9 @@ async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Topic, Pr
                 replicas: p.replicas.clone(),
                 isr: p.isr.clone(),
                 eligible_leader_replicas: p.elr.clone(),
-                directories: p.directories.clone(),
+                directories: (p.directories.iter())
+                    .map(|(node, dir)| (node.to_string(), dir.clone()))
+                    .collect(),
                 adding_replicas: p.adding.clone(),
                 removing_replicas: p.removing.clone(),
                 disabled: state.record.disabled.get(&p.index).cloned(),

@@ -225,8 +225,7 @@ pub struct TopicPartition {
     pub eligible_leader_replicas: Vec<i32>,
     /// By replica (node id): the id of the data directory holding its log; empty: not
     /// opened yet
-    #[schema(value_type = BTreeMap<String, String>)]
-    pub directories: BTreeMap<i32, String>,
+    pub directories: BTreeMap<String, String>,
     /// A reassignment in progress: replicas being added
     pub adding_replicas: Vec<i32>,
     /// A reassignment in progress: replicas to remove
