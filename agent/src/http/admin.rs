@@ -31,6 +31,10 @@ use super::model::{
     TopicCreated, TopicDeleted, TopicList, TopicNamed, TopicPartition, TopicSummary,
     TopicValidated,
 };
+use super::model::{
+    Group, GroupDeleted, GroupList, GroupMember, GroupOffset, GroupSummary, TopicPartitions,
+    Unreachable,
+};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::caller::Caller;
 use crate::group::GroupError;
@@ -514,37 +518,48 @@ pub async fn add_partitions(
     }
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/groups",
+    summary = "Every consumer group of every live agent",
+    description = "ListGroups to every live agent's coordinator, showing the groups the caller may describe; agents that do not answer are listed in `unreachable`.",
+    responses(
+        (status = 200, description = "The groups", body = GroupList),
+        super::openapi::CallerProblems,
+    ),
+)]
 pub async fn list_groups(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     let who = caller(&extensions);
     // Every agent's groups, as the group service shows them to the caller.
     let (listed, failed) = http.broker.groups().list_everywhere(&who).await;
-    let groups: BTreeMap<String, Value> = listed
+    // By id: a group listed by two agents (one that lost it a moment ago) once.
+    let groups: BTreeMap<String, GroupSummary> = listed
         .into_iter()
         .map(|(id, protocol_type, state, node_id)| {
-            let entry = json!({
-                "group_id": id,
-                "protocol_type": protocol_type,
-                "state": state,
-                "coordinator": node_id,
-            });
+            let entry = GroupSummary {
+                group_id: id.clone(),
+                protocol_type,
+                state: state.to_string(),
+                coordinator: node_id,
+            };
             (id, entry)
         })
         .collect();
-    let unreachable: Vec<Value> = failed
+    let unreachable = failed
         .into_iter()
         .map(|(node_id, e)| {
             let error = match &e {
                 crate::error::Error::Unreachable { why, .. } => why.clone(),
                 other => other.kafka_name(),
             };
-            json!({ "node_id": node_id, "error": error })
+            Unreachable { node_id, error }
         })
         .collect();
-    let mut body = json!({ "groups": groups.into_values().collect::<Vec<_>>() });
-    if !unreachable.is_empty() {
-        body["unreachable"] = unreachable.into();
-    }
-    axum::Json(body).into_response()
+    axum::Json(GroupList {
+        groups: groups.into_values().collect(),
+        unreachable,
+    })
+    .into_response()
 }
 
 fn check_group(group: &str) -> Result<(), Problem> {
@@ -566,6 +581,18 @@ fn coordinator_elsewhere(
 
 /// `GET /v1/groups/{group}`: state, members and their assignments, and per partition
 /// the committed offset, the high watermark and the lag between them.
+#[utoipa::path(
+    get,
+    path = "/v1/groups/{group}",
+    summary = "Describe a group, with its lag",
+    description = "State, members and their assignments, and for every partition with a committed offset or assigned to a member: the offset, its metadata, the partition's high watermark, the lag between them and the member that owns the partition. Served by the group's coordinator. Needs DESCRIBE on the group.",
+    params(("group" = String, Path, min_length = 1, description = "The consumer group's id")),
+    responses(
+        (status = 200, description = "The group", body = Group),
+        super::openapi::CoordinatorRedirected,
+        super::openapi::DescribeGroupProblems,
+    ),
+)]
 pub async fn describe_group(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -588,7 +615,7 @@ pub async fn describe_group(
     }
 }
 
-async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Result<Value, Problem> {
+async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Result<Group, Problem> {
     let groups = http.broker.groups();
     let summary = groups.describe(who, group).await.map_err(Problem::from)?;
     let offsets = groups.committed(who, group).await.map_err(Problem::from)?;
@@ -604,7 +631,7 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
             .detail(format!("group {group:?} does not exist")));
     };
     let mut owner: HashMap<(String, i32), String> = HashMap::new();
-    let members: Vec<Value> = summary
+    let members = summary
         .members
         .iter()
         .map(|m| {
@@ -614,13 +641,16 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
                     owner.insert((t.clone(), *p), m.member_id.clone());
                 }
             }
-            json!({
-                "member_id": m.member_id,
-                "group_instance_id": m.group_instance_id,
-                "client_id": m.client_id,
-                "client_host": m.client_host,
-                "assignment": assigned.into_iter().map(|(t, ps)| json!({"topic": t, "partitions": ps})).collect::<Vec<_>>(),
-            })
+            GroupMember {
+                member_id: m.member_id.clone(),
+                group_instance_id: m.group_instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                assignment: assigned
+                    .into_iter()
+                    .map(|(topic, partitions)| TopicPartitions { topic, partitions })
+                    .collect(),
+            }
         })
         .collect();
     // The high watermark of every partition with a committed offset or assigned to a
@@ -661,44 +691,56 @@ async fn describe_group_here(http: &HttpApi, who: &Caller, group: &str) -> Resul
         rows.entry(k.clone()).or_insert(None);
     }
     let mut total_lag = 0i64;
-    let partitions: Vec<Value> = rows
+    let partitions = rows
         .iter()
         .map(|((t, p), committed)| {
             let end = ends.get(&(t.clone(), *p)).cloned();
-            let (end_json, lag) = match (end, committed) {
+            let (high_watermark, lag) = match (end, committed) {
                 (Some(Ok(end)), Some(committed)) => {
                     let lag = (end - committed.offset).max(0);
                     total_lag += lag;
-                    (json!(end), json!(lag))
+                    (Some(OffsetOrError::Offset(end)), Some(lag))
                 }
-                (Some(Ok(end)), None) => (json!(end), Value::Null),
-                (Some(Err(e)), _) => (json!({ "error": e }), Value::Null),
-                (None, _) => (Value::Null, Value::Null),
+                (Some(Ok(end)), None) => (Some(OffsetOrError::Offset(end)), None),
+                (Some(Err(error)), _) => (Some(OffsetOrError::Error { error }), None),
+                (None, _) => (None, None),
             };
-            json!({
-                "topic": t,
-                "partition": p,
-                "committed_offset": committed.map(|c| c.offset),
-                "metadata": committed.and_then(|c| c.metadata.clone()),
-                "high_watermark": end_json,
-                "lag": lag,
-                "member_id": owner.get(&(t.clone(), *p)),
-            })
+            GroupOffset {
+                topic: t.clone(),
+                partition: *p,
+                committed_offset: committed.map(|c| c.offset),
+                metadata: committed.and_then(|c| c.metadata.clone()),
+                high_watermark,
+                lag,
+                member_id: owner.get(&(t.clone(), *p)).cloned(),
+            }
         })
         .collect();
-    Ok(json!({
-        "group_id": group,
-        "state": summary.state,
-        "protocol_type": summary.protocol_type,
-        "protocol": summary.protocol_name,
-        "coordinator": http.broker.node_id(),
-        "members": members,
-        "offsets": partitions,
-        "total_lag": total_lag,
-    }))
+    Ok(Group {
+        group_id: group.to_string(),
+        state: summary.state.to_string(),
+        protocol_type: summary.protocol_type,
+        protocol: summary.protocol_name,
+        coordinator: http.broker.node_id(),
+        members,
+        offsets: partitions,
+        total_lag,
+    })
 }
 
 /// `DELETE /v1/groups/{group}`: an empty group and its committed offsets.
+#[utoipa::path(
+    delete,
+    path = "/v1/groups/{group}",
+    summary = "Delete an empty group and its committed offsets",
+    description = "As DeleteGroups: only a group without members. Served by the group's coordinator. Needs DELETE on the group; audited (`group.delete`).",
+    params(("group" = String, Path, min_length = 1, description = "The consumer group's id")),
+    responses(
+        (status = 200, description = "The group is deleted", body = GroupDeleted),
+        super::openapi::CoordinatorRedirected,
+        super::openapi::DeleteGroupProblems,
+    ),
+)]
 pub async fn delete_group(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -717,7 +759,7 @@ pub async fn delete_group(
         return redirect(&agent, &uri);
     }
     match http.broker.groups().delete(&caller, &group).await {
-        Ok(()) => (StatusCode::OK, axum::Json(json!({ "deleted": group }))).into_response(),
+        Ok(()) => axum::Json(GroupDeleted { deleted: group }).into_response(),
         Err(e) => Problem::from(e).into_response(),
     }
 }

@@ -306,3 +306,88 @@ pub enum TopicCreated {
 pub struct TopicNamed {
     pub name: String,
 }
+
+/// Every consumer group of every live agent.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupList {
+    pub groups: Vec<GroupSummary>,
+    /// Agents that did not answer, when some did not
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unreachable: Vec<Unreachable>,
+}
+
+/// A group in a list.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupSummary {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: String,
+    /// The node id of the agent that coordinates it
+    pub coordinator: i32,
+}
+
+/// An agent that did not answer, and why.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Unreachable {
+    pub node_id: i32,
+    pub error: String,
+}
+
+/// A group: its members and their assignments, and per partition the committed offset,
+/// the high watermark and the lag between them.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Group {
+    pub group_id: String,
+    /// Kafka's state name: Empty, PreparingRebalance, CompletingRebalance, Stable
+    pub state: String,
+    pub protocol_type: String,
+    /// The assignor chosen; empty for an empty group
+    pub protocol: String,
+    pub coordinator: i32,
+    pub members: Vec<GroupMember>,
+    pub offsets: Vec<GroupOffset>,
+    /// The sum of the lags known
+    pub total_lag: i64,
+}
+
+/// A member of a group.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub assignment: Vec<TopicPartitions>,
+}
+
+/// Partitions of a topic.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TopicPartitions {
+    pub topic: String,
+    pub partitions: Vec<i32>,
+}
+
+/// A partition a group has committed an offset for, or one assigned to a member.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupOffset {
+    pub topic: String,
+    pub partition: i32,
+    /// The group's committed offset; null for a partition assigned to a member before
+    /// anything is committed
+    pub committed_offset: Option<i64>,
+    pub metadata: Option<String>,
+    /// The partition's high watermark, why its leader did not answer, or null
+    pub high_watermark: Option<OffsetOrError>,
+    /// High watermark minus committed offset (0 or more); null without a high watermark
+    /// or a committed offset
+    pub lag: Option<i64>,
+    /// The member assigned the partition; null for none
+    pub member_id: Option<String>,
+}
+
+/// A group deleted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct GroupDeleted {
+    /// The group's id
+    pub deleted: String,
+}

@@ -3,7 +3,8 @@
 //! use, so it cannot drift from them.
 //!
 //! Generated so far: the data path (produce, consume, read, commit, leave), topics,
-//! the cluster and its agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
+//! groups (but the reset of their offsets), the cluster and its agents (drains
+//! included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
 //! and merged in ([`document`]) until their answers are typed too; each path and each
 //! schema is in one of the two, never both (`every_route_is_described_once`).
 
@@ -43,6 +44,9 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::admin::delete_topic,
         super::admin::alter_configs,
         super::admin::add_partitions,
+        super::admin::list_groups,
+        super::admin::describe_group,
+        super::admin::delete_group,
         super::admin::cluster,
         super::agents::health,
         super::agents::list,
@@ -324,6 +328,29 @@ problems!(
     503 => METASTORE_BUSY,
 );
 
+const NO_SUCH_GROUP: &str = "The group does not exist (GROUP_ID_NOT_FOUND)";
+
+problems!(
+    /// What describing a group may answer instead.
+    DescribeGroupProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    404 => NO_SUCH_GROUP,
+    503 => "Retriable: the coordinator is moving or cannot read the metastore (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)",
+);
+
+problems!(
+    /// What deleting a group may answer instead.
+    DeleteGroupProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => FORBIDDEN,
+    404 => NO_SUCH_GROUP,
+    409 => "The group has members (NON_EMPTY_GROUP)",
+    503 => "Retriable: the coordinator is moving or cannot write the metastore (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)",
+);
+
 problems!(
     /// What a route open to any authenticated caller may answer instead.
     CallerProblems:
@@ -379,6 +406,23 @@ impl utoipa::IntoResponses for Redirected {
         let response = ResponseBuilder::new()
             .description(
                 "This agent does not run the group's consumers: the same request to the agent in `Location`, which does",
+            )
+            .header("Location", location.build());
+        BTreeMap::from([("307".to_string(), RefOr::T(response.build()))])
+    }
+}
+
+/// A group request at an agent that does not coordinate the group.
+pub enum CoordinatorRedirected {}
+
+impl utoipa::IntoResponses for CoordinatorRedirected {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        let location = HeaderBuilder::new()
+            .schema(String::schema())
+            .description(Some("The same path on the group's coordinator"));
+        let response = ResponseBuilder::new()
+            .description(
+                "This agent does not coordinate the group: the same request to the agent in `Location`, which does",
             )
             .header("Location", location.build());
         BTreeMap::from([("307".to_string(), RefOr::T(response.build()))])
