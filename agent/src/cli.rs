@@ -23,7 +23,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::http::model::{
-    Cluster, OffsetOrError, Topic, TopicConfigs, TopicCreated, TopicList, TopicValidated,
+    Cluster, Group, GroupList, OffsetOrError, Topic, TopicConfigs, TopicCreated, TopicList,
+    TopicValidated,
 };
 use crate::service::agents::ClusterHealth;
 use crate::topic_config::Source as ConfigSource;
@@ -328,6 +329,15 @@ async fn health(conn: &Conn) -> anyhow::Result<()> {
         bail!("the cluster needs attention");
     }
     Ok(())
+}
+
+/// An offset a leader gave, why it gave none, or `-`.
+fn offset_cell(offset: &Option<OffsetOrError>) -> String {
+    match offset {
+        Some(OffsetOrError::Offset(o)) => o.to_string(),
+        Some(OffsetOrError::Error { error }) => error.clone(),
+        None => "-".to_string(),
+    }
 }
 
 /// An answer as its model.
@@ -752,11 +762,6 @@ fn describe_topic(out: &mut impl Write, v: &Topic) -> anyhow::Result<()> {
         "topic {}  id {}  replication factor {}",
         v.name, v.topic_id, v.replication_factor
     )?;
-    let offset = |o: &Option<OffsetOrError>| match o {
-        Some(OffsetOrError::Offset(o)) => o.to_string(),
-        Some(OffsetOrError::Error { error }) => error.clone(),
-        None => "-".to_string(),
-    };
     let rows: Vec<Vec<String>> = v
         .partitions
         .iter()
@@ -767,8 +772,8 @@ fn describe_topic(out: &mut impl Write, v: &Topic) -> anyhow::Result<()> {
                 p.leader_epoch.to_string(),
                 ids(&p.replicas),
                 ids(&p.isr),
-                offset(&p.log_start_offset),
-                offset(&p.high_watermark),
+                offset_cell(&p.log_start_offset),
+                offset_cell(&p.high_watermark),
                 p.disabled
                     .as_ref()
                     .map_or("-".to_string(), |r| format!("disabled: {r}")),
@@ -812,21 +817,22 @@ async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            let rows = table_rows(
-                &v["groups"],
-                &["group_id", "state", "protocol_type", "coordinator"],
-            );
+            let v: GroupList = typed(v, "a group list")?;
+            let rows: Vec<Vec<String>> = v
+                .groups
+                .into_iter()
+                .map(|g| {
+                    let coordinator = g.coordinator.to_string();
+                    vec![g.group_id, g.state, g.protocol_type, coordinator]
+                })
+                .collect();
             table(
                 &mut out,
                 &["GROUP", "STATE", "PROTOCOL", "COORDINATOR"],
                 &rows,
             )?;
-            for u in v["unreachable"].as_array().into_iter().flatten() {
-                eprintln!(
-                    "strata: agent {} did not answer: {}",
-                    cell(&u["node_id"]),
-                    cell(&u["error"])
-                );
+            for u in &v.unreachable {
+                eprintln!("strata: agent {} did not answer: {}", u.node_id, u.error);
             }
         }
         Groups::Describe { group } => {
@@ -834,31 +840,30 @@ async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let v: Group = typed(v, "a group")?;
             writeln!(
                 out,
                 "group {}  state {}  coordinator {}  members {}  total lag {}",
-                cell(&v["group_id"]),
-                cell(&v["state"]),
-                cell(&v["coordinator"]),
-                v["members"].as_array().map_or(0, Vec::len),
-                cell(&v["total_lag"])
+                v.group_id,
+                v.state,
+                v.coordinator,
+                v.members.len(),
+                v.total_lag
             )?;
             // Every member, with or without partitions.
-            let members: Vec<Vec<String>> = v["members"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let members: Vec<Vec<String>> = v
+                .members
+                .iter()
                 .map(|m| {
-                    let assigned = m["assignment"]
-                        .as_array()
-                        .into_iter()
-                        .flatten()
-                        .map(|a| format!("{}:{}", cell(&a["topic"]), cell(&a["partitions"])))
+                    let assigned = m
+                        .assignment
+                        .iter()
+                        .map(|a| format!("{}:{}", a.topic, ids(&a.partitions)))
                         .collect::<Vec<_>>();
                     vec![
-                        cell(&m["member_id"]),
-                        cell(&m["client_id"]),
-                        cell(&m["client_host"]),
+                        m.member_id.clone(),
+                        m.client_id.clone(),
+                        m.client_host.clone(),
                         if assigned.is_empty() {
                             "-".to_string()
                         } else {
@@ -875,17 +880,21 @@ async fn groups(command: Groups, conn: &Conn) -> anyhow::Result<()> {
                 )?;
                 writeln!(out)?;
             }
-            let rows = table_rows(
-                &v["offsets"],
-                &[
-                    "topic",
-                    "partition",
-                    "committed_offset",
-                    "high_watermark",
-                    "lag",
-                    "member_id",
-                ],
-            );
+            let or_dash = |n: Option<i64>| n.map_or("-".to_string(), |n| n.to_string());
+            let rows: Vec<Vec<String>> = v
+                .offsets
+                .iter()
+                .map(|o| {
+                    vec![
+                        o.topic.clone(),
+                        o.partition.to_string(),
+                        or_dash(o.committed_offset),
+                        offset_cell(&o.high_watermark),
+                        or_dash(o.lag),
+                        o.member_id.clone().unwrap_or_else(|| "-".to_string()),
+                    ]
+                })
+                .collect();
             table(
                 &mut out,
                 &[
