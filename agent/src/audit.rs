@@ -11,9 +11,34 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use utoipa::ToSchema;
 
 use crate::caller::Caller;
+
+/// One entry of the log: one line.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = AuditEntry)]
+pub struct Entry {
+    /// Milliseconds since the epoch
+    pub time_ms: i64,
+    /// Who asked: User:ANONYMOUS without authentication
+    pub principal: String,
+    /// The client's address and port
+    pub address: Option<String>,
+    /// The interface: `http` or `kafka`
+    pub via: String,
+    /// `topic.create`, `partition.disable`, … (docs/audit.md)
+    pub action: String,
+    /// `topic:{name}`, `group:{id}`, `partition:{topic}-{p}`, …
+    pub resource: String,
+    /// The parameters asked for
+    pub request: Value,
+    pub ok: bool,
+    /// The answer when `ok`, else why it was refused (the problem's detail)
+    pub outcome: Value,
+}
 
 /// The audit log of one agent.
 #[derive(Debug)]
@@ -49,17 +74,18 @@ impl Audit {
             Ok(v) => (true, v),
             Err(why) => (false, Value::String(why)),
         };
-        let entry = json!({
-            "time_ms": crate::clock::now_ms(),
-            "principal": caller.principal.to_string(),
-            "address": caller.address.map(|a| a.to_string()),
-            "via": caller.via,
-            "action": action,
-            "resource": resource,
-            "request": request,
-            "ok": ok,
-            "outcome": result,
-        });
+        let entry = Entry {
+            time_ms: crate::clock::now_ms(),
+            principal: caller.principal.to_string(),
+            address: caller.address.map(|a| a.to_string()),
+            via: caller.via.to_string(),
+            action: action.to_string(),
+            resource: resource.to_string(),
+            request,
+            ok,
+            outcome: result,
+        };
+        let entry = serde_json::to_string(&entry).unwrap_or_default();
         tracing::info!(target: "strata::audit", principal = %caller.principal, action, resource, ok, "{entry}");
         let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
         if file.is_none() {
@@ -78,7 +104,7 @@ impl Audit {
             }
         }
         if let Some(f) = file.as_mut() {
-            let mut line = entry.to_string();
+            let mut line = entry;
             line.push('\n');
             // One write per line, so that concurrent entries never interleave.
             if let Err(e) = f.write_all(line.as_bytes()) {
@@ -89,7 +115,7 @@ impl Audit {
     }
 
     /// The last `limit` entries (newest last), for `GET /v1/audit`.
-    pub fn tail(&self, limit: usize) -> std::io::Result<Vec<Value>> {
+    pub fn tail(&self, limit: usize) -> std::io::Result<Vec<Entry>> {
         let text = match std::fs::read_to_string(&self.path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -105,6 +131,8 @@ impl Audit {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     #[test]
@@ -129,11 +157,12 @@ mod tests {
         );
         let tail = audit.tail(10).expect("tail");
         assert_eq!(tail.len(), 2);
-        assert_eq!(tail[0]["action"], "topic.create");
-        assert_eq!(tail[0]["ok"], true);
-        assert_eq!(tail[0]["address"], "127.0.0.1:5000");
-        assert_eq!(tail[1]["ok"], false);
-        assert_eq!(tail[1]["outcome"], "Topic 'b' does not exist.");
-        assert_eq!(audit.tail(1).expect("tail")[0]["action"], "topic.delete");
+        assert_eq!(tail[0].action, "topic.create");
+        assert!(tail[0].ok);
+        assert_eq!(tail[0].address.as_deref(), Some("127.0.0.1:5000"));
+        assert_eq!(tail[0].request, json!({"partitions": 3}));
+        assert!(!tail[1].ok);
+        assert_eq!(tail[1].outcome, "Topic 'b' does not exist.");
+        assert_eq!(audit.tail(1).expect("tail")[0].action, "topic.delete");
     }
 }

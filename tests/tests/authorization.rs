@@ -1117,8 +1117,8 @@ async fn every_http_route_refuses_a_principal_without_acls_and_nothing_changes()
         .tail(10_000)
         .expect("the audit log")
         .into_iter()
-        .filter(|e| e["ok"] == false)
-        .filter_map(|e| e["action"].as_str().map(str::to_string))
+        .filter(|e| !e.ok)
+        .map(|e| e.action)
         .collect();
     for action in [
         "partition.disable",

@@ -391,3 +391,31 @@ pub struct GroupDeleted {
     /// The group's id
     pub deleted: String,
 }
+
+/// A partition's writes, switched.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct WriteSwitch {
+    pub topic: String,
+    pub partition: i32,
+    pub writes: Writes,
+    /// Why writes are disabled; null when they are enabled
+    pub reason: Option<String>,
+}
+
+/// Whether a partition takes produce.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Writes {
+    Disabled,
+    Enabled,
+}
+
+/// The last entries of an agent's audit log, newest last.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AuditLog {
+    /// The agent that answered
+    pub node_id: i32,
+    /// The log's file on that agent
+    pub path: String,
+    pub entries: Vec<crate::audit::Entry>,
+}

@@ -3,8 +3,9 @@
 //! use, so it cannot drift from them.
 //!
 //! Generated so far: the data path (produce, consume, read, commit, leave), topics,
-//! groups (but the reset of their offsets), the cluster and its agents (drains
-//! included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
+//! groups (but the reset of their offsets), disabling and enabling a partition's
+//! writes, the audit log, the cluster and its agents (drains included), and the
+//! probes. The other operations are still described by hand in `openapi-remainder.json`
 //! and merged in ([`document`]) until their answers are typed too; each path and each
 //! schema is in one of the two, never both (`every_route_is_described_once`).
 
@@ -47,6 +48,9 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::admin::list_groups,
         super::admin::describe_group,
         super::admin::delete_group,
+        super::operate::disable,
+        super::operate::enable,
+        super::operate::audit,
         super::admin::cluster,
         super::agents::health,
         super::agents::list,
@@ -349,6 +353,28 @@ problems!(
     404 => NO_SUCH_GROUP,
     409 => "The group has members (NON_EMPTY_GROUP)",
     503 => "Retriable: the coordinator is moving or cannot write the metastore (NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE)",
+);
+
+problems!(
+    /// What disabling or enabling a partition's writes may answer instead.
+    WriteSwitchProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => ALTER_CLUSTER,
+    404 => "The topic or the partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+    413 => BODY_TOO_LARGE,
+    422 => METASTORE_LIMIT,
+    500 => METASTORE_FAILED,
+    503 => METASTORE_BUSY,
+);
+
+problems!(
+    /// What reading the audit log may answer instead.
+    AuditProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => DESCRIBE_CLUSTER,
+    500 => "The audit log cannot be read",
 );
 
 problems!(

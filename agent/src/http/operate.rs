@@ -21,12 +21,13 @@ use axum::extract::{Query, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::json;
+use utoipa::ToSchema;
 
 use super::HttpApi;
 use super::admin::caller;
 use super::cluster::redirect;
 use super::json;
+use super::model::{AuditLog, WriteSwitch, Writes};
 use super::problem::{Body, Problem};
 use crate::error::Error;
 use crate::service::maintenance::MaintenanceError;
@@ -64,13 +65,29 @@ pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Ur
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// Why writes are disabled.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct Disable {
+#[schema(as = DisableRequest)]
+pub(super) struct Disable {
+    /// Why: kept in the metastore, shown to the producers refused, written to the audit
+    /// log
     reason: Option<String>,
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/disable` `{"reason"}`.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/partitions/{partition}/disable",
+    summary = "Refuse produce to a partition (reads go on)",
+    description = "An incident switch: produce to the partition is refused with POLICY_VIOLATION (not retriable, so Kafka producers fail at once; 422 over HTTP) and the `reason`; fetches and consumers go on. The flag lives in the metastore: every agent and every later leader honours it. Any agent serves it. The body is optional: without one, or without a `reason`, the reason is `no reason given`. Needs ALTER on the cluster; audited (`partition.disable`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')"), ("partition" = i32, Path, minimum = 0, maximum = 2147483647, description = "The partition's index")),
+    request_body(content = Option<Disable>, description = "Optional"),
+    responses(
+        (status = 200, description = "Writes are disabled", body = WriteSwitch),
+        super::openapi::WriteSwitchProblems,
+    ),
+)]
 pub async fn disable(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -86,8 +103,8 @@ pub async fn disable(
         Ok(b) => b,
         Err(e) => return Problem::from(e).into_response(),
     };
-    // An empty body is a disable without a reason.
-    let req = if body.iter().all(u8::is_ascii_whitespace) {
+    // An empty body, or `null`, is a disable without a reason.
+    let req = if matches!(body.trim_ascii(), b"" | b"null") {
         Disable { reason: None }
     } else {
         match json::parse::<Disable>(&body, "disable") {
@@ -102,18 +119,29 @@ pub async fn disable(
         .disable_writes(&caller, &topic, partition, req.reason)
         .await;
     match disabled {
-        Ok(reason) => axum::Json(json!({
-            "topic": topic,
-            "partition": partition,
-            "writes": "disabled",
-            "reason": reason,
-        }))
+        Ok(reason) => axum::Json(WriteSwitch {
+            topic,
+            partition,
+            writes: Writes::Disabled,
+            reason: Some(reason),
+        })
         .into_response(),
         Err(e) => Problem::from(&e).into_response(),
     }
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/enable`.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/partitions/{partition}/enable",
+    summary = "Accept produce to a partition again",
+    description = "Clears the flag `disable` set (nothing to clear is not an error). Any agent serves it. Needs ALTER on the cluster; audited (`partition.enable`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')"), ("partition" = i32, Path, minimum = 0, maximum = 2147483647, description = "The partition's index")),
+    responses(
+        (status = 200, description = "Writes are enabled", body = WriteSwitch),
+        super::openapi::WriteSwitchProblems,
+    ),
+)]
 pub async fn enable(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -131,12 +159,12 @@ pub async fn enable(
         .enable_writes(&caller, &topic, partition)
         .await;
     match enabled {
-        Ok(()) => axum::Json(json!({
-            "topic": topic,
-            "partition": partition,
-            "writes": "enabled",
-            "reason": null,
-        }))
+        Ok(()) => axum::Json(WriteSwitch {
+            topic,
+            partition,
+            writes: Writes::Enabled,
+            reason: None,
+        })
         .into_response(),
         Err(e) => Problem::from(&e).into_response(),
     }
@@ -230,6 +258,17 @@ pub struct AuditQuery {
 }
 
 /// `GET /v1/audit?limit=n`: the last `n` (default 100, at most 10,000) entries.
+#[utoipa::path(
+    get,
+    path = "/v1/audit",
+    summary = "The last entries of this agent's audit log",
+    description = "Newest last. Each agent keeps its own log (`{data_dir}/audit.log`) of the actions it served. Needs DESCRIBE on the cluster.",
+    params(("limit" = Option<u64>, Query, minimum = 0, maximum = 18446744073709551615_u64, description = "How many entries (100 by default); above 10 000 is 10 000")),
+    responses(
+        (status = 200, description = "The entries", body = AuditLog),
+        super::openapi::AuditProblems,
+    ),
+)]
 pub async fn audit(
     State(http): State<Arc<HttpApi>>,
     query: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
@@ -239,11 +278,11 @@ pub async fn audit(
         Err(e) => return Problem::bad_request(e.body_text()).into_response(),
     };
     match http.broker.audit().tail(limit) {
-        Ok(entries) => axum::Json(json!({
-            "node_id": http.broker.node_id(),
-            "path": http.broker.audit().path().display().to_string(),
-            "entries": entries,
-        }))
+        Ok(entries) => axum::Json(AuditLog {
+            node_id: http.broker.node_id(),
+            path: http.broker.audit().path().display().to_string(),
+            entries,
+        })
         .into_response(),
         Err(e) => Problem::new(
             StatusCode::INTERNAL_SERVER_ERROR,
