@@ -503,20 +503,25 @@ async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json:
     axum::Json(broker.status().partitions())
 }
 
-fn record_json(id: &str, r: &crate::service::transactions::TxnRecord) -> serde_json::Value {
-    serde_json::json!({
-        "transactional_id": id,
-        "producer_id": r.producer_id,
-        "producer_epoch": r.producer_epoch,
-        "state": r.state.name(),
-        "timeout_ms": r.timeout_ms,
-        "start_ms": r.start_ms,
-        "last_update_ms": r.last_update_ms,
-        "coordinator_epoch": r.coordinator_epoch,
-        "transaction_version": r.version,
-        "partitions": r.partitions.iter().map(|(t, p)| serde_json::json!({"topic": t, "partition": p})).collect::<Vec<_>>(),
-        "groups": r.groups,
-    })
+fn transaction_of(id: &str, r: &crate::service::transactions::TxnRecord) -> model::Transaction {
+    model::Transaction {
+        transactional_id: id.to_string(),
+        producer_id: r.producer_id,
+        producer_epoch: r.producer_epoch,
+        state: r.state.name().to_string(),
+        timeout_ms: r.timeout_ms,
+        start_ms: r.start_ms,
+        last_update_ms: r.last_update_ms,
+        coordinator_epoch: r.coordinator_epoch,
+        transaction_version: r.version,
+        partitions: (r.partitions.iter())
+            .map(|(topic, partition)| model::PartitionRef {
+                topic: topic.clone(),
+                partition: *partition,
+            })
+            .collect(),
+        groups: r.groups.iter().cloned().collect(),
+    }
 }
 
 fn error(status: StatusCode, message: impl Into<String>) -> Response {
@@ -526,38 +531,59 @@ fn error(status: StatusCode, message: impl Into<String>) -> Response {
 /// Every transaction the metastore holds, and the transactions open on partitions led
 /// here (`hanging`: the coordinator does not count the partition in an open
 /// transaction of that producer, so no marker will come).
+#[utoipa::path(
+    get,
+    path = "/v1/transactions",
+    summary = "The coordinator's transactions and those open on partitions led here",
+    description = "Every transactional id the metastore holds, with its transaction; and the transactions open on the partitions this agent leads, each marked `hanging` when the coordinator does not count the partition in an open transaction of that producer (so no marker will come: `POST /v1/transactions/abort` ends it; docs/transactions.md). Needs DESCRIBE on the cluster.",
+    responses(
+        (status = 200, description = "Transactions", body = model::TransactionList),
+        openapi::DescribeClusterProblems,
+    ),
+)]
 async fn transactions(State(broker): State<Arc<Broker>>) -> Response {
     let txns = broker.transactions();
     let records = match txns.list(false).await {
         Ok(r) => r,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.to_string()),
     };
-    let open: Vec<_> = txns
+    let open = txns
         .open_on_partitions()
         .await
         .into_iter()
-        .map(|o| {
-            serde_json::json!({
-                "topic": o.topic,
-                "partition": o.partition,
-                "producer_id": o.open.producer_id,
-                "producer_epoch": o.open.producer_epoch,
-                "first_offset": o.open.first_offset,
-                "last_timestamp_ms": o.open.last_timestamp_ms,
-                "hanging": o.hanging,
-            })
+        .map(|o| model::OpenTransaction {
+            topic: o.topic,
+            partition: o.partition,
+            producer_id: o.open.producer_id,
+            producer_epoch: o.open.producer_epoch,
+            first_offset: o.open.first_offset,
+            last_timestamp_ms: o.open.last_timestamp_ms,
+            hanging: o.hanging,
         })
         .collect();
-    let listed: Vec<_> = records.iter().map(|(id, r)| record_json(id, r)).collect();
-    axum::Json(serde_json::json!({ "transactions": listed, "open": open })).into_response()
+    let transactions = (records.iter())
+        .map(|(id, r)| transaction_of(id, r))
+        .collect();
+    axum::Json(model::TransactionList { transactions, open }).into_response()
 }
 
+#[utoipa::path(
+    get,
+    path = "/v1/transactions/{id}",
+    summary = "One transactional id's transaction",
+    description = "Needs DESCRIBE on the cluster.",
+    params(("id" = String, Path, description = "The transactional id")),
+    responses(
+        (status = 200, description = "The transaction", body = model::Transaction),
+        openapi::TransactionProblems,
+    ),
+)]
 async fn transaction(
     State(broker): State<Arc<Broker>>,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Response {
     match broker.transactions().describe(&id, false).await {
-        Ok(r) => axum::Json(record_json(&id, &r)).into_response(),
+        Ok(r) => axum::Json(transaction_of(&id, &r)).into_response(),
         Err(crate::txn::TxnError::TransactionalIdNotFound) => error(
             StatusCode::NOT_FOUND,
             format!("no transaction has the transactional id {id:?}"),

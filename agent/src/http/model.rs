@@ -419,3 +419,57 @@ pub struct AuditLog {
     pub path: String,
     pub entries: Vec<crate::audit::Entry>,
 }
+
+/// The coordinator's transactions, and those open on partitions led here.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TransactionList {
+    /// Every transactional id the metastore holds, with its transaction
+    pub transactions: Vec<Transaction>,
+    /// Transactions open on the partitions this agent leads
+    pub open: Vec<OpenTransaction>,
+}
+
+/// A transactional id's transaction, as the coordinator holds it.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct Transaction {
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Kafka's state name: Empty, Ongoing, PrepareCommit, PrepareAbort, CompleteCommit,
+    /// CompleteAbort, PrepareEpochFence, Dead
+    pub state: String,
+    pub timeout_ms: i64,
+    /// When the transaction began (milliseconds since the epoch); -1 for none
+    pub start_ms: i64,
+    pub last_update_ms: i64,
+    pub coordinator_epoch: i32,
+    /// The transaction protocol version the producer speaks (1, or 2 for KIP-890's)
+    pub transaction_version: i16,
+    /// The partitions in the transaction
+    pub partitions: Vec<PartitionRef>,
+    /// The consumer groups whose offsets it commits
+    pub groups: Vec<String>,
+}
+
+/// A partition, by topic and index.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = TransactionPartition)]
+pub struct PartitionRef {
+    pub topic: String,
+    pub partition: i32,
+}
+
+/// A transaction open on a partition led here.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct OpenTransaction {
+    pub topic: String,
+    pub partition: i32,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// Its first record's offset: the last stable offset cannot pass it
+    pub first_offset: i64,
+    pub last_timestamp_ms: i64,
+    /// The coordinator does not count the partition in an open transaction of that
+    /// producer, so no marker will come: an operator may abort it
+    pub hanging: bool,
+}

@@ -4,8 +4,8 @@
 //!
 //! Generated so far: the data path (produce, consume, read, commit, leave), topics,
 //! groups (but the reset of their offsets), disabling and enabling a partition's
-//! writes, the audit log, the cluster and its agents (drains included), and the
-//! probes. The other operations are still described by hand in `openapi-remainder.json`
+//! writes, the audit log, the transactions (but their abort), the cluster and its
+//! agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
 //! and merged in ([`document`]) until their answers are typed too; each path and each
 //! schema is in one of the two, never both (`every_route_is_described_once`).
 
@@ -51,6 +51,8 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::operate::disable,
         super::operate::enable,
         super::operate::audit,
+        super::transactions,
+        super::transaction,
         super::admin::cluster,
         super::agents::health,
         super::agents::list,
@@ -375,6 +377,16 @@ problems!(
     401 => UNAUTHENTICATED,
     403 => DESCRIBE_CLUSTER,
     500 => "The audit log cannot be read",
+);
+
+problems!(
+    /// What describing a transaction may answer instead.
+    TransactionProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => DESCRIBE_CLUSTER,
+    404 => "No transaction has this transactional id",
+    503 => METASTORE_UNREADABLE,
 );
 
 problems!(
