@@ -10,34 +10,37 @@
 
 use bytes::Bytes;
 use object_store::path::Path;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use strata_metastore::ManifestEntry;
+use utoipa::ToSchema;
 
 use crate::codec::for_each_archived_batch;
 use crate::store::Archive;
 use crate::{Error, Result};
 
 /// What a verification found.
-#[derive(Debug, Clone, Default, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, ToSchema)]
 pub struct Verification {
     pub topic: String,
     pub partition: i32,
-    /// Manifest entries, and how many were read and checked.
+    /// Manifest entries
     pub entries: usize,
+    /// Objects read back and checked
     pub verified: usize,
     pub bytes_read: u64,
-    /// The offsets the manifest covers, if it holds anything.
+    /// The offsets the manifest covers; null when it is empty
     pub first_offset: Option<i64>,
     pub last_offset: Option<i64>,
     pub mismatches: Vec<Mismatch>,
-    /// Objects in the partition's directory that the manifest does not name.
+    /// Objects in the partition's directory that the manifest does not name (most are
+    /// garbage awaiting collection)
     pub unreferenced: Vec<String>,
 }
 
 /// One disagreement between the manifest and the store.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Mismatch {
-    /// The object's path, or `manifest` for a gap or overlap between entries.
+    /// The object's path, or `manifest` for a gap or an overlap between entries
     pub object: String,
     pub problem: String,
 }

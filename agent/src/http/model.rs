@@ -473,3 +473,14 @@ pub struct OpenTransaction {
     /// producer, so no marker will come: an operator may abort it
     pub hanging: bool,
 }
+
+/// An archive read back and checked against its manifest.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = VerificationReport)]
+pub struct Verified {
+    #[serde(flatten)]
+    pub report: strata_tiering::verify::Verification,
+    /// No mismatch: every object the manifest names is there, whole, and holds the
+    /// offsets it says
+    pub ok: bool,
+}

@@ -4,7 +4,7 @@
 //!
 //! Generated so far: the data path (produce, consume, read, commit, leave), topics,
 //! groups (but the reset of their offsets), disabling and enabling a partition's
-//! writes, the audit log, the transactions (but their abort), the cluster and its
+//! writes, tiering and verifying its archive, the audit log, the transactions (but their abort), the cluster and its
 //! agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
 //! and merged in ([`document`]) until their answers are typed too; each path and each
 //! schema is in one of the two, never both (`every_route_is_described_once`).
@@ -53,6 +53,8 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::operate::audit,
         super::transactions,
         super::transaction,
+        super::operate::tier,
+        super::operate::verify,
         super::admin::cluster,
         super::agents::health,
         super::agents::list,
@@ -389,6 +391,32 @@ problems!(
     503 => METASTORE_UNREADABLE,
 );
 
+const NO_SUCH_PARTITION: &str =
+    "The topic or the partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)";
+
+problems!(
+    /// What tiering a partition now may answer instead.
+    TierProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => ALTER_CLUSTER,
+    404 => NO_SUCH_PARTITION,
+    409 => "Tiering runs in another process here (tiering_enabled = false), or the topic is not tiered (remote.storage.enable = false)",
+    502 => "Tiering failed: the object store, the metastore, or reading a local segment (the detail says how)",
+    503 => "The partition has no live leader (LEADER_NOT_AVAILABLE): retry",
+);
+
+problems!(
+    /// What verifying a partition's archive may answer instead.
+    VerifyProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => ALTER_CLUSTER,
+    404 => NO_SUCH_PARTITION,
+    502 => "The object store failed (other than a missing object, which is a mismatch): no verdict",
+    503 => "The manifest cannot be read from the metastore: retry",
+);
+
 problems!(
     /// What a route open to any authenticated caller may answer instead.
     CallerProblems:
@@ -436,17 +464,33 @@ pub enum Redirected {}
 
 impl utoipa::IntoResponses for Redirected {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        let location = HeaderBuilder::new()
-            .schema(String::schema())
-            .description(Some(
-                "The same path on the agent that runs the group's consumers",
-            ));
-        let response = ResponseBuilder::new()
-            .description(
-                "This agent does not run the group's consumers: the same request to the agent in `Location`, which does",
-            )
-            .header("Location", location.build());
-        BTreeMap::from([("307".to_string(), RefOr::T(response.build()))])
+        redirect(
+            "This agent does not run the group's consumers: the same request to the agent in `Location`, which does",
+            "The same path on the agent that runs the group's consumers",
+        )
+    }
+}
+
+/// A 307 answer: `description`, and its `Location` header.
+fn redirect(description: &str, location: &str) -> BTreeMap<String, RefOr<Response>> {
+    let location = HeaderBuilder::new()
+        .schema(String::schema())
+        .description(Some(location));
+    let response = ResponseBuilder::new()
+        .description(description)
+        .header("Location", location.build());
+    BTreeMap::from([("307".to_string(), RefOr::T(response.build()))])
+}
+
+/// A partition request at an agent that does not lead the partition.
+pub enum LeaderRedirected {}
+
+impl utoipa::IntoResponses for LeaderRedirected {
+    fn responses() -> BTreeMap<String, RefOr<Response>> {
+        redirect(
+            "This agent does not lead the partition: the same request to its leader, in `Location`",
+            "The same path on the partition's leader",
+        )
     }
 }
 
@@ -455,15 +499,10 @@ pub enum CoordinatorRedirected {}
 
 impl utoipa::IntoResponses for CoordinatorRedirected {
     fn responses() -> BTreeMap<String, RefOr<Response>> {
-        let location = HeaderBuilder::new()
-            .schema(String::schema())
-            .description(Some("The same path on the group's coordinator"));
-        let response = ResponseBuilder::new()
-            .description(
-                "This agent does not coordinate the group: the same request to the agent in `Location`, which does",
-            )
-            .header("Location", location.build());
-        BTreeMap::from([("307".to_string(), RefOr::T(response.build()))])
+        redirect(
+            "This agent does not coordinate the group: the same request to the agent in `Location`, which does",
+            "The same path on the group's coordinator",
+        )
     }
 }
 

@@ -27,10 +27,10 @@ use super::HttpApi;
 use super::admin::caller;
 use super::cluster::redirect;
 use super::json;
-use super::model::{AuditLog, WriteSwitch, Writes};
+use super::model::{AuditLog, Verified, WriteSwitch, Writes};
 use super::problem::{Body, Problem};
 use crate::error::Error;
-use crate::service::maintenance::MaintenanceError;
+use crate::service::maintenance::{MaintenanceError, Tiered};
 
 type PartitionPath =
     Result<axum::extract::Path<(String, i32)>, axum::extract::rejection::PathRejection>;
@@ -172,6 +172,18 @@ pub async fn enable(
 
 /// `POST /v1/topics/{topic}/partitions/{p}/tier`: archives the closed segments not yet
 /// archived, now. The maintenance service decides (ALTER on the cluster) and audits.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/partitions/{partition}/tier",
+    summary = "Archive the partition's closed segments now",
+    description = "Runs the tiering worker on this partition at once (after a fault was fixed, say) rather than at its next pass. Only closed segments are archived, up to the high watermark. Served by the partition's leader. Needs ALTER on the cluster; audited (`partition.tier`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')"), ("partition" = i32, Path, minimum = 0, maximum = 2147483647, description = "The partition's index")),
+    responses(
+        (status = 200, description = "What is archived now", body = Tiered),
+        super::openapi::LeaderRedirected,
+        super::openapi::TierProblems,
+    ),
+)]
 pub async fn tier(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -188,7 +200,7 @@ pub async fn tier(
         .tier_now(&caller(&extensions), &topic, partition)
         .await;
     match tiered {
-        Ok(t) => axum::Json(t.json(&topic, partition)).into_response(),
+        Ok(t) => axum::Json(t).into_response(),
         Err(e) => refused(&http, e, &uri),
     }
 }
@@ -196,6 +208,17 @@ pub async fn tier(
 /// `POST /v1/topics/{topic}/partitions/{p}/verify`: the archive read back and checked
 /// against the manifest. 200 with `"ok": false` and the mismatches when it disagrees.
 /// The maintenance service decides (ALTER on the cluster) and audits.
+#[utoipa::path(
+    post,
+    path = "/v1/topics/{topic}/partitions/{partition}/verify",
+    summary = "Read the partition's archive back and check it against the manifest",
+    description = "Every object the manifest names is read whole: its size and CRC32C against the manifest entry, every batch rebuilt from its rows (row checksums), its record count and offset span against the entry; the manifest must cover a contiguous run of offsets. Objects in the partition's directory that the manifest does not name are listed (`unreferenced`: most are garbage awaiting collection), never counted as mismatches. A mismatch is a 200 with `ok: false`. Any agent serves it. Needs ALTER on the cluster; audited (`partition.verify`).",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')"), ("partition" = i32, Path, minimum = 0, maximum = 2147483647, description = "The partition's index")),
+    responses(
+        (status = 200, description = "What the verification found", body = Verified),
+        super::openapi::VerifyProblems,
+    ),
+)]
 pub async fn verify(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -212,11 +235,11 @@ pub async fn verify(
         .verify(&caller(&extensions), &topic, partition)
         .await;
     match verified {
-        Ok(v) => {
-            let mut body = serde_json::to_value(&v).unwrap_or_default();
-            body["ok"] = v.ok().into();
-            axum::Json(body).into_response()
-        }
+        Ok(report) => axum::Json(Verified {
+            ok: report.ok(),
+            report,
+        })
+        .into_response(),
         Err(e) => refused(&http, e, &uri),
     }
 }

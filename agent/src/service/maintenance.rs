@@ -6,9 +6,11 @@
 
 use std::sync::Arc;
 
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use strata_tiering::TieringWorker;
 use strata_tiering::verify::Verification;
+use utoipa::ToSchema;
 
 use crate::audit::Audit;
 use crate::authz::{Authorizer, CLUSTER_NAME, Operation, ResourceType};
@@ -43,31 +45,25 @@ pub enum MaintenanceError {
     Archive(String),
 }
 
-/// What a tiering pass run now did.
-#[derive(Debug, Clone)]
+/// What a tiering pass run now did: as the HTTP API answers it and the audit log
+/// records it.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 pub struct Tiered {
+    pub topic: String,
+    pub partition: i32,
+    /// The last archived offset before; -1 for none
     pub archived_upto_before: i64,
+    /// The last archived offset now; -1 for none
     pub archived_upto: i64,
-    /// Records wait past `archived_upto` in the active segment alone: only closed
-    /// segments are archived.
-    pub waiting_for_active_segment: bool,
+    /// Present when records wait in the active segment, which is not archived until it
+    /// closes
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_for: Option<String>,
 }
 
-impl Tiered {
-    /// As the HTTP API answers it and the audit log records it.
-    pub fn json(&self, topic: &str, partition: i32) -> Value {
-        let mut v = json!({
-            "topic": topic,
-            "partition": partition,
-            "archived_upto_before": self.archived_upto_before,
-            "archived_upto": self.archived_upto,
-        });
-        if self.waiting_for_active_segment {
-            v["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
-        }
-        v
-    }
-}
+/// Why records past `archived_upto` wait: they are in the active segment alone.
+const ACTIVE_SEGMENT: &str =
+    "the active segment to close (segment.bytes or segment.ms): only closed segments are archived";
 
 /// The repairs, for the partitions this agent leads.
 pub struct Maintenance<'a> {
@@ -87,7 +83,7 @@ impl Maintenance<'_> {
     ) -> Result<Tiered, MaintenanceError> {
         let outcome = self.tiered(who, topic, partition).await;
         self.record(who, "partition.tier", topic, partition, &outcome, |t| {
-            t.json(topic, partition)
+            serde_json::to_value(t).unwrap_or_default()
         });
         outcome
     }
@@ -119,11 +115,14 @@ impl Maintenance<'_> {
             MaintenanceError::Archive(format!("tiering {topic}-{partition} failed: {e}"))
         })?;
         let after = archived_upto().await.unwrap_or(before);
+        let waiting =
+            replica.segments_from(after + 1).1 == 1 && replica.log_end_offset() > after + 1;
         Ok(Tiered {
+            topic: topic.to_string(),
+            partition,
             archived_upto_before: before,
             archived_upto: after,
-            waiting_for_active_segment: replica.segments_from(after + 1).1 == 1
-                && replica.log_end_offset() > after + 1,
+            waiting_for: waiting.then(|| ACTIVE_SEGMENT.to_string()),
         })
     }
 
