@@ -4,10 +4,11 @@
 //!
 //! Generated so far: the data path (produce, consume, read, commit, leave), topics,
 //! groups (but the reset of their offsets), disabling and enabling a partition's
-//! writes, tiering and verifying its archive, the audit log, the transactions (but their abort), the cluster and its
-//! agents (drains included), and the probes. The other operations are still described by hand in `openapi-remainder.json`
-//! and merged in ([`document`]) until their answers are typed too; each path and each
-//! schema is in one of the two, never both (`every_route_is_described_once`).
+//! writes, tiering and verifying its archive, the audit log, the transactions (but
+//! their abort), the cluster and its agents (drains included), and the probes. The
+//! other operations are still described by hand in `openapi-remainder.json` and merged
+//! in ([`document`]) until their answers are typed too; each path and each schema is in
+//! one of the two, never both (`every_route_is_described_once`).
 
 use std::collections::BTreeMap;
 use std::sync::LazyLock;
