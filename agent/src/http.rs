@@ -592,69 +592,73 @@ async fn transaction(
     }
 }
 
-/// Ends a transaction open on one partition led here with an abort marker (KIP-664's
-/// AbortTransaction): `{"topic", "partition", "producer_id", "producer_epoch"}`, and
-/// optionally `"coordinator_epoch"` (default: the partition's last one, which it
-/// accepts) and `"force"`. The transaction service decides (ALTER on the cluster) and
-/// audits.
+/// An operator's abort of a transaction open on a partition led here (KIP-664's
+/// AbortTransaction).
+#[derive(Debug, serde::Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+struct AbortRequest {
+    topic: String,
+    #[serde(deserialize_with = "json::int")]
+    #[schema(minimum = 0, maximum = 2147483647)]
+    partition: i32,
+    /// The producer whose transaction is open (`GET /v1/transactions`, `open`)
+    #[serde(deserialize_with = "json::int")]
+    #[schema(minimum = -9223372036854775808i64, maximum = 9223372036854775807i64)]
+    producer_id: i64,
+    #[serde(deserialize_with = "json::int")]
+    #[schema(minimum = -32768, maximum = 32767)]
+    producer_epoch: i16,
+    /// The coordinator epoch the marker carries; by default the partition's last one,
+    /// which it accepts
+    #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = -2147483648, maximum = 2147483647)]
+    coordinator_epoch: Option<i32>,
+    /// Abort a transaction that is not hanging too (its coordinator counts the
+    /// partition in it): its later writes would then commit without these
+    #[serde(default)]
+    force: Option<bool>,
+}
+
+/// Ends a transaction open on one partition led here with an abort marker. The
+/// transaction service decides (ALTER on the cluster) and audits.
+#[utoipa::path(
+    post,
+    path = "/v1/transactions/abort",
+    summary = "Abort a hanging transaction on a partition led here (docs/transactions.md)",
+    description = "Writes an abort marker for `producer_id`'s transaction open on the partition, which must be led by this agent. Only a hanging transaction (`GET /v1/transactions` marks them) unless `force`. Needs ALTER on the cluster; audited (`transaction.abort`).",
+    request_body = AbortRequest,
+    responses(
+        (status = 200, description = "The abort marker is written", body = model::TransactionAborted),
+        openapi::AbortProblems,
+    ),
+)]
 async fn abort_transaction(
     State(broker): State<Arc<Broker>>,
     extensions: axum::http::Extensions,
     body: axum::body::Bytes,
 ) -> Response {
-    let parsed: serde_json::Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return error(
-                StatusCode::BAD_REQUEST,
-                format!("the body is not JSON: {e}"),
-            );
-        }
+    let req: AbortRequest = match json::parse(&body, "transaction abort") {
+        Ok(r) => r,
+        Err(p) => return p.into_response(),
     };
-    let topic = parsed.get("topic").and_then(|v| v.as_str());
-    let partition = parsed.get("partition").and_then(json::of);
-    let producer_id = parsed.get("producer_id").and_then(json::of);
-    let producer_epoch = parsed.get("producer_epoch").and_then(json::of);
-    let (Some(topic), Some(partition), Some(producer_id), Some(producer_epoch)) =
-        (topic, partition, producer_id, producer_epoch)
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "the body needs \"topic\" (a string) and \"partition\", \"producer_id\", \"producer_epoch\" (integers)",
-        );
-    };
-    let (Ok(partition), Ok(producer_epoch)) =
-        (i32::try_from(partition), i16::try_from(producer_epoch))
-    else {
-        return error(
-            StatusCode::BAD_REQUEST,
-            "partition or producer_epoch is out of range",
-        );
-    };
-    let coordinator_epoch = parsed
-        .get("coordinator_epoch")
-        .and_then(json::of)
-        .map(|e| e as i32);
-    let force = parsed
-        .get("force")
-        .and_then(|v| v.as_bool())
-        .unwrap_or(false);
     let who = admin::caller(&extensions);
     let aborted = broker
         .transacting()
         .abort_on_partition(
             &who,
-            topic,
-            partition,
-            producer_id,
-            producer_epoch,
-            coordinator_epoch,
-            force,
+            &req.topic,
+            req.partition,
+            req.producer_id,
+            req.producer_epoch,
+            req.coordinator_epoch,
+            req.force.unwrap_or(false),
         )
         .await;
     use crate::service::transactions::AbortError;
     match aborted {
-        Ok(offset) => axum::Json(serde_json::json!({ "marker_offset": offset })).into_response(),
+        Ok(marker_offset) => {
+            axum::Json(model::TransactionAborted { marker_offset }).into_response()
+        }
         Err(AbortError::NotFound(why)) => error(StatusCode::NOT_FOUND, why),
         Err(AbortError::NotHanging(why)) => error(StatusCode::CONFLICT, why),
         // This agent no longer leads the partition: asking it again cannot succeed.

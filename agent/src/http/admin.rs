@@ -32,8 +32,8 @@ use super::model::{
     TopicValidated,
 };
 use super::model::{
-    Group, GroupDeleted, GroupList, GroupMember, GroupOffset, GroupSummary, TopicPartitions,
-    Unreachable,
+    Group, GroupDeleted, GroupList, GroupMember, GroupOffset, GroupSummary, OffsetsReset,
+    PartitionReset, TopicPartitions, Unreachable,
 };
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::caller::Caller;
@@ -57,20 +57,21 @@ pub fn caller(extensions: &Extensions) -> Caller {
 const AUDITED_ANSWER_BYTES: usize = 4096;
 
 /// Records `outcome` of `action` in the audit log and answers it.
-pub fn audited(
+pub fn audited<T: serde::Serialize>(
     http: &HttpApi,
     caller: &Caller,
     action: &str,
     resource: &str,
     request: Value,
-    outcome: Result<(StatusCode, Value), Problem>,
+    outcome: Result<(StatusCode, T), Problem>,
 ) -> Response {
     let logged = match &outcome {
         // A topic of thousands of partitions is described at length: the log keeps
         // that it succeeded, not the whole answer.
-        Ok((_, v)) => Ok(match v.to_string().len() {
-            n if n > AUDITED_ANSWER_BYTES => json!({ "answer_bytes": n, "truncated": true }),
-            _ => v.clone(),
+        Ok((_, answer)) => Ok(match serde_json::to_value(answer) {
+            Ok(v) if v.to_string().len() <= AUDITED_ANSWER_BYTES => v,
+            Ok(v) => json!({ "answer_bytes": v.to_string().len(), "truncated": true }),
+            Err(e) => json!({ "unserializable": e.to_string() }),
         }),
         Err(p) => Err(p.detail.clone()),
     };
@@ -764,9 +765,11 @@ pub async fn delete_group(
     }
 }
 
+/// Where to move a group's committed offsets of one topic. (Its schema is one object
+/// per `to`, each with the field that `to` reads: [`super::openapi::reset_offsets`].)
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ResetOffsets {
+pub(super) struct ResetOffsets {
     topic: String,
     /// `earliest`, `latest`, `offset` (with `offset`) or `timestamp` (with
     /// `timestamp_ms`).
@@ -782,10 +785,44 @@ struct ResetOffsets {
     dry_run: Option<bool>,
 }
 
+impl utoipa::PartialSchema for ResetOffsets {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        super::openapi::reset_offsets().into()
+    }
+}
+
+impl utoipa::ToSchema for ResetOffsets {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "ResetOffsetsRequest".into()
+    }
+
+    fn schemas(
+        schemas: &mut Vec<(
+            String,
+            utoipa::openapi::RefOr<utoipa::openapi::schema::Schema>,
+        )>,
+    ) {
+        schemas.push(("TopicName".to_string(), super::openapi::topic_name().into()));
+    }
+}
+
 /// `POST /v1/groups/{group}/offsets`: moves an inactive group's committed offsets of one
 /// topic, as `kafka-consumer-groups.sh --reset-offsets` does: to the earliest or latest
 /// offset, to an offset (kept within the log), or to the first offset at or after a
 /// timestamp (replay). `dry_run` shows the plan without committing it.
+#[utoipa::path(
+    post,
+    path = "/v1/groups/{group}/offsets",
+    summary = "Reset or replay a group's committed offsets of one topic",
+    description = "As `kafka-consumer-groups.sh --reset-offsets`: every partition of `topic` (or those in `partitions`) to the log start (`earliest`), the high watermark (`latest`), an `offset`, or the first offset at or after `timestamp_ms` (the high watermark when there is none). Targets are kept within [log start, high watermark]. Only while the group has no members (its consumers stopped). With `dry_run`, answers the plan and commits nothing. Served by the group's coordinator. Needs DESCRIBE on the group and the topic, and READ on both unless `dry_run`; audited (`group.reset_offsets`, `group.reset_offsets.dry_run`).",
+    params(("group" = String, Path, min_length = 1, description = "The consumer group's id")),
+    request_body = ResetOffsets,
+    responses(
+        (status = 200, description = "Each partition's previous and new offset (committed unless `dry_run`)", body = OffsetsReset),
+        super::openapi::CoordinatorRedirected,
+        super::openapi::ResetOffsetsProblems,
+    ),
+)]
 pub async fn reset_offsets(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -828,7 +865,7 @@ async fn reset(
     who: &Caller,
     group: &str,
     req: ResetOffsets,
-) -> Result<(StatusCode, Value), Problem> {
+) -> Result<(StatusCode, OffsetsReset), Problem> {
     // DESCRIBE on the group first, as kafka-consumer-groups asks DescribeGroups before
     // ListOffsets (DESCRIBE on the topic).
     let current = http
@@ -918,7 +955,11 @@ async fn reset(
             }
         };
         let previous = current.get(&(topic.to_string(), *p)).map(|c| c.offset);
-        plan.push(json!({ "partition": p, "previous_offset": previous, "new_offset": target }));
+        plan.push(PartitionReset {
+            partition: *p,
+            previous_offset: previous,
+            new_offset: target,
+        });
         commits.push((
             (topic.to_string(), *p),
             crate::service::groups::CommittedOffset {
@@ -952,7 +993,12 @@ async fn reset(
     }
     Ok((
         StatusCode::OK,
-        json!({ "group_id": group, "topic": topic, "dry_run": dry_run, "partitions": plan }),
+        OffsetsReset {
+            group_id: group.to_string(),
+            topic: topic.to_string(),
+            dry_run,
+            partitions: plan,
+        },
     ))
 }
 

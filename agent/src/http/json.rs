@@ -92,9 +92,17 @@ pub fn whole(n: &Number) -> Option<i64> {
     })
 }
 
-/// The integer a JSON value is, if it is one.
-pub fn of(v: &serde_json::Value) -> Option<i64> {
-    v.as_number().and_then(whole)
+/// For `#[serde(deserialize_with = "json::int")]` fields: an integer in range, in
+/// any JSON spelling of it.
+pub fn int<'de, D, T>(d: D) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+    T: TryFrom<i64>,
+{
+    let n = Number::deserialize(d)?;
+    whole(&n)
+        .and_then(|i| T::try_from(i).ok())
+        .ok_or_else(|| D::Error::custom(format!("{n} is not an integer in range")))
 }
 
 /// For `#[serde(default, deserialize_with = "json::opt")]` fields.

@@ -484,3 +484,29 @@ pub struct Verified {
     /// offsets it says
     pub ok: bool,
 }
+
+/// A hanging transaction ended by an operator.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct TransactionAborted {
+    /// The abort marker's offset
+    pub marker_offset: i64,
+}
+
+/// A group's committed offsets of one topic, moved (or, in a dry run, the plan).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct OffsetsReset {
+    pub group_id: String,
+    pub topic: String,
+    /// Nothing was committed: this is the plan
+    pub dry_run: bool,
+    pub partitions: Vec<PartitionReset>,
+}
+
+/// One partition of an [`OffsetsReset`].
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct PartitionReset {
+    pub partition: i32,
+    /// The committed offset before; null for none
+    pub previous_offset: Option<i64>,
+    pub new_offset: i64,
+}

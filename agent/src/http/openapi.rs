@@ -3,9 +3,9 @@
 //! use, so it cannot drift from them.
 //!
 //! Generated so far: the data path (produce, consume, read, commit, leave), topics,
-//! groups (but the reset of their offsets), disabling and enabling a partition's
-//! writes, tiering and verifying its archive, the audit log, the transactions (but
-//! their abort), the cluster and its agents (drains included), and the probes. The
+//! groups, disabling and enabling a partition's
+//! writes, tiering and verifying its archive, the audit log, the transactions, the
+//! cluster and its agents (drains included), and the probes. The
 //! other operations are still described by hand in `openapi-remainder.json` and merged
 //! in ([`document`]) until their answers are typed too; each path and each schema is in
 //! one of the two, never both (`every_route_is_described_once`).
@@ -14,9 +14,11 @@ use std::collections::BTreeMap;
 use std::sync::LazyLock;
 
 use serde_json::{Value, json};
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::response::{Response, ResponseBuilder};
 use utoipa::openapi::schema::{
-    AllOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema, SchemaType, Type,
+    AdditionalProperties, AllOfBuilder, ArrayBuilder, ObjectBuilder, OneOfBuilder, Schema,
+    SchemaType, Type,
 };
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{ContentBuilder, HeaderBuilder, RefOr};
@@ -49,11 +51,13 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::admin::list_groups,
         super::admin::describe_group,
         super::admin::delete_group,
+        super::admin::reset_offsets,
         super::operate::disable,
         super::operate::enable,
         super::operate::audit,
         super::transactions,
         super::transaction,
+        super::abort_transaction,
         super::operate::tier,
         super::operate::verify,
         super::admin::cluster,
@@ -361,6 +365,18 @@ problems!(
 );
 
 problems!(
+    /// What resetting a group's offsets may answer instead.
+    ResetOffsetsProblems:
+    400 => "The request is malformed: an unknown `to`, or `to` without the `offset` or `timestamp_ms` it needs (the detail says how)",
+    401 => UNAUTHENTICATED,
+    403 => "Not authorized: DESCRIBE on the group or the topic, or (to commit) READ on them",
+    404 => "The topic or the partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+    409 => "The group has members (NON_EMPTY_GROUP), or is rebalancing",
+    413 => BODY_TOO_LARGE,
+    503 => "Retriable: a target offset cannot be found now (a partition without a leader), or the coordinator is moving or cannot write the metastore",
+);
+
+problems!(
     /// What disabling or enabling a partition's writes may answer instead.
     WriteSwitchProblems:
     400 => MALFORMED,
@@ -394,6 +410,18 @@ problems!(
 
 const NO_SUCH_PARTITION: &str =
     "The topic or the partition does not exist (UNKNOWN_TOPIC_OR_PARTITION)";
+
+problems!(
+    /// What aborting a transaction may answer instead.
+    AbortProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => ALTER_CLUSTER,
+    404 => "No replica of the partition here, or no transaction of the producer open on it",
+    409 => "The transaction is not hanging (its coordinator will end it; `force` aborts it anyway), or the producer or coordinator epoch is fenced",
+    421 => "This agent does not lead the partition now: send the abort to its leader",
+    503 => RETRIABLE,
+);
 
 problems!(
     /// What tiering a partition now may answer instead.
@@ -612,6 +640,91 @@ pub fn topic_config_names() -> Schema {
     ArrayBuilder::new()
         .items(to("TopicConfigName"))
         .description(Some("Configs to return to their defaults"))
+        .into()
+}
+
+/// A topic's name, as Kafka's rules have it.
+pub fn topic_name() -> Schema {
+    // utoipa has no builder for JSON Schema's `not`; its extensions are written into
+    // the schema object as they are, and built from pairs they keep their keys.
+    let not_dots = Extensions::from_iter([("not", json!({ "enum": [".", ".."] }))]);
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .pattern(Some("^[a-zA-Z0-9._-]{1,249}$"))
+        .extensions(Some(not_dots))
+        .description(Some(
+            "Kafka's rules: 1 to 249 ASCII letters, digits, '.', '_' and '-', and not '.' or '..'",
+        ))
+        .into()
+}
+
+/// A reset's request: one object per `to`, each requiring the field that `to` reads.
+pub fn reset_offsets() -> Schema {
+    let not_read = || {
+        ObjectBuilder::new()
+            .schema_type(nullable(Type::Number))
+            .description(Some("Not read with this `to`"))
+    };
+    let variant = |targets: &[&str], reads: Option<(&str, &str)>, description: &str| {
+        let mut object = ObjectBuilder::new()
+            .schema_type(Type::Object)
+            .required("topic")
+            .required("to")
+            .additional_properties(Some(AdditionalProperties::FreeForm(false)))
+            .property("topic", to("TopicName"))
+            .property(
+                "to",
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(targets.iter().copied())),
+            );
+        for field in ["offset", "timestamp_ms"] {
+            object = match reads {
+                Some((read, what)) if read == field => object
+                    .required(field)
+                    .property(field, offset().description(Some(what))),
+                _ => object.property(field, not_read()),
+            };
+        }
+        let partition = ObjectBuilder::new()
+            .schema_type(Type::Integer)
+            .minimum(Some(0))
+            .maximum(Some(i32::MAX));
+        object
+            .property(
+                "partitions",
+                ArrayBuilder::new()
+                    .schema_type(nullable(Type::Array))
+                    .items(partition)
+                    .description(Some(
+                        "The partitions to move; every partition of the topic when left out",
+                    )),
+            )
+            .property(
+                "dry_run",
+                ObjectBuilder::new()
+                    .schema_type(nullable(Type::Boolean))
+                    .default(Some(json!(false)))
+                    .description(Some("Answer the plan, commit nothing")),
+            )
+            .description(Some(description))
+    };
+    OneOfBuilder::new()
+        .item(variant(
+            &["earliest", "latest"],
+            None,
+            "To the log start, or to the high watermark (skipping what is there)",
+        ))
+        .item(variant(
+            &["offset"],
+            Some(("offset", "The offset")),
+            "To `offset`, kept within the log",
+        ))
+        .item(variant(
+            &["timestamp"],
+            Some(("timestamp_ms", "Milliseconds since the epoch")),
+            "To the first offset at or after `timestamp_ms` (the high watermark when there is none)",
+        ))
         .into()
 }
 

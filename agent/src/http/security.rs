@@ -561,7 +561,7 @@ pub async fn set_user(
     let (changes, request) = match prepared {
         Ok(p) => p,
         Err(p) => {
-            return audited(
+            return audited::<Value>(
                 &http,
                 &caller,
                 "user.alter_scram_credentials",
