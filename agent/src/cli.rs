@@ -23,10 +23,12 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::http::model::{
-    Cluster, Group, GroupList, OffsetOrError, Topic, TopicConfigs, TopicCreated, TopicList,
-    TopicValidated,
+    Cluster, Group, GroupList, OffsetOrError, OffsetsReset, Topic, TopicConfigs, TopicCreated,
+    TopicList, TopicValidated, Verified,
 };
+use crate::partition::{PartitionView, RoleView};
 use crate::service::agents::ClusterHealth;
+use crate::service::maintenance::Tiered;
 use crate::topic_config::Source as ConfigSource;
 
 /// How results are printed.
@@ -516,15 +518,6 @@ fn table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> std::i
     Ok(())
 }
 
-/// One row per item of the array `list`, a cell per field.
-fn table_rows(list: &Value, fields: &[&str]) -> Vec<Vec<String>> {
-    list.as_array()
-        .into_iter()
-        .flatten()
-        .map(|item| fields.iter().map(|f| cell(&item[*f])).collect())
-        .collect()
-}
-
 /// A JSON value as a table cell.
 fn cell(v: &Value) -> String {
     match v {
@@ -958,17 +951,15 @@ async fn offsets(command: Offsets, conn: &Conn) -> anyhow::Result<()> {
     if conn.output == Output::Json {
         return print_json(&v);
     }
+    let reset: OffsetsReset = typed(v, "an offset reset")?;
     let mut out = std::io::stdout().lock();
-    let rows: Vec<Vec<String>> = v["partitions"]
-        .as_array()
-        .into_iter()
-        .flatten()
+    let rows: Vec<Vec<String>> = (reset.partitions.iter())
         .map(|p| {
             vec![
-                topic.clone(),
-                cell(&p["partition"]),
-                cell(&p["previous_offset"]),
-                cell(&p["new_offset"]),
+                reset.topic.clone(),
+                p.partition.to_string(),
+                p.previous_offset.map_or("-".to_string(), |o| o.to_string()),
+                p.new_offset.to_string(),
             ]
         })
         .collect();
@@ -991,30 +982,43 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            let fields = [
-                "role",
-                "node_id",
-                "leader_epoch",
-                "replicas",
-                "isr",
-                "log_start_offset",
-                "local_log_start_offset",
-                "log_end_offset",
-                "high_watermark",
-                "last_stable_offset",
-                "offline",
-                "disabled",
-            ];
-            let rows: Vec<Vec<String>> = fields
-                .iter()
-                .map(|f| vec![f.to_string(), cell(&v[*f])])
-                .collect();
+            let view: PartitionView = typed(v, "a partition's view")?;
+            let r = &view.replica;
+            let (role, isr, followers) = match &r.role {
+                RoleView::Leader { isr, followers, .. } => ("leader", ids(isr), followers.clone()),
+                RoleView::Follower { .. } => ("follower", "-".to_string(), Vec::new()),
+            };
+            let rows: Vec<Vec<String>> = [
+                ("role", role.to_string()),
+                ("node_id", view.node_id.to_string()),
+                ("leader_epoch", r.leader_epoch.to_string()),
+                ("replicas", ids(&view.replicas)),
+                ("isr", isr),
+                ("log_start_offset", r.log_start_offset.to_string()),
+                (
+                    "local_log_start_offset",
+                    view.local_log_start_offset.to_string(),
+                ),
+                ("log_end_offset", r.log_end_offset.to_string()),
+                ("high_watermark", r.high_watermark.to_string()),
+                ("last_stable_offset", r.last_stable_offset.to_string()),
+                ("offline", r.offline.to_string()),
+                ("disabled", view.disabled.clone().unwrap_or("-".to_string())),
+            ]
+            .into_iter()
+            .map(|(field, value)| vec![field.to_string(), value])
+            .collect();
             writeln!(out, "partition {topic}-{partition}")?;
             table(&mut out, &["FIELD", "VALUE"], &rows)?;
-            let followers = table_rows(
-                &v["followers"],
-                &["node_id", "log_end_offset", "caught_up_ms_ago"],
-            );
+            let followers: Vec<Vec<String>> = (followers.iter())
+                .map(|f| {
+                    vec![
+                        f.node_id.to_string(),
+                        f.log_end_offset.map_or("-".to_string(), |o| o.to_string()),
+                        f.caught_up_ms_ago.to_string(),
+                    ]
+                })
+                .collect();
             if !followers.is_empty() {
                 writeln!(out)?;
                 table(
@@ -1058,13 +1062,13 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let tiered: Tiered = typed(v, "a tiering pass")?;
             writeln!(
                 out,
                 "{topic}-{partition}: archived up to offset {} (was {})",
-                cell(&v["archived_upto"]),
-                cell(&v["archived_upto_before"])
+                tiered.archived_upto, tiered.archived_upto_before
             )?;
-            if let Some(w) = v["waiting_for"].as_str() {
+            if let Some(w) = tiered.waiting_for {
                 writeln!(out, "waiting for {w}")?;
             }
         }
@@ -1074,8 +1078,12 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
                 .await?;
             if json_out {
                 print_json(&v)?;
-            } else {
-                if v["entries"] == 0 {
+            }
+            let verified: Verified = typed(v, "a verification")?;
+            if !json_out {
+                let report = &verified.report;
+                let offset = |o: Option<i64>| o.map_or("-".to_string(), |o| o.to_string());
+                if report.entries == 0 {
                     writeln!(
                         out,
                         "{topic}-{partition}: nothing archived yet (segments are archived once closed)"
@@ -1084,18 +1092,20 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
                     writeln!(
                         out,
                         "{topic}-{partition}: {} of {} archived objects read back ({} bytes), offsets {}..{}",
-                        cell(&v["verified"]),
-                        cell(&v["entries"]),
-                        cell(&v["bytes_read"]),
-                        cell(&v["first_offset"]),
-                        cell(&v["last_offset"])
+                        report.verified,
+                        report.entries,
+                        report.bytes_read,
+                        offset(report.first_offset),
+                        offset(report.last_offset)
                     )?;
                 }
-                let rows = table_rows(&v["mismatches"], &["object", "problem"]);
+                let rows: Vec<Vec<String>> = (report.mismatches.iter())
+                    .map(|m| vec![m.object.clone(), m.problem.clone()])
+                    .collect();
                 if !rows.is_empty() {
                     table(&mut out, &["OBJECT", "PROBLEM"], &rows)?;
                 }
-                let unreferenced = v["unreferenced"].as_array().map_or(0, Vec::len);
+                let unreferenced = report.unreferenced.len();
                 if unreferenced > 0 {
                     writeln!(
                         out,
@@ -1103,7 +1113,7 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
                     )?;
                 }
             }
-            if v["ok"] != true {
+            if !verified.ok {
                 bail!("the archive of {topic}-{partition} does not match its manifest");
             }
             writeln!(std::io::stderr(), "the archive matches its manifest")?;

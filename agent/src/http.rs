@@ -483,23 +483,68 @@ async fn metrics(State(broker): State<Arc<Broker>>) -> impl axum::response::Into
 }
 
 /// Tiering progress per partition: highest archived offset and lag in records.
-async fn tiering(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
+#[utoipa::path(
+    get,
+    path = "/v1/tiering",
+    summary = "Archive progress of the partitions this agent tiers",
+    description = "For each partition this agent's tiering worker archives (those it leads): the last archived offset, the records not yet archived and, when they wait for the active segment to close, why. Needs DESCRIBE on the cluster.",
+    responses(
+        (status = 200, description = "Tiering progress", body = crate::service::status::TieringView),
+        openapi::DescribeClusterProblems,
+    ),
+)]
+async fn tiering(
+    State(broker): State<Arc<Broker>>,
+) -> axum::Json<crate::service::status::TieringView> {
     axum::Json(broker.status().tiering())
 }
 
+/// Retention and compaction on this agent.
+#[derive(Debug, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
+pub struct CompactionStatus {
+    /// How often the lifecycle pass runs (`log_retention_check_interval_ms`)
+    pub retention_check_interval_ms: u64,
+    /// How long an archived object no manifest names is kept before it is deleted
+    pub archive_gc_grace_ms: i64,
+    /// What the last pass did to each partition led here
+    pub partitions: Vec<crate::service::lifecycle::PartitionLifecycle>,
+    pub note: String,
+}
+
 /// The data lifecycle of the partitions this agent leads, as of the last pass.
-async fn compaction(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
-    let lifecycle = broker.lifecycle();
-    axum::Json(serde_json::json!({
-        "retention_check_interval_ms": broker.settings().log_retention_check_interval_ms,
-        "archive_gc_grace_ms": broker.settings().archive_gc_grace_ms,
-        "partitions": lifecycle.status(),
-        "note": "dirty_ratio is shown for compacted topics (cleanup.policy=compact)",
-    }))
+#[utoipa::path(
+    get,
+    path = "/v1/compaction",
+    summary = "Retention and compaction of the partitions led here",
+    description = "What the last lifecycle pass did to each partition this agent leads: its log start, when it ran and is due, the bytes reclaimed, and for compacted topics the dirty ratio and the records compacted away. Needs DESCRIBE on the cluster.",
+    responses(
+        (status = 200, description = "Lifecycle status", body = CompactionStatus),
+        openapi::DescribeClusterProblems,
+    ),
+)]
+async fn compaction(State(broker): State<Arc<Broker>>) -> axum::Json<CompactionStatus> {
+    axum::Json(CompactionStatus {
+        retention_check_interval_ms: broker.settings().log_retention_check_interval_ms,
+        archive_gc_grace_ms: broker.settings().archive_gc_grace_ms,
+        partitions: broker.lifecycle().status(),
+        note: "dirty_ratio is shown for compacted topics (cleanup.policy=compact)".to_string(),
+    })
 }
 
 /// This agent's replicas, leaders and followers, as each sees itself now.
-async fn partitions(State(broker): State<Arc<Broker>>) -> axum::Json<serde_json::Value> {
+#[utoipa::path(
+    get,
+    path = "/v1/partitions",
+    summary = "This agent's replicas: role, epoch, offsets, ISR and follower progress",
+    description = "Every replica on this agent as it sees itself now: a leader with its ISR and each follower's progress, a follower with its leader and, while it rebuilds, what it copied and what is left. Needs DESCRIBE on the cluster.",
+    responses(
+        (status = 200, description = "The replicas", body = crate::partition::ReplicaList),
+        openapi::DescribeClusterProblems,
+    ),
+)]
+async fn partitions(
+    State(broker): State<Arc<Broker>>,
+) -> axum::Json<crate::partition::ReplicaList> {
     axum::Json(broker.status().partitions())
 }
 

@@ -30,7 +30,10 @@ use tokio_util::sync::CancellationToken;
 use crate::tasks::{Stopped, Tasks};
 
 mod txn;
+pub mod view;
+
 pub use txn::{Bound, OpenTransaction};
+pub use view::{FollowerView, PartitionView, RebuildView, ReplicaList, ReplicaView, RoleView};
 
 /// Whether a read may wait for the disk ([`Partition::read`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -585,64 +588,65 @@ impl Partition {
     }
 
     /// What an operator sees of this replica (`GET /v1/partitions`).
-    pub fn status(&self, now_ms: i64) -> serde_json::Value {
+    pub fn status(&self, now_ms: i64) -> ReplicaView {
         let offsets = *self.offsets.borrow();
-        let (log_start, log_end) = {
-            let log = self.log();
-            (log.log_start_offset(), log.log_end_offset())
+        let (log_start, log_end, last_stable, size) = {
+            let mut log = self.log();
+            (
+                log.log_start_offset(),
+                log.log_end_offset(),
+                log.last_stable_offset(offsets.high_watermark),
+                log.size_bytes(),
+            )
         };
-        let mut status = serde_json::json!({
-            "topic": self.topic,
-            "partition": self.index,
-            "leader_epoch": offsets.leader_epoch,
-            "log_start_offset": log_start,
-            "log_end_offset": log_end,
-            "high_watermark": offsets.high_watermark,
-            "last_stable_offset": self.log().last_stable_offset(offsets.high_watermark),
-            "offline": offsets.failed,
-        });
-        match self.replica().role() {
-            Role::Leader(l) => {
-                let followers: Vec<_> = l
-                    .followers
-                    .iter()
-                    .map(|(id, f)| {
-                        serde_json::json!({
-                            "node_id": id,
-                            "log_end_offset": f.log_end_offset,
-                            "caught_up_ms_ago": now_ms - f.last_caught_up_ms,
-                        })
+        let role = match self.replica().role() {
+            Role::Leader(l) => RoleView::Leader {
+                isr: l.isr.clone(),
+                isr_change_pending: l.pending.as_ref().map(|p| p.isr.clone()),
+                followers: (l.followers.iter())
+                    .map(|(id, f)| FollowerView {
+                        node_id: *id,
+                        log_end_offset: f.log_end_offset,
+                        caught_up_ms_ago: now_ms - f.last_caught_up_ms,
                     })
-                    .collect();
-                status["role"] = "leader".into();
-                status["isr"] = serde_json::json!(l.isr);
-                status["isr_change_pending"] =
-                    serde_json::json!(l.pending.as_ref().map(|p| &p.isr));
-                status["followers"] = followers.into();
-            }
+                    .collect(),
+            },
             Role::Follower { leader } => {
-                status["role"] = "follower".into();
-                status["leader"] = (*leader).into();
-                status["in_isr"] = self.in_isr().into();
+                let in_isr = self.in_isr();
                 let r = self.rebuild_progress();
-                if !self.in_isr() || r.from_archive_bytes + r.from_leader_bytes > 0 {
-                    let offsets_left = (r.leader_high_watermark - log_end).max(0);
-                    // Bytes left, at the bytes per offset of what this log holds.
-                    let size = self.log().size_bytes();
-                    let per_offset = size as f64 / (log_end - log_start).max(1) as f64;
-                    status["rebuild"] = serde_json::json!({
-                        "copying": !self.in_isr(),
-                        "source": r.source,
-                        "from_archive_bytes": r.from_archive_bytes,
-                        "from_leader_bytes": r.from_leader_bytes,
-                        "leader_high_watermark": r.leader_high_watermark,
-                        "offsets_left": offsets_left,
-                        "estimated_bytes_left": (offsets_left as f64 * per_offset) as u64,
+                let rebuild =
+                    (!in_isr || r.from_archive_bytes + r.from_leader_bytes > 0).then(|| {
+                        let offsets_left = (r.leader_high_watermark - log_end).max(0);
+                        // Bytes left, at the bytes per offset of what this log holds.
+                        let per_offset = size as f64 / (log_end - log_start).max(1) as f64;
+                        RebuildView {
+                            copying: !in_isr,
+                            source: r.source.map(str::to_string),
+                            from_archive_bytes: r.from_archive_bytes,
+                            from_leader_bytes: r.from_leader_bytes,
+                            leader_high_watermark: r.leader_high_watermark,
+                            offsets_left,
+                            estimated_bytes_left: (offsets_left as f64 * per_offset) as u64,
+                        }
                     });
+                RoleView::Follower {
+                    leader: *leader,
+                    in_isr,
+                    rebuild,
                 }
             }
+        };
+        ReplicaView {
+            topic: self.topic.clone(),
+            partition: self.index,
+            leader_epoch: offsets.leader_epoch,
+            log_start_offset: log_start,
+            log_end_offset: log_end,
+            high_watermark: offsets.high_watermark,
+            last_stable_offset: last_stable,
+            offline: offsets.failed,
+            role,
         }
-        status
     }
 
     /// What `/metrics` reports of this replica (`metrics.rs`).

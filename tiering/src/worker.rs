@@ -94,16 +94,21 @@ pub trait LocalPartition: Send + Sync {
 }
 
 /// Tiering progress of one partition.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
+#[schema(as = TieringProgress)]
 pub struct PartitionStatus {
     pub topic: String,
     pub partition: i32,
-    /// The last archived offset, or -1.
+    /// The last archived offset, or -1
     pub archived_upto: i64,
     pub log_end_offset: i64,
-    /// Records not yet archived.
+    /// Records not yet archived
     pub lag_records: i64,
+    /// Objects the partition's manifest names
     pub objects: usize,
+    /// Why the last attempt failed, if it did
     pub last_error: Option<String>,
 }
 

@@ -61,6 +61,10 @@ const REMAINDER: &str = include_str!("openapi-remainder.json");
         super::operate::tier,
         super::operate::verify,
         super::admin::cluster,
+        super::operate::inspect,
+        super::tiering,
+        super::compaction,
+        super::partitions,
         super::agents::health,
         super::agents::list,
         super::agents::get,
@@ -421,6 +425,16 @@ problems!(
     409 => "The transaction is not hanging (its coordinator will end it; `force` aborts it anyway), or the producer or coordinator epoch is fenced",
     421 => "This agent does not lead the partition now: send the abort to its leader",
     503 => RETRIABLE,
+);
+
+problems!(
+    /// What the leader's view of a partition may answer instead.
+    InspectProblems:
+    400 => MALFORMED,
+    401 => UNAUTHENTICATED,
+    403 => "Not authorized: the caller may not DESCRIBE the topic (TOPIC_AUTHORIZATION_FAILED)",
+    404 => NO_SUCH_PARTITION,
+    503 => "The partition has no live leader (LEADER_NOT_AVAILABLE): retry",
 );
 
 problems!(

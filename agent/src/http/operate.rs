@@ -54,6 +54,18 @@ fn path(p: PartitionPath) -> Result<(String, i32), Problem> {
 }
 
 /// `GET /v1/topics/{topic}/partitions/{p}`.
+#[utoipa::path(
+    get,
+    path = "/v1/topics/{topic}/partitions/{partition}",
+    summary = "One partition as its leader sees it",
+    description = "Replicas, leader epoch, log start (archive included) and local log start, log end, high watermark, last stable offset, ISR and each follower's progress, and the disabled flag. Served by the partition's leader. Needs DESCRIBE on the topic.",
+    params(("topic" = String, Path, pattern = "^[a-zA-Z0-9._-]{1,249}$", description = "The topic's name (Kafka's rules: ASCII letters, digits, '.', '_' and '-')"), ("partition" = i32, Path, minimum = 0, maximum = 2147483647, description = "The partition's index")),
+    responses(
+        (status = 200, description = "The partition", body = crate::partition::PartitionView),
+        super::openapi::LeaderRedirected,
+        super::openapi::InspectProblems,
+    ),
+)]
 pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Uri) -> Response {
     let (topic, partition) = match path(p) {
         Ok(p) => p,

@@ -63,7 +63,9 @@ struct Compacted {
 }
 
 /// What the last pass did to one partition (for the operator API).
-#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+#[derive(
+    Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize, utoipa::ToSchema,
+)]
 pub struct PartitionLifecycle {
     pub topic: String,
     pub partition: i32,

@@ -5,11 +5,40 @@
 
 use std::sync::Arc;
 
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
 use strata_tiering::TieringWorker;
+use utoipa::ToSchema;
 
+use crate::partition::{PartitionView, ReplicaList};
 use crate::replicas::ReplicaManager;
 use crate::service::maintenance::MaintenanceError;
+
+/// Tiering progress on this agent.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+#[schema(as = TieringStatus)]
+pub struct TieringView {
+    /// The archive's URL
+    pub archive: String,
+    /// The partitions this agent's tiering worker archives (it leads them)
+    pub partitions: Vec<TieringPartition>,
+    /// How long the running pass has run; null between passes. A pass running for
+    /// long is stuck on the object store (its calls time out after 60 s)
+    pub pass_running_ms: Option<i64>,
+    /// Reads of the archive that failed since the agent started
+    pub archive_read_failures: u64,
+    /// Why there are no partitions, when tiering runs in another process
+    pub note: Option<String>,
+}
+
+/// One partition's tiering progress.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct TieringPartition {
+    #[serde(flatten)]
+    pub progress: strata_tiering::PartitionStatus,
+    /// What the records not yet archived wait for, when they wait for more than the
+    /// next pass
+    pub waiting_for: Option<String>,
+}
 
 /// This agent's own state.
 pub struct Status<'a> {
@@ -31,33 +60,31 @@ impl Status<'_> {
     /// Tiering progress per partition: the highest archived offset and the lag in
     /// records, with, where records wait in the active segment alone, why (only closed
     /// segments are archived).
-    pub fn tiering(&self) -> Value {
+    pub fn tiering(&self) -> TieringView {
         let reader = self.replicas.archive();
         let archive = reader.archive().url.clone();
-        let failures = reader.read_failures();
-        match self.tiering {
-            Some(worker) => {
-                let now = crate::clock::now_ms();
-                let started = worker.pass_started_ms();
-                json!({
-                    "archive": archive,
-                    "partitions": self.explained(worker.status()),
-                    // A pass running for long is stuck on the store (calls time out
-                    // after 60 s).
-                    "pass_running_ms": started.map(|s| (now - s).max(0)),
-                    "archive_read_failures": failures,
-                })
-            }
-            None => json!({
-                "archive": archive,
-                "partitions": [],
-                "archive_read_failures": failures,
-                "note": "tiering runs in another process",
-            }),
+        let archive_read_failures = reader.read_failures();
+        let Some(worker) = self.tiering else {
+            return TieringView {
+                archive,
+                partitions: Vec::new(),
+                pass_running_ms: None,
+                archive_read_failures,
+                note: Some("tiering runs in another process".to_string()),
+            };
+        };
+        let now = crate::clock::now_ms();
+        TieringView {
+            archive,
+            partitions: self.explained(worker.status()),
+            // A pass running for long is stuck on the store (calls time out after 60 s).
+            pass_running_ms: worker.pass_started_ms().map(|s| (now - s).max(0)),
+            archive_read_failures,
+            note: None,
         }
     }
 
-    fn explained(&self, status: Vec<strata_tiering::PartitionStatus>) -> Vec<Value> {
+    fn explained(&self, status: Vec<strata_tiering::PartitionStatus>) -> Vec<TieringPartition> {
         status
             .into_iter()
             .map(|s| {
@@ -67,11 +94,12 @@ impl Status<'_> {
                         .as_ref()
                         .and_then(|t| t.replica(s.partition))
                         .is_some_and(|p| p.segments_from(s.archived_upto + 1).1 == 1);
-                let mut v = serde_json::to_value(&s).unwrap_or_default();
-                if waiting {
-                    v["waiting_for"] = "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".into();
+                TieringPartition {
+                    progress: s,
+                    waiting_for: waiting.then(|| {
+                        "the active segment to close (segment.bytes or segment.ms): only closed segments are archived".to_string()
+                    }),
                 }
-                v
             })
             .collect()
     }
@@ -80,32 +108,36 @@ impl Status<'_> {
     /// error says which agent does): its replicas, epoch, log start (the archive's
     /// included) and end, high watermark, ISR, each follower's progress, and whether an
     /// operator disabled its writes.
-    pub async fn partition(&self, topic: &str, partition: i32) -> Result<Value, MaintenanceError> {
+    pub async fn partition(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Result<PartitionView, MaintenanceError> {
         let replica =
             crate::service::maintenance::led_here(self.replicas, topic, partition).await?;
         let state = self.replicas.topic(topic);
-        let record = state
+        let (replicas, adding_replicas, removing_replicas) = state
             .as_ref()
-            .and_then(|s| s.record.partitions.get(partition as usize).cloned());
-        let mut status = replica.status(crate::clock::now_ms());
-        status["node_id"] = self.node_id.into();
-        status["log_start_offset"] = self.replicas.log_start_offset(&replica).await.into();
-        status["local_log_start_offset"] = replica.log_start_offset().into();
-        if let Some(record) = record {
-            status["replicas"] = json!(record.replicas);
-            status["adding_replicas"] = json!(record.adding);
-            status["removing_replicas"] = json!(record.removing);
-        }
-        status["disabled"] = json!(
-            state
+            .and_then(|s| s.record.partitions.get(partition as usize))
+            .map(|r| (r.replicas.clone(), r.adding.clone(), r.removing.clone()))
+            .unwrap_or_default();
+        let mut view = replica.status(crate::clock::now_ms());
+        view.log_start_offset = self.replicas.log_start_offset(&replica).await;
+        Ok(PartitionView {
+            node_id: self.node_id,
+            replica: view,
+            local_log_start_offset: replica.log_start_offset(),
+            replicas,
+            adding_replicas,
+            removing_replicas,
+            disabled: state
                 .as_ref()
-                .and_then(|s| s.record.disabled.get(&(partition as u32)))
-        );
-        Ok(status)
+                .and_then(|s| s.record.disabled.get(&(partition as u32)).cloned()),
+        })
     }
 
     /// This agent's replicas, leaders and followers, as each sees itself now.
-    pub fn partitions(&self) -> Value {
+    pub fn partitions(&self) -> ReplicaList {
         let now = crate::clock::now_ms();
         let replicas: Vec<_> = self
             .replicas
@@ -117,6 +149,9 @@ impl Status<'_> {
                     .collect::<Vec<_>>()
             })
             .collect();
-        json!({ "node_id": self.node_id, "partitions": replicas })
+        ReplicaList {
+            node_id: self.node_id,
+            partitions: replicas,
+        }
     }
 }
