@@ -130,6 +130,82 @@ pub struct ConnectionInfo {
     pub peer: SocketAddr,
     pub principal: Principal,
     pub client_software: Option<ClientSoftware>,
+    /// Produce refusals a pipelined request must not be judged past (one set per
+    /// connection, shared by the copies a connection makes as it learns).
+    pub produce_refusals: Arc<ProduceRefusals>,
+}
+
+/// The partitions whose last produce on a connection was refused with an error a
+/// client retries, nothing appended (`NOT_LEADER_OR_FOLLOWER` from an agent not
+/// leading yet, say), and that error. The client resends the refused batch, but the
+/// batches after it may already be on their way in the same pipeline: judged by a
+/// leader elected in between, they would be OUT_OF_ORDER_SEQUENCE_NUMBER, and
+/// librdkafka answers that by bumping its producer epoch, which resends its in-flight
+/// batches of every partition under the new epoch, writing twice those that were
+/// written. So such a batch is refused as its predecessor was (`crate::api::produce`).
+#[derive(Debug, Default)]
+pub struct ProduceRefusals(std::sync::Mutex<Vec<Refusal>>);
+
+#[derive(Debug)]
+struct Refusal {
+    topic: String,
+    partition: i32,
+    error: kafka_protocol::error::ResponseError,
+    at: Instant,
+}
+
+/// How long a refusal is held against the batches after it: a pipeline's requests
+/// arrive within a request timeout of each other.
+const REFUSAL_HELD: Duration = Duration::from_secs(30);
+/// A bound on the refusals remembered per connection (the oldest go first).
+const REFUSALS_KEPT: usize = 1024;
+
+impl ProduceRefusals {
+    fn refusals(&self) -> std::sync::MutexGuard<'_, Vec<Refusal>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A produce to `topic`-`partition` was refused with `error`, nothing appended.
+    pub fn refused(
+        &self,
+        topic: &str,
+        partition: i32,
+        error: kafka_protocol::error::ResponseError,
+    ) {
+        let mut refusals = self.refusals();
+        refusals.retain(|r| !(r.partition == partition && r.topic == topic));
+        if refusals.len() >= REFUSALS_KEPT {
+            refusals.remove(0);
+        }
+        refusals.push(Refusal {
+            topic: topic.to_string(),
+            partition,
+            error,
+            at: crate::clock::instant(),
+        });
+    }
+
+    /// The refusal still held against `topic`-`partition`, if any.
+    pub fn held(
+        &self,
+        topic: &str,
+        partition: i32,
+    ) -> Option<kafka_protocol::error::ResponseError> {
+        let refusals = self.refusals();
+        refusals
+            .iter()
+            .find(|r| r.partition == partition && r.topic == topic)
+            .filter(|r| r.at.elapsed() < REFUSAL_HELD)
+            .map(|r| r.error)
+    }
+
+    /// A produce to `topic`-`partition` was appended: nothing is held against it.
+    pub fn appended(&self, topic: &str, partition: i32) {
+        let mut refusals = self.refusals();
+        if !refusals.is_empty() {
+            refusals.retain(|r| !(r.partition == partition && r.topic == topic));
+        }
+    }
 }
 
 impl ConnectionInfo {
@@ -139,6 +215,7 @@ impl ConnectionInfo {
             peer,
             principal: Principal::anonymous(),
             client_software: None,
+            produce_refusals: Arc::default(),
         }
     }
 

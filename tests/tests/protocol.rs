@@ -1352,6 +1352,57 @@ async fn the_same_idempotent_batch_twice_is_stored_once() {
     agent.stop().await;
 }
 
+/// A batch that skips sequence numbers, on a connection where the batch before it was
+/// refused with an error the client answers by sending it again, is refused the same
+/// way, not OUT_OF_ORDER_SEQUENCE_NUMBER: it was on its way before the client learned
+/// of the refusal (a pipeline), and the client sends both again, in order. (Judged out
+/// of order, librdkafka would bump its producer epoch and write twice the batches of
+/// other partitions it had in flight: found by the cattle soak, where an agent becomes
+/// leader between two pipelined requests.) Here the refusal is an unknown partition and
+/// the state changes between the two batches because the topic is created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_after_a_refused_one_on_its_connection_is_refused_as_it_was() {
+    let agent = TestAgent::start().await.expect("start");
+    let mut c = agent.client().await.expect("connect");
+    let mut other = agent.client().await.expect("connect");
+    let r = c
+        .send(4, &InitProducerIdRequest::default())
+        .await
+        .expect("init");
+    let pid = r.producer_id.0;
+    let unknown = ResponseError::UnknownTopicOrPartition.code();
+    let first = idempotent_batch(pid, 0, &["a"]);
+    let second = idempotent_batch(pid, 1, &["b"]);
+    assert_eq!(
+        produce_one(&mut c, 9, "later", 0, first.clone()).await.0,
+        unknown
+    );
+    assert_eq!(create(&mut other, "later", 1, &[]).await, 0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while latest_offset(&mut other, "later", 0).await != 0 {
+        assert!(std::time::Instant::now() < deadline, "the topic is served");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    // The batch after the refused one is refused as it was, on its connection only.
+    let (code, _) = produce_one(&mut c, 9, "later", 0, second.clone()).await;
+    assert_eq!(code, unknown, "held to the refusal before it");
+    let (code, _) = produce_one(&mut other, 9, "later", 0, second.clone()).await;
+    assert_eq!(code, ResponseError::OutOfOrderSequenceNumber.code());
+    // Sent again in order, both are written once.
+    assert_eq!(produce_one(&mut c, 9, "later", 0, first).await, (0, 0));
+    assert_eq!(produce_one(&mut c, 9, "later", 0, second).await, (0, 1));
+    let values: Vec<Option<Bytes>> = fetch_values(&mut c, "later", 0, 0)
+        .await
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(values, vec![Some(Bytes::from("a")), Some(Bytes::from("b"))]);
+    // Once a batch is written, a gap is out of order again.
+    let (code, _) = produce_one(&mut c, 9, "later", 0, idempotent_batch(pid, 9, &["x"])).await;
+    assert_eq!(code, ResponseError::OutOfOrderSequenceNumber.code());
+    agent.stop().await;
+}
+
 /// A topic created through one agent is picked up by another agent on the same metastore
 /// through the metastore watch, sooner than the 5 s maintenance refresh would.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

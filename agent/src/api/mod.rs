@@ -122,7 +122,10 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
     let who = caller(ctx);
     Some(match request {
         RequestKind::ApiVersions(_) => ready(versions::api_versions(0)),
-        RequestKind::Produce(req) => produce::produce(broker, &who, req, version, deadline).await,
+        RequestKind::Produce(req) => {
+            let refusals = &ctx.connection.produce_refusals;
+            produce::produce(broker, &who, refusals, req, version, deadline).await
+        }
         RequestKind::Fetch(req) => {
             async move { Some(fetch::fetch(&b, &who, req, version, deadline).await.into()) }.boxed()
         }

@@ -23,6 +23,7 @@ use super::Reply;
 use crate::broker::Broker;
 use crate::caller::Caller;
 use crate::clock::now_ms;
+use crate::context::ProduceRefusals;
 use crate::error::Error;
 use crate::error_map::ApiError;
 use crate::service::produce::{Acks, Commit, Permit};
@@ -59,6 +60,45 @@ fn set_error(r: &mut PartitionProduceResponse, e: ApiError, version: i16) {
             .collect();
         r.error_message = Some(StrBytes::from_string(e.message));
     }
+}
+
+/// Refusals of a batch, nothing appended, that a client answers by sending the batch
+/// again (after it looked the leader up again, or waited): the batches after it in the
+/// same pipeline are held to them ([`ProduceRefusals`]).
+const RESENT: [ResponseError; 4] = [
+    ResponseError::NotLeaderOrFollower,
+    ResponseError::NotEnoughReplicas,
+    ResponseError::UnknownTopicOrPartition,
+    ResponseError::LeaderNotAvailable,
+];
+
+/// The refusal held against a batch of `topic`-`partition` that skips sequence numbers
+/// (`e`), when an earlier batch of that partition on this connection was refused and
+/// not yet sent again: it is refused the same way, not judged out of order, so that the
+/// client sends both again, in order.
+fn held_against(
+    refusals: &ProduceRefusals,
+    topic: &str,
+    partition: i32,
+    e: &Error,
+) -> Option<ApiError> {
+    use crate::partition::PartitionError as P;
+    let Error::Partition(P::Log(strata_log::Error::OutOfOrderSequence { expected, got, .. })) = e
+    else {
+        return None;
+    };
+    // Ahead of what was expected (sequence numbers wrap).
+    if got.wrapping_sub(*expected) <= 0 {
+        return None;
+    }
+    let code = refusals.held(topic, partition)?;
+    Some(ApiError::new(
+        code,
+        format!(
+            "{e}: an earlier batch of {topic}-{partition} on this connection was refused ({}); send it first",
+            crate::metrics::kafka_error_name(code.code())
+        ),
+    ))
 }
 
 /// Refusals that are routine for clients (they refresh metadata and retry).
@@ -160,6 +200,7 @@ fn produce_error(e: crate::txn::TxnError) -> ApiError {
 pub async fn produce(
     broker: &Arc<Broker>,
     who: &Caller,
+    refusals: &ProduceRefusals,
     req: ProduceRequest,
     version: i16,
     deadline: tokio::time::Instant,
@@ -200,16 +241,25 @@ pub async fn produce(
                         now,
                     )
                     .map_err(|e| {
+                        let topic = t.name.0.as_str();
+                        if let Some(held) = held_against(refusals, topic, p.index, &e) {
+                            return held;
+                        }
                         if !routine(&e)
                             && let Some(left_out) = REFUSALS.allow()
                         {
-                            tracing::info!(topic = %t.name.0.as_str(), partition = p.index, error = %e, left_out, "produce refused");
+                            tracing::info!(topic, partition = p.index, error = %e, left_out, "produce refused");
                         }
-                        ApiError::from(&e)
+                        let e = ApiError::from(&e);
+                        if RESENT.contains(&e.code) {
+                            refusals.refused(topic, p.index, e.code);
+                        }
+                        e
                     })
             });
             results.push(match outcome {
                 Ok(out) => {
+                    refusals.appended(t.name.0.as_str(), p.index);
                     let bytes = p.records.as_ref().map_or(0, |r| r.len());
                     crate::metrics::produced(t.name.0.as_str(), bytes);
                     let mut r = PartitionProduceResponse::default();
