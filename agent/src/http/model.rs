@@ -510,3 +510,89 @@ pub struct PartitionReset {
     pub previous_offset: Option<i64>,
     pub new_offset: i64,
 }
+
+/// An ACL binding, its names in Kafka's spelling.
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
+pub struct AclBinding {
+    /// TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN or USER
+    pub resource_type: String,
+    /// `*` (LITERAL) for every resource of the type
+    pub resource_name: String,
+    /// LITERAL or PREFIXED
+    pub pattern_type: String,
+    /// `User:alice`; `User:*` for every principal
+    pub principal: String,
+    /// `*` for any host
+    pub host: String,
+    /// ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION,
+    /// DESCRIBE_CONFIGS, ALTER_CONFIGS or IDEMPOTENT_WRITE
+    pub operation: String,
+    /// ALLOW or DENY
+    pub permission: String,
+}
+
+/// The bindings a filter selects.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AclList {
+    pub acls: Vec<AclBinding>,
+}
+
+/// The bindings created, as stored (names in Kafka's spelling, defaults filled in).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AclsCreated {
+    pub created: Vec<AclBinding>,
+}
+
+/// The bindings deleted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct AclsDeleted {
+    pub deleted: Vec<AclBinding>,
+}
+
+/// One credential of a user: its mechanism and iteration count (never the credential
+/// itself).
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+#[schema(as = ScramCredentialInfo)]
+pub struct ScramCredential {
+    /// SCRAM-SHA-256 or SCRAM-SHA-512
+    pub mechanism: String,
+    pub iterations: u32,
+}
+
+/// A SCRAM user and its credentials.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct ScramUser {
+    pub user: String,
+    pub credentials: Vec<ScramCredential>,
+}
+
+/// Every user with a SCRAM credential.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UserList {
+    pub users: Vec<ScramUser>,
+}
+
+/// A user's credentials deleted.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct UserCredentialsDeleted {
+    pub user: String,
+    /// The mechanisms whose credentials are deleted
+    pub deleted: Vec<String>,
+}
+
+/// An entity and its quotas.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct QuotaEntry {
+    /// Entity type (`user`, `client-id`, `ip`) to name; null for the type's default
+    #[schema(schema_with = super::openapi::quota_entity_ref)]
+    pub entity: BTreeMap<String, Option<String>>,
+    /// Quota to value: `producer_byte_rate`, `consumer_byte_rate`, `request_percentage`
+    /// (user and client-id entities), `connection_creation_rate` (ip entities)
+    pub values: BTreeMap<String, f64>,
+}
+
+/// The entities a query selects, and their quotas.
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
+pub struct QuotaList {
+    pub quotas: Vec<QuotaEntry>,
+}

@@ -21,10 +21,17 @@ use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::Schema;
+use utoipa::{IntoParams, ToSchema};
 
 use super::HttpApi;
 use super::admin::{audited, caller};
 use super::json;
+use super::model::{
+    AclBinding, AclList, AclsCreated, AclsDeleted, QuotaEntry, QuotaList, ScramCredential,
+    ScramUser, UserCredentialsDeleted, UserList,
+};
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::authz::Caller;
 use crate::authz::rules::{
@@ -143,22 +150,27 @@ fn pattern_name(code: i8) -> &'static str {
     }
 }
 
-fn binding_json(a: &AclRecord) -> Value {
-    json!({
-        "resource_type": resource_type_name(a.resource_type).unwrap_or("UNKNOWN"),
-        "resource_name": a.resource_name,
-        "pattern_type": pattern_name(a.pattern_type),
-        "principal": a.principal,
-        "host": a.host,
-        "operation": Operation::from_code(a.operation).map_or("UNKNOWN", Operation::name),
-        "permission": match Permission::from_code(a.permission) {
+fn binding(a: &AclRecord) -> AclBinding {
+    AclBinding {
+        resource_type: resource_type_name(a.resource_type)
+            .unwrap_or("UNKNOWN")
+            .to_string(),
+        resource_name: a.resource_name.clone(),
+        pattern_type: pattern_name(a.pattern_type).to_string(),
+        principal: a.principal.clone(),
+        host: a.host.clone(),
+        operation: Operation::from_code(a.operation)
+            .map_or("UNKNOWN", Operation::name)
+            .to_string(),
+        permission: match Permission::from_code(a.permission) {
             Some(Permission::Deny) => "DENY",
             _ => "ALLOW",
-        },
-    })
+        }
+        .to_string(),
+    }
 }
 
-fn bindings_json(mut acls: Vec<AclRecord>) -> Value {
+fn bindings(mut acls: Vec<AclRecord>) -> Vec<AclBinding> {
     acls.sort_by(|a, b| {
         (
             a.resource_type,
@@ -178,22 +190,37 @@ fn bindings_json(mut acls: Vec<AclRecord>) -> Value {
                 b.permission,
             )))
     });
-    Value::Array(acls.iter().map(binding_json).collect())
+    acls.iter().map(binding).collect()
 }
 
-/// An ACL binding as the API reads one.
-#[derive(Debug, Deserialize)]
+/// An ACL binding to create; names are Kafka's, read in any case.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = AclBindingInput)]
 struct Binding {
+    /// TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN or USER; in any case,
+    /// `-` for `_`
     resource_type: String,
+    /// `kafka-cluster` for CLUSTER; `*` (LITERAL) for every resource of the type
+    #[schema(min_length = 1)]
     resource_name: String,
+    /// LITERAL or PREFIXED, in any case
     #[serde(default)]
+    #[schema(default = "LITERAL")]
     pattern_type: Option<String>,
+    /// The principal's type and name: `User:alice`; `User:*` for every principal
+    #[schema(pattern = r"^[^:]+:[\s\S]+$")]
     principal: String,
+    /// The client's address; `*` for any host
     #[serde(default)]
+    #[schema(default = "*")]
     host: Option<String>,
+    /// ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION,
+    /// DESCRIBE_CONFIGS, ALTER_CONFIGS or IDEMPOTENT_WRITE; in any case, `-` for `_`
     operation: String,
+    /// ALLOW or DENY, in any case
     #[serde(default)]
+    #[schema(default = "ALLOW")]
     permission: Option<String>,
 }
 
@@ -219,23 +246,38 @@ impl Binding {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// ACL bindings to create.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = CreateAclsRequest)]
 struct CreateAcls {
+    #[schema(min_items = 1)]
     acls: Vec<Binding>,
 }
 
 /// What `GET` and `DELETE /v1/acls` select; each field left out matches any value.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct AclQuery {
+    /// TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN, USER, or ANY; in any
+    /// case, `-` for `_`. Left out: any
     resource_type: Option<String>,
+    /// Exactly this resource name (with `pattern_type=MATCH`: the resource the
+    /// bindings apply to). Left out: any
     resource_name: Option<String>,
-    /// LITERAL, PREFIXED, ANY, or MATCH: the bindings that apply to `resource_name`.
+    /// LITERAL, PREFIXED, ANY, or MATCH (the bindings that apply to `resource_name`:
+    /// literal, `*` and prefixed ones); in any case. Left out: ANY
     pattern_type: Option<String>,
+    /// Exactly this principal (`User:alice`). Left out: any
     principal: Option<String>,
+    /// Exactly this host (`*` is the binding for any host). Left out: any
     host: Option<String>,
+    /// ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION,
+    /// DESCRIBE_CONFIGS, ALTER_CONFIGS, IDEMPOTENT_WRITE, or ANY; in any case, `-` for
+    /// `_`. Left out: any
     operation: Option<String>,
+    /// ALLOW, DENY, or ANY; in any case. Left out: any
     permission: Option<String>,
 }
 
@@ -304,6 +346,17 @@ fn enabled(http: &HttpApi) -> Result<(), Problem> {
 }
 
 /// `GET /v1/acls`: the bindings the query selects.
+#[utoipa::path(
+    get,
+    path = "/v1/acls",
+    summary = "The ACL bindings a filter selects",
+    description = "As DescribeAcls: the bindings the authorizer enforces (those `kafka-acls.sh --list` shows), sorted; each parameter left out matches any value. Names are Kafka's, read in any case. Needs DESCRIBE on the cluster.",
+    params(AclQuery),
+    responses(
+        (status = 200, description = "The bindings", body = AclList),
+        super::openapi::ListAclsProblems,
+    ),
+)]
 pub async fn list_acls(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -315,7 +368,9 @@ pub async fn list_acls(
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter = query.filter()?;
         let acls = security::acls(http.broker.security(), &allowed, &filter).await?;
-        Ok::<_, Problem>(json!({ "acls": bindings_json(acls) }))
+        Ok::<_, Problem>(AclList {
+            acls: bindings(acls),
+        })
     }
     .await;
     match outcome {
@@ -325,6 +380,17 @@ pub async fn list_acls(
 }
 
 /// `POST /v1/acls` `{"acls": [binding, …]}`: all of them, or (one invalid) none.
+#[utoipa::path(
+    post,
+    path = "/v1/acls",
+    summary = "Create ACL bindings",
+    description = "As CreateAcls, but all or none: each binding is checked as Kafka's controller checks one, and one refused refuses the request; the bindings are stored in one metastore transaction (a binding already stored is not stored twice). This agent enforces them at once, the others within moments. Needs ALTER on the cluster; audited (`acl.create`).",
+    request_body = CreateAcls,
+    responses(
+        (status = 201, description = "The bindings, created (as stored: names in Kafka's spelling, defaults filled in)", body = AclsCreated),
+        super::openapi::CreateAclsProblems,
+    ),
+)]
 pub async fn create_acls(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -359,7 +425,7 @@ pub async fn create_acls(
         Err(p) => return p.into_response(),
     };
     let resource = acl_resource(&records[0]);
-    let request = json!({ "acls": records.iter().map(binding_json).collect::<Vec<_>>() });
+    let request = json!({ "acls": records.iter().map(binding).collect::<Vec<_>>() });
     let checked = security::check_acls(http.broker.security(), &allowed, records.clone());
     let outcome = match checked
         .into_iter()
@@ -375,7 +441,9 @@ pub async fn create_acls(
             .map(|()| {
                 (
                     StatusCode::CREATED,
-                    json!({ "created": bindings_json(records) }),
+                    AclsCreated {
+                        created: bindings(records),
+                    },
                 )
             })
             .map_err(Problem::from),
@@ -385,6 +453,17 @@ pub async fn create_acls(
 
 /// `DELETE /v1/acls?…`: the bindings the query selects (at least one field named;
 /// `resource_type=ANY` selects every binding).
+#[utoipa::path(
+    delete,
+    path = "/v1/acls",
+    summary = "Delete the ACL bindings a filter selects",
+    description = "As DeleteAcls with one filter. At least one parameter must be given (else 400); `resource_type=ANY` deletes every binding. Needs ALTER on the cluster; audited (`acl.delete`).",
+    params(AclQuery),
+    responses(
+        (status = 200, description = "The bindings deleted (none if the filter selects none)", body = AclsDeleted),
+        super::openapi::DeleteAclsProblems,
+    ),
+)]
 pub async fn delete_acls(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -429,7 +508,10 @@ pub async fn delete_acls(
         .await
         .pop()
         .expect("one outcome per filter")
-        .map(|deleted| (StatusCode::OK, json!({ "deleted": bindings_json(deleted) })))
+        .map(|deleted| {
+            let deleted = bindings(deleted);
+            (StatusCode::OK, AclsDeleted { deleted })
+        })
         .map_err(Problem::from);
     audited(
         &http,
@@ -444,13 +526,13 @@ pub async fn delete_acls(
 // ---------------------------------------------------------------------------------
 // SCRAM users
 
-fn credentials_json(infos: &[CredentialInfo]) -> Value {
-    Value::Array(
-        infos
-            .iter()
-            .map(|i| json!({ "mechanism": i.mechanism.mechanism(), "iterations": i.iterations }))
-            .collect(),
-    )
+fn credentials(infos: &[CredentialInfo]) -> Vec<ScramCredential> {
+    (infos.iter())
+        .map(|i| ScramCredential {
+            mechanism: i.mechanism.mechanism().to_string(),
+            iterations: i.iterations,
+        })
+        .collect()
 }
 
 fn mechanism(name: &str) -> Result<ScramHash, Problem> {
@@ -464,24 +546,47 @@ fn mechanism(name: &str) -> Result<ScramHash, Problem> {
 const MECHANISMS: [ScramHash; 2] = [ScramHash::Sha256, ScramHash::Sha512];
 
 /// `GET /v1/users`: every user with SCRAM credentials, and their mechanisms.
+#[utoipa::path(
+    get,
+    path = "/v1/users",
+    summary = "Every SCRAM user",
+    description = "As DescribeUserScramCredentials without users: every user with a SCRAM credential, with each credential's mechanism and iteration count (never the credential itself). Needs DESCRIBE on the cluster.",
+    responses(
+        (status = 200, description = "The users", body = UserList),
+        super::openapi::ListUsersProblems,
+    ),
+)]
 pub async fn list_users(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
     let allowed = match allowed(&http, &extensions, Action::DescribeUsers) {
         Ok(a) => a,
         Err(p) => return p.into_response(),
     };
     match security::users(http.broker.security(), &allowed).await {
-        Ok(users) => axum::Json(json!({
-            "users": users
-                .iter()
-                .map(|(u, c)| json!({ "user": u, "credentials": credentials_json(c) }))
-                .collect::<Vec<_>>(),
-        }))
+        Ok(users) => axum::Json(UserList {
+            users: (users.iter())
+                .map(|(u, c)| ScramUser {
+                    user: u.clone(),
+                    credentials: credentials(c),
+                })
+                .collect(),
+        })
         .into_response(),
         Err(e) => Problem::from(e).into_response(),
     }
 }
 
 /// `GET /v1/users/{user}`.
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user}",
+    summary = "One SCRAM user's credentials",
+    description = "Each credential's mechanism and iteration count (never the credential itself). Needs DESCRIBE on the cluster.",
+    params(("user" = String, Path, min_length = 1, description = "The SCRAM user's name")),
+    responses(
+        (status = 200, description = "The user", body = ScramUser),
+        super::openapi::GetUserProblems,
+    ),
+)]
 pub async fn get_user(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -496,27 +601,47 @@ pub async fn get_user(
         Err(e) => return Problem::from(e).into_response(),
     };
     match security::user(http.broker.security(), &allowed, &user).await {
-        Ok(c) => {
-            axum::Json(json!({ "user": user, "credentials": credentials_json(&c) })).into_response()
-        }
+        Ok(c) => axum::Json(ScramUser {
+            credentials: credentials(&c),
+            user,
+        })
+        .into_response(),
         Err(e) => Problem::from(e).into_response(),
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// A user's password, to make SCRAM credentials from.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
+#[schema(as = SetUserRequest)]
 struct SetUser {
+    /// The credential is made from it; it is kept nowhere
+    #[schema(min_length = 1)]
     password: String,
-    /// One mechanism; by default both, so the user logs in with either.
+    /// SCRAM-SHA-256 or SCRAM-SHA-512, in any case; left out or null: both, so the
+    /// user logs in with either
     #[serde(default)]
     mechanism: Option<String>,
     #[serde(default, deserialize_with = "json::opt")]
+    #[schema(minimum = 4096, maximum = 16384, default = 4096)]
     iterations: Option<u32>,
 }
 
 /// `PUT /v1/users/{user}` `{"password": …, "mechanism"?, "iterations"?}`: sets the
 /// user's SCRAM credential (both mechanisms unless one is named) from a password, with
 /// a fresh salt; the password itself is kept nowhere.
+#[utoipa::path(
+    put,
+    path = "/v1/users/{user}",
+    summary = "Set a user's SCRAM credentials from a password",
+    description = "As `kafka-configs.sh --alter --add-config 'SCRAM-SHA-512=[password=…]'`: the credential of each mechanism (both unless `mechanism` names one) is made here from the password with a fresh random salt, and replaces the one the user had; the password itself is kept nowhere. The user logs in over SASL at once. Needs ALTER on the cluster; audited (`user.alter_scram_credentials`).",
+    params(("user" = String, Path, min_length = 1, description = "The SCRAM user's name")),
+    request_body = SetUser,
+    responses(
+        (status = 200, description = "The user's credentials now", body = ScramUser),
+        super::openapi::SetUserProblems,
+    ),
+)]
 pub async fn set_user(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -587,7 +712,7 @@ async fn alter_user(
     allowed: &Allowed,
     user: &str,
     changes: Vec<CredentialChange>,
-) -> Result<(StatusCode, Value), Problem> {
+) -> Result<(StatusCode, ScramUser), Problem> {
     let mut refused = security::alter_users(
         http.broker.security(),
         allowed,
@@ -604,17 +729,34 @@ async fn alter_user(
     };
     Ok((
         StatusCode::OK,
-        json!({ "user": user, "credentials": credentials_json(&now) }),
+        ScramUser {
+            user: user.to_string(),
+            credentials: credentials(&now),
+        },
     ))
 }
 
-#[derive(Debug, Deserialize, Default)]
+/// Which of a user's credentials to delete.
+#[derive(Debug, Deserialize, Default, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DeleteUserQuery {
+    /// SCRAM-SHA-256 or SCRAM-SHA-512, in any case; left out: every mechanism
     mechanism: Option<String>,
 }
 
 /// `DELETE /v1/users/{user}[?mechanism=…]`: one of the user's credentials, or all.
+#[utoipa::path(
+    delete,
+    path = "/v1/users/{user}",
+    summary = "Delete a user's SCRAM credentials",
+    description = "The credential of the mechanism named, or without `mechanism` every credential the user has (the user is then gone). Needs ALTER on the cluster; audited (`user.alter_scram_credentials`).",
+    params(("user" = String, Path, min_length = 1, description = "The SCRAM user's name"), DeleteUserQuery),
+    responses(
+        (status = 200, description = "The credentials deleted", body = UserCredentialsDeleted),
+        super::openapi::DeleteUserProblems,
+    ),
+)]
 pub async fn delete_user(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -648,13 +790,14 @@ pub async fn delete_user(
                 .map(|c| c.mechanism)
                 .collect(),
         };
-        let deleted: Vec<&str> = hashes.iter().map(|h| h.mechanism()).collect();
+        let deleted: Vec<String> = hashes.iter().map(|h| h.mechanism().to_string()).collect();
         let changes = hashes
             .iter()
             .map(|h| CredentialChange::Delete(*h))
             .collect();
         alter_user(&http, &allowed, &user, changes).await?;
-        Ok((StatusCode::OK, json!({ "user": user, "deleted": deleted })))
+        let user = user.clone();
+        Ok((StatusCode::OK, UserCredentialsDeleted { user, deleted }))
     }
     .await;
     audited(
@@ -667,9 +810,9 @@ pub async fn delete_user(
     )
 }
 
-fn query_mechanism(outcome: &Result<(StatusCode, Value), Problem>) -> Value {
+fn query_mechanism(outcome: &Result<(StatusCode, UserCredentialsDeleted), Problem>) -> Value {
     match outcome {
-        Ok((_, v)) => v["deleted"].clone(),
+        Ok((_, d)) => json!(d.deleted),
         Err(_) => Value::Array(Vec::new()),
     }
 }
@@ -682,22 +825,40 @@ const ENTITY_TYPES: [&str; 3] = ["user", "client-id", "ip"];
 
 /// `GET /v1/quotas` selects by entity: each given name exactly, `<default>` for the
 /// type's default entity.
-#[derive(Debug, Deserialize, Default)]
+#[derive(Debug, Deserialize, Default, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct QuotaQuery {
+    /// The user's name, or `<default>`
     user: Option<String>,
+    /// The client id, or `<default>`
     client_id: Option<String>,
+    /// The client's address, or `<default>`; not with `user` or `client_id` (400)
     ip: Option<String>,
 }
 
 /// The default entity of a type, as Kafka's tools print it.
 const DEFAULT_ENTITY: &str = "<default>";
 
-fn quota_json((entity, values): &security::QuotaEntry) -> Value {
-    json!({ "entity": entity, "values": values })
+fn quota((entity, values): &security::QuotaEntry) -> QuotaEntry {
+    QuotaEntry {
+        entity: entity.clone(),
+        values: values.clone(),
+    }
 }
 
 /// `GET /v1/quotas`: the quotas of every entity the query selects.
+#[utoipa::path(
+    get,
+    path = "/v1/quotas",
+    summary = "Client quotas",
+    description = "As DescribeClientQuotas: the quotas of every entity the parameters select, read from the metastore now (what a tool set a moment ago through another agent is shown). Each parameter given matches that entity type's name exactly, `<default>` the type's default entity; an entity may name types not asked for (`user=alice` also selects `user=alice, client-id=…`); with none, every entity. Needs DESCRIBE_CONFIGS on the cluster.",
+    params(QuotaQuery),
+    responses(
+        (status = 200, description = "The entities and their quotas", body = QuotaList),
+        super::openapi::ListQuotasProblems,
+    ),
+)]
 pub async fn list_quotas(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -721,7 +882,9 @@ pub async fn list_quotas(
         })
         .collect();
         let entries = security::quotas(http.broker.security(), &allowed, &filter, false).await?;
-        Ok::<_, Problem>(json!({ "quotas": entries.iter().map(quota_json).collect::<Vec<_>>() }))
+        Ok::<_, Problem>(QuotaList {
+            quotas: entries.iter().map(quota).collect(),
+        })
     }
     .await;
     match outcome {
@@ -730,6 +893,8 @@ pub async fn list_quotas(
     }
 }
 
+/// An entity's quotas to set and delete. (Its schema says which quotas go with which
+/// entity, which utoipa's derive cannot: [`super::openapi::alter_quotas`].)
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AlterQuotas {
@@ -741,8 +906,36 @@ struct AlterQuotas {
     delete: Vec<String>,
 }
 
+impl utoipa::PartialSchema for AlterQuotas {
+    fn schema() -> RefOr<Schema> {
+        super::openapi::alter_quotas().into()
+    }
+}
+
+impl ToSchema for AlterQuotas {
+    fn name() -> std::borrow::Cow<'static, str> {
+        "AlterQuotasRequest".into()
+    }
+
+    fn schemas(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        let entity = super::openapi::quota_entity().into();
+        schemas.push(("QuotaEntity".to_string(), entity));
+    }
+}
+
 /// `PATCH /v1/quotas` `{"entity": {"user": "alice"}, "set": {key: value}, "delete":
 /// [key]}`: as AlterClientQuotas; answers the entity's quotas after.
+#[utoipa::path(
+    patch,
+    path = "/v1/quotas",
+    summary = "Set or remove an entity's client quotas",
+    description = "As AlterClientQuotas for one entity: `set` gives quotas their values, `delete` removes them, and the others keep theirs. Kafka clients and HTTP callers are held to them alike, on this agent at once and on the others within moments. Needs ALTER_CONFIGS on the cluster; audited (`quota.alter`).",
+    request_body = AlterQuotas,
+    responses(
+        (status = 200, description = "The entity's quotas now", body = QuotaEntry),
+        super::openapi::AlterQuotasProblems,
+    ),
+)]
 pub async fn alter_quotas(
     State(http): State<Arc<HttpApi>>,
     extensions: Extensions,
@@ -809,10 +1002,8 @@ pub async fn alter_quotas(
         )
         .await?;
         let values = security::entity_quotas(http.broker.security(), &allowed, &entity)?;
-        Ok::<_, Problem>((
-            StatusCode::OK,
-            json!({ "entity": entity, "values": values }),
-        ))
+        let entity = entity.clone();
+        Ok::<_, Problem>((StatusCode::OK, QuotaEntry { entity, values }))
     }
     .await;
     audited(&http, &caller, "quota.alter", &resource, request, outcome)
