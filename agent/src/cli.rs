@@ -23,8 +23,8 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::http::model::{
-    Cluster, Group, GroupList, OffsetOrError, OffsetsReset, Topic, TopicConfigs, TopicCreated,
-    TopicList, TopicValidated, Verified,
+    AuditLog, Cluster, Group, GroupList, OffsetOrError, OffsetsReset, Topic, TopicConfigs,
+    TopicCreated, TopicList, TopicValidated, Verified,
 };
 use crate::partition::{PartitionView, RoleView};
 use crate::service::agents::ClusterHealth;
@@ -343,7 +343,7 @@ fn offset_cell(offset: &Option<OffsetOrError>) -> String {
 }
 
 /// An answer as its model.
-fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> anyhow::Result<T> {
+pub(crate) fn typed<T: serde::de::DeserializeOwned>(v: Value, what: &str) -> anyhow::Result<T> {
     serde_json::from_value(v).with_context(|| format!("the agent's answer is not {what}"))
 }
 
@@ -591,23 +591,19 @@ pub async fn run(command: Operator) -> anyhow::Result<()> {
             if conn.output == Output::Json {
                 return print_json(&v);
             }
-            let rows: Vec<Vec<String>> = v["entries"]
-                .as_array()
-                .into_iter()
-                .flatten()
+            let log: AuditLog = typed(v, "the audit log")?;
+            let rows: Vec<Vec<String>> = (log.entries.into_iter())
                 .map(|e| {
                     vec![
-                        e["time_ms"]
-                            .as_u64()
-                            .map_or_else(|| cell(&e["time_ms"]), utc),
-                        cell(&e["principal"]),
-                        cell(&e["address"]),
-                        cell(&e["action"]),
-                        cell(&e["resource"]),
-                        if e["ok"] == true {
+                        u64::try_from(e.time_ms).map_or_else(|_| e.time_ms.to_string(), utc),
+                        e.principal,
+                        e.address.unwrap_or("-".to_string()),
+                        e.action,
+                        e.resource,
+                        if e.ok {
                             "ok".to_string()
                         } else {
-                            format!("refused: {}", cell(&e["outcome"]))
+                            format!("refused: {}", cell(&e.outcome))
                         },
                     ]
                 })

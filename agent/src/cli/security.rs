@@ -8,7 +8,11 @@ use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 use serde_json::{Map, Value, json};
 
-use super::{Api, Conn, Output, cell, key_value, print_json, seg, table};
+use super::{Api, Conn, Output, key_value, print_json, seg, table, typed};
+use crate::http::model::{
+    AclBinding, AclList, AclsCreated, AclsDeleted, QuotaEntry, QuotaList, ScramCredential,
+    ScramUser, UserCredentialsDeleted, UserList,
+};
 
 /// The one resource a binding names (or, listing and deleting, selects).
 #[derive(Debug, Clone, Args, Default)]
@@ -210,22 +214,20 @@ const ACL_HEADERS: [&str; 7] = [
     "PERMISSION",
 ];
 
-fn acl_rows(list: &Value) -> Vec<Vec<String>> {
-    list.as_array()
-        .into_iter()
-        .flatten()
+fn acl_rows(list: &[AclBinding]) -> Vec<Vec<String>> {
+    (list.iter())
         .map(|a| {
             [
-                "resource_type",
-                "resource_name",
-                "pattern_type",
-                "principal",
-                "host",
-                "operation",
-                "permission",
+                &a.resource_type,
+                &a.resource_name,
+                &a.pattern_type,
+                &a.principal,
+                &a.host,
+                &a.operation,
+                &a.permission,
             ]
-            .iter()
-            .map(|f| cell(&a[*f]))
+            .into_iter()
+            .cloned()
             .collect()
         })
         .collect()
@@ -254,7 +256,8 @@ pub async fn acls(command: Acls, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            table(&mut out, &ACL_HEADERS, &acl_rows(&v["acls"]))?;
+            let list: AclList = typed(v, "a list of ACL bindings")?;
+            table(&mut out, &ACL_HEADERS, &acl_rows(&list.acls))?;
         }
         Acls::Create {
             resource,
@@ -291,8 +294,9 @@ pub async fn acls(command: Acls, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let created: AclsCreated = typed(v, "the ACL bindings created")?;
             writeln!(out, "created:")?;
-            table(&mut out, &ACL_HEADERS, &acl_rows(&v["created"]))?;
+            table(&mut out, &ACL_HEADERS, &acl_rows(&created.created))?;
         }
         Acls::Delete {
             resource,
@@ -328,25 +332,17 @@ pub async fn acls(command: Acls, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let deleted: AclsDeleted = typed(v, "the ACL bindings deleted")?;
             writeln!(out, "deleted:")?;
-            table(&mut out, &ACL_HEADERS, &acl_rows(&v["deleted"]))?;
+            table(&mut out, &ACL_HEADERS, &acl_rows(&deleted.deleted))?;
         }
     }
     Ok(())
 }
 
-fn credentials(v: &Value) -> String {
-    let c: Vec<String> = v
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|c| {
-            format!(
-                "{} ({} iterations)",
-                cell(&c["mechanism"]),
-                cell(&c["iterations"])
-            )
-        })
+fn credentials(credentials: &[ScramCredential]) -> String {
+    let c: Vec<String> = (credentials.iter())
+        .map(|c| format!("{} ({} iterations)", c.mechanism, c.iterations))
         .collect();
     if c.is_empty() {
         "-".to_string()
@@ -386,11 +382,9 @@ pub async fn users(command: Users, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            let rows: Vec<Vec<String>> = v["users"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|u| vec![cell(&u["user"]), credentials(&u["credentials"])])
+            let list: UserList = typed(v, "a list of users")?;
+            let rows: Vec<Vec<String>> = (list.users.iter())
+                .map(|u| vec![u.user.clone(), credentials(&u.credentials)])
                 .collect();
             table(&mut out, &["USER", "CREDENTIALS"], &rows)?;
             return Ok(());
@@ -423,11 +417,12 @@ pub async fn users(command: Users, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
+            let deleted: UserCredentialsDeleted = typed(v, "the credentials deleted")?;
             writeln!(
                 out,
                 "deleted {}'s {} credentials",
-                cell(&v["user"]),
-                cell(&v["deleted"])
+                deleted.user,
+                deleted.deleted.join(",")
             )?;
             return Ok(());
         }
@@ -435,32 +430,26 @@ pub async fn users(command: Users, conn: &Conn) -> anyhow::Result<()> {
     if json_out {
         return print_json(&v);
     }
+    let user: ScramUser = typed(v, "a user")?;
     table(
         &mut out,
         &["USER", "CREDENTIALS"],
-        &[vec![cell(&v["user"]), credentials(&v["credentials"])]],
+        &[vec![user.user, credentials(&user.credentials)]],
     )?;
     Ok(())
 }
 
-fn entity_cell(entity: &Value) -> String {
-    entity
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(t, n)| format!("{t}={}", n.as_str().unwrap_or(DEFAULT)))
+/// An entity and its quotas as table cells.
+fn quota_row(q: &QuotaEntry) -> Vec<String> {
+    let entity = (q.entity.iter())
+        .map(|(t, n)| format!("{t}={}", n.as_deref().unwrap_or(DEFAULT)))
         .collect::<Vec<_>>()
-        .join(",")
-}
-
-fn values_cell(values: &Value) -> String {
-    values
-        .as_object()
-        .into_iter()
-        .flatten()
-        .map(|(k, v)| format!("{k}={v}"))
+        .join(",");
+    let values = (q.values.iter())
+        .map(|(k, v)| format!("{k}={}", Value::from(*v)))
         .collect::<Vec<_>>()
-        .join(",")
+        .join(",");
+    vec![entity, values]
 }
 
 pub async fn quotas(command: Quotas, conn: &Conn) -> anyhow::Result<()> {
@@ -490,12 +479,8 @@ pub async fn quotas(command: Quotas, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            v["quotas"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(|q| vec![entity_cell(&q["entity"]), values_cell(&q["values"])])
-                .collect::<Vec<_>>()
+            let list: QuotaList = typed(v, "a list of quotas")?;
+            list.quotas.iter().map(quota_row).collect::<Vec<_>>()
         }
         Quotas::Alter {
             entity,
@@ -529,7 +514,8 @@ pub async fn quotas(command: Quotas, conn: &Conn) -> anyhow::Result<()> {
             if json_out {
                 return print_json(&v);
             }
-            vec![vec![entity_cell(&v["entity"]), values_cell(&v["values"])]]
+            let entry: QuotaEntry = typed(v, "an entity's quotas")?;
+            vec![quota_row(&entry)]
         }
     };
     table(&mut out, &["ENTITY", "QUOTAS"], &rows)?;
