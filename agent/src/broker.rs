@@ -417,6 +417,7 @@ impl Broker {
             authorizer: &self.authorizer,
             metastore: &self.metastore,
             quotas: &self.quotas,
+            audit: &self.audit,
         }
     }
 

@@ -513,6 +513,70 @@ def test_acl_changes_are_audited(acl_broker):
     assert d["outcome"] == {"deleted": 1}, d
 
 
+def http_call(b: SaslBroker, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(f"{b.http_url}{path}", data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT) as resp:
+            return resp.status, json.loads(resp.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def test_security_changes_are_audited_alike_whichever_edge_asked(acl_broker):
+    """The security service audits ACL, SCRAM and quota changes itself, one entry per
+    binding, user or entity, so an HTTP request and a Kafka request naming the same
+    things leave the same entries but for `via`."""
+    b = acl_broker
+    admin = admin_as(b, "admin")
+    kafka_prefix, http_prefix = unique_topic("kaud") + "-", unique_topic("haud") + "-"
+
+    def wanted(prefix):
+        return [binding(ResourceType.TOPIC, prefix + "a", "User:alice", AclOperation.READ),
+                binding(ResourceType.GROUP, prefix + "g", "User:bob", AclOperation.READ,
+                        permission=AclPermissionType.DENY)]
+    create_acls(admin, wanted(kafka_prefix))
+    status, answer = http_call(b, "POST", "/v1/acls", {"acls": [
+        {"resource_type": "TOPIC", "resource_name": http_prefix + "a", "principal": "User:alice",
+         "operation": "read"},
+        {"resource_type": "group", "resource_name": http_prefix + "g", "principal": "User:bob",
+         "operation": "READ", "permission": "deny"}]})
+    assert status == 201, answer
+
+    def entries(prefix):
+        return [(e["action"], e["resource"].replace(prefix, "<p>"), e["request"], e["ok"], e["outcome"])
+                for e in audit(b) if e["action"] == "acl.create" and prefix in e["resource"]]
+    kafka, http = entries(kafka_prefix), entries(http_prefix)
+    assert kafka == http, (kafka, http)
+    assert [r for _, r, *_ in kafka] == ["acl:TOPIC:LITERAL:<p>a", "acl:GROUP:LITERAL:<p>g"], kafka
+
+    # All or none over HTTP: the invalid binding and the one not created for it are
+    # both in the log.
+    status, answer = http_call(b, "POST", "/v1/acls", {"acls": [
+        {"resource_type": "TOPIC", "resource_name": http_prefix + "ok", "principal": "User:alice",
+         "operation": "READ"},
+        {"resource_type": "TOPIC", "resource_name": http_prefix + "bad", "principal": "alice",
+         "operation": "READ"}]})
+    assert status == 400 and "acls[1]" in answer["detail"], answer
+    refused = [e for e in audit(b) if e["action"] == "acl.create" and not e["ok"]
+               and (e["resource"].endswith(http_prefix + "ok") or e["resource"].endswith(http_prefix + "bad"))]
+    assert [(e["resource"], e["outcome"].split(":")[0]) for e in refused] == [
+        (f"acl:TOPIC:LITERAL:{http_prefix}ok", "not created"),
+        (f"acl:TOPIC:LITERAL:{http_prefix}bad", "INVALID_REQUEST")], refused
+
+    # A user deleted over HTTP without naming a mechanism: the entry names those deleted.
+    user = unique_topic("carol")
+    status, answer = http_call(b, "PUT", f"/v1/users/{user}", {"password": "carol-secret"})
+    assert status == 200, answer
+    status, answer = http_call(b, "DELETE", f"/v1/users/{user}")
+    assert (status, sorted(answer["deleted"])) == (200, ["SCRAM-SHA-256", "SCRAM-SHA-512"]), answer
+    changes = [(e["via"], e["request"]["delete"], [u["mechanism"] for u in e["request"]["upsert"]])
+               for e in audit(b) if e["resource"] == f"user:{user}"]
+    assert changes == [("http", [], ["SCRAM-SHA-256", "SCRAM-SHA-512"]),
+                       ("http", ["SCRAM-SHA-256", "SCRAM-SHA-512"], [])], changes
+
+
 def test_the_services_decide_and_audit_changes(acl_broker):
     """Creating (auto-creation too), growing and deleting topics, configs, deleted
     records and leader elections are authorized and audited by their services,

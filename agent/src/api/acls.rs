@@ -1,7 +1,7 @@
 //! CreateAcls, DescribeAcls and DeleteAcls: wire requests translated to the security
 //! service (`service/security.rs`), which keeps the bindings the authorizer enforces.
-//! The service decides whether the caller may (ALTER or DESCRIBE on the cluster):
-//! `allowed` is its answer, asked before the handler runs.
+//! The service decides whether the caller may (ALTER or DESCRIBE on the cluster), and
+//! audits the changes.
 //!
 //! As Kafka: without an authorizer all three answer SECURITY_DISABLED; an invalid
 //! binding or filter is INVALID_REQUEST with the reason, and the others in the request
@@ -20,26 +20,20 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 
-use crate::authz::rules::AclFilter;
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::error_map::ApiError;
-use crate::service::security::{self, AclRecord, Allowed, SecurityError};
+use crate::service::security::{self, AclBindingFilter, AclRecord};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
 }
 
-/// Each item's outcome, all of them `e` when the caller may not.
-fn each<T>(n: usize, e: SecurityError) -> Vec<Result<T, SecurityError>> {
-    (0..n).map(|_| Err(e.clone())).collect()
-}
-
 pub async fn create_acls(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: CreateAclsRequest,
 ) -> CreateAclsResponse {
-    let n = req.creations.len();
     let bindings = req
         .creations
         .into_iter()
@@ -54,10 +48,7 @@ pub async fn create_acls(
         })
         .collect();
     let mut response = CreateAclsResponse::default();
-    let outcomes = match &allowed {
-        Ok(allowed) => security::create_acls(broker.security(), allowed, bindings).await,
-        Err(e) => each(n, e.clone()),
-    };
+    let outcomes = security::create_acls(broker.security(), who, bindings).await;
     response.results = outcomes
         .into_iter()
         .map(|outcome| {
@@ -82,40 +73,36 @@ fn filter(
     host: &Option<StrBytes>,
     operation: i8,
     permission: i8,
-) -> Result<AclFilter, SecurityError> {
-    AclFilter::from_codes(
+) -> AclBindingFilter {
+    AclBindingFilter {
         resource_type,
-        resource_name.as_ref().map(|n| n.to_string()),
+        resource_name: resource_name.as_ref().map(|n| n.to_string()),
         pattern_type,
-        principal.as_ref().map(|p| p.to_string()),
-        host.as_ref().map(|h| h.to_string()),
+        principal: principal.as_ref().map(|p| p.to_string()),
+        host: host.as_ref().map(|h| h.to_string()),
         operation,
         permission,
-    )
-    .map_err(|e| SecurityError::Invalid(e.0))
+    }
 }
 
 pub async fn describe_acls(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: DescribeAclsRequest,
 ) -> DescribeAclsResponse {
     let mut response = DescribeAclsResponse::default();
-    let found = async {
-        let allowed = allowed?;
-        let filter = filter(
-            req.resource_type_filter,
-            &req.resource_name_filter,
-            req.pattern_type_filter,
-            &req.principal_filter,
-            &req.host_filter,
-            req.operation,
-            req.permission_type,
-        )?;
-        security::acls(broker.security(), &allowed, &filter).await
-    }
-    .await
-    .map_err(|e| ApiError::from(&e));
+    let filter = filter(
+        req.resource_type_filter,
+        &req.resource_name_filter,
+        req.pattern_type_filter,
+        &req.principal_filter,
+        &req.host_filter,
+        req.operation,
+        req.permission_type,
+    );
+    let found = security::acls(broker.security(), who, &filter)
+        .await
+        .map_err(|e| ApiError::from(&e));
     match found {
         Ok(acls) => {
             let mut by_resource: BTreeMap<(i8, String, i8), Vec<AclDescription>> = BTreeMap::new();
@@ -152,10 +139,10 @@ pub async fn describe_acls(
 
 pub async fn delete_acls(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: DeleteAclsRequest,
 ) -> DeleteAclsResponse {
-    let parsed: Vec<Result<AclFilter, SecurityError>> = req
+    let filters = req
         .filters
         .iter()
         .map(|f| {
@@ -170,24 +157,11 @@ pub async fn delete_acls(
             )
         })
         .collect();
-    let parsed = match &allowed {
-        Ok(_) => parsed,
-        Err(e) => each(parsed.len(), e.clone()),
-    };
-    let valid: Vec<AclFilter> = parsed.iter().filter_map(|f| f.clone().ok()).collect();
-    let mut deleted = match &allowed {
-        Ok(allowed) => security::delete_acls(broker.security(), allowed, valid).await,
-        Err(_) => Vec::new(),
-    }
-    .into_iter();
+    let deleted = security::delete_acls(broker.security(), who, filters).await;
     let mut response = DeleteAclsResponse::default();
-    response.filter_results = parsed
+    response.filter_results = deleted
         .into_iter()
-        .map(|f| {
-            let outcome = match f {
-                Ok(_) => deleted.next().expect("one outcome per valid filter"),
-                Err(e) => Err(e),
-            };
+        .map(|outcome| {
             let mut result = DeleteAclsFilterResult::default();
             match outcome {
                 Ok(acls) => {

@@ -7,7 +7,6 @@
 //! overlap (which is what lets one fsync cover many of them).
 
 mod acls;
-mod audited;
 mod authorized;
 mod cluster;
 pub(crate) mod configs;
@@ -35,7 +34,6 @@ use kafka_protocol::messages::{RequestKind, ResponseKind};
 
 use crate::broker::Broker;
 use crate::context::RequestContext;
-use crate::service::security::{Action, Allowed, SecurityError};
 
 /// The response to one request, once it is ready; `None` for requests that get no
 /// response (produce with acks=0).
@@ -48,18 +46,16 @@ fn ready(response: impl Into<ResponseKind>) -> Reply {
 
 /// Starts handling one request in its context. The caller has checked that the version
 /// is supported; `None` means the API has no handler here, and the connection should be
-/// closed. Who may do what the services decide (each takes the [`caller`]); the few
-/// privileged requests not yet audited by their service are audited here as their
-/// answer is ready (`audited.rs`), refusals included.
+/// closed. Who may do what the services decide (each takes the [`caller`]), and they
+/// audit what they change.
 pub async fn dispatch(
     broker: &Arc<Broker>,
     ctx: &RequestContext,
     mut request: RequestKind,
 ) -> Option<Reply> {
     let unknown = topic_ids::resolve(broker, &mut request, ctx.api_version);
-    let asked = audited::asked(&request);
     let reply = handle(broker, ctx, request).await?;
-    let reply = match unknown {
+    Some(match unknown {
         None => reply,
         Some(unknown) => {
             let version = ctx.api_version;
@@ -69,20 +65,6 @@ pub async fn dispatch(
                         unknown.answer(&mut r, version);
                         r
                     })
-                })
-                .boxed()
-        }
-    };
-    Some(match asked {
-        None => reply,
-        Some(asked) => {
-            let (b, ctx) = (Arc::clone(broker), ctx.clone());
-            reply
-                .map(move |response| {
-                    if let Some(r) = &response {
-                        audited::record(&b, &ctx, asked, r);
-                    }
-                    response
                 })
                 .boxed()
         }
@@ -98,21 +80,7 @@ pub(crate) fn caller(ctx: &RequestContext) -> crate::caller::Caller {
     }
 }
 
-/// Whether the connection's principal may do `action` of the security service, which
-/// decides it.
-fn authorize(
-    broker: &Broker,
-    ctx: &RequestContext,
-    action: Action,
-) -> Result<Allowed, SecurityError> {
-    let who = crate::authz::Caller {
-        principal: ctx.principal(),
-        host: ctx.peer().ip(),
-    };
-    crate::service::security::authorize(broker.security(), who, action)
-}
-
-/// [`dispatch`] before the audit of privileged requests.
+/// [`dispatch`]: one request to its handler.
 async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind) -> Option<Reply> {
     let version = ctx.api_version;
     let b = Arc::clone(broker);
@@ -294,32 +262,25 @@ async fn handle(broker: &Arc<Broker>, ctx: &RequestContext, request: RequestKind
             ready(transactions::describe_producers(broker, &who, req))
         }
         RequestKind::DescribeUserScramCredentials(req) => {
-            let allowed = authorize(broker, ctx, Action::DescribeUsers);
-            async move { Some(users::describe(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(users::describe(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::AlterUserScramCredentials(req) => {
-            let allowed = authorize(broker, ctx, Action::AlterUsers);
-            async move { Some(users::alter(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(users::alter(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::DescribeClientQuotas(req) => {
-            let allowed = authorize(broker, ctx, Action::DescribeQuotas);
-            async move { Some(quotas::describe(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(quotas::describe(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::AlterClientQuotas(req) => {
-            let allowed = authorize(broker, ctx, Action::AlterQuotas);
-            async move { Some(quotas::alter(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(quotas::alter(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::CreateAcls(req) => {
-            let allowed = authorize(broker, ctx, Action::AlterAcls);
-            async move { Some(acls::create_acls(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(acls::create_acls(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::DescribeAcls(req) => {
-            let allowed = authorize(broker, ctx, Action::DescribeAcls);
-            async move { Some(acls::describe_acls(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(acls::describe_acls(&b, &who, req).await.into()) }.boxed()
         }
         RequestKind::DeleteAcls(req) => {
-            let allowed = authorize(broker, ctx, Action::AlterAcls);
-            async move { Some(acls::delete_acls(&b, allowed, req).await.into()) }.boxed()
+            async move { Some(acls::delete_acls(&b, &who, req).await.into()) }.boxed()
         }
         _ => return None,
     })

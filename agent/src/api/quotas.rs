@@ -2,7 +2,7 @@
 //! --entity-type users|clients|ips` and the admin clients set, translated to the
 //! security service (`service/security.rs`) and enforced by every agent
 //! (`crate::quota`). The service decides whether the caller may (DESCRIBE_CONFIGS or
-//! ALTER_CONFIGS on the cluster): `allowed` is its answer.
+//! ALTER_CONFIGS on the cluster), and audits the changes.
 
 use kafka_protocol::error::ResponseError;
 use kafka_protocol::messages::{
@@ -12,10 +12,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::error_map::ApiError;
-use crate::service::security::{
-    self, Allowed, EntityMatch, QuotaChange, QuotaEntity, SecurityError,
-};
+use crate::service::security::{self, Action, EntityMatch, QuotaAlteration};
 
 fn s(v: impl Into<String>) -> StrBytes {
     StrBytes::from_string(v.into())
@@ -23,19 +22,17 @@ fn s(v: impl Into<String>) -> StrBytes {
 
 pub async fn describe(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: DescribeClientQuotasRequest,
 ) -> DescribeClientQuotasResponse {
     let mut response = DescribeClientQuotasResponse::default();
-    let allowed = match allowed {
-        Ok(a) => a,
-        Err(e) => {
-            let e = ApiError::from(&e);
-            response.error_code = e.code();
-            response.error_message = Some(s(e.message));
-            return response;
-        }
-    };
+    // A caller who may not is told so whatever else is wrong (Kafka's order).
+    if let Err(e) = security::authorize(broker.security(), who, Action::DescribeQuotas) {
+        let e = ApiError::from(&e);
+        response.error_code = e.code();
+        response.error_message = Some(s(e.message));
+        return response;
+    }
     let mut filter: Vec<(String, EntityMatch)> = Vec::new();
     for c in &req.components {
         let m = match (c.match_type, &c._match) {
@@ -50,7 +47,7 @@ pub async fn describe(
         };
         filter.push((c.entity_type.to_string(), m));
     }
-    let entries = match security::quotas(broker.security(), &allowed, &filter, req.strict).await {
+    let entries = match security::quotas(broker.security(), who, &filter, req.strict).await {
         Ok(entries) => entries,
         Err(e) => {
             let e = ApiError::from(&e);
@@ -90,76 +87,42 @@ pub async fn describe(
 
 pub async fn alter(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: AlterClientQuotasRequest,
 ) -> AlterClientQuotasResponse {
+    let alterations = (req.entries.iter())
+        .map(|entry| QuotaAlteration {
+            entity: (entry.entity.iter())
+                .map(|d| {
+                    let name = d.entity_name.as_ref().map(|n| n.to_string());
+                    (d.entity_type.to_string(), name)
+                })
+                .collect(),
+            ops: (entry.ops.iter())
+                .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
+                .collect(),
+        })
+        .collect();
+    let outcomes =
+        security::alter_quotas(broker.security(), who, alterations, req.validate_only).await;
     let mut response = AlterClientQuotasResponse::default();
-    let mut changes: Vec<QuotaChange> = Vec::new();
-    let mut results: Vec<(alter_client_quotas_response::EntryData, bool)> = Vec::new();
-    for entry in &req.entries {
-        let mut result = alter_client_quotas_response::EntryData::default();
-        result.entity = entry
-            .entity
-            .iter()
-            .map(|d| {
-                let mut e = alter_client_quotas_response::EntityData::default();
-                e.entity_type = d.entity_type.clone();
-                e.entity_name = d.entity_name.clone();
-                e
-            })
-            .collect();
-        let entity: QuotaEntity = entry
-            .entity
-            .iter()
-            .map(|d| {
-                (
-                    d.entity_type.to_string(),
-                    d.entity_name.as_ref().map(|n| n.to_string()),
-                )
-            })
-            .collect();
-        let ops: Vec<(String, Option<f64>)> = entry
-            .ops
-            .iter()
-            .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
-            .collect();
-        let checked = if let Err(e) = &allowed {
-            Err(e.clone())
-        } else if entity.len() != entry.entity.len() {
-            Err(SecurityError::Invalid(
-                "an entity type appears twice".into(),
-            ))
-        } else {
-            security::check_quota(&entity, &ops)
-        };
-        match checked {
-            Ok(()) => {
-                changes.push((entity, ops));
-                results.push((result, true));
-            }
-            Err(e) => {
+    response.entries = (req.entries.into_iter().zip(outcomes))
+        .map(|(entry, outcome)| {
+            let mut result = alter_client_quotas_response::EntryData::default();
+            result.entity = (entry.entity.into_iter())
+                .map(|d| {
+                    let mut e = alter_client_quotas_response::EntityData::default();
+                    e.entity_type = d.entity_type;
+                    e.entity_name = d.entity_name;
+                    e
+                })
+                .collect();
+            if let Err(e) = outcome {
                 let e = ApiError::from(&e);
                 result.error_code = e.code();
                 result.error_message = Some(s(e.message));
-                results.push((result, false));
             }
-        }
-    }
-    let stored = match &allowed {
-        Ok(allowed) if !req.validate_only => {
-            security::store_quotas(broker.security(), allowed, changes).await
-        }
-        _ => Ok(()),
-    };
-    response.entries = results
-        .into_iter()
-        .map(|(mut r, valid)| {
-            if valid && let Err(e) = &stored {
-                let e = ApiError::from(e);
-                r.error_code = e.code();
-                r.error_message = Some(s(e.message));
-            }
-            r
+            result
         })
         .collect();
     response

@@ -6,8 +6,6 @@
 //! alterations is refused has none of them applied, and the other users' go ahead, all
 //! in one metastore transaction.
 
-use std::collections::BTreeMap;
-
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -19,9 +17,10 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 
 use crate::broker::Broker;
+use crate::caller::Caller;
 use crate::error_map::ApiError;
 use crate::service::security::{
-    self, Allowed, CredentialChange, CredentialInfo as Info, SecurityError,
+    self, Action, CredentialAlteration, CredentialInfo as Info, SecurityError,
 };
 
 fn s(v: impl Into<String>) -> StrBytes {
@@ -59,7 +58,7 @@ fn describe_result(
 
 pub async fn describe(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: DescribeUserScramCredentialsRequest,
 ) -> DescribeUserScramCredentialsResponse {
     let mut response = DescribeUserScramCredentialsResponse::default();
@@ -75,12 +74,12 @@ pub async fn describe(
         .into_iter()
         .map(|u| u.name.to_string())
         .collect();
-    let allowed = match allowed {
-        Ok(a) => a,
-        Err(e) => return fail(response, &e),
-    };
+    // A caller who may not is told so whatever else is wrong (Kafka's order).
+    if let Err(e) = security::authorize(broker.security(), who, Action::DescribeUsers) {
+        return fail(response, &e);
+    }
     if wanted.is_empty() {
-        return match security::users(broker.security(), &allowed).await {
+        return match security::users(broker.security(), who).await {
             Ok(all) => {
                 response.results = all
                     .into_iter()
@@ -101,7 +100,7 @@ pub async fn describe(
                     .into(),
             ))
         } else {
-            match security::user(broker.security(), &allowed, user).await {
+            match security::user(broker.security(), who, user).await {
                 Err(e @ SecurityError::Metastore(_)) => return fail(response, &e),
                 outcome => outcome,
             }
@@ -113,73 +112,33 @@ pub async fn describe(
 
 pub async fn alter(
     broker: &Broker,
-    allowed: Result<Allowed, SecurityError>,
+    who: &Caller,
     req: AlterUserScramCredentialsRequest,
 ) -> AlterUserScramCredentialsResponse {
-    // Every user in request order, with its changes or the first refusal.
-    let mut order: Vec<String> = Vec::new();
-    let mut outcomes: BTreeMap<String, Result<Vec<CredentialChange>, SecurityError>> =
-        BTreeMap::new();
-    let requested = req
-        .deletions
-        .iter()
-        .map(|d| (d.name.to_string(), d.mechanism, None))
-        .chain(req.upsertions.iter().map(|u| {
-            (
-                u.name.to_string(),
-                u.mechanism,
-                Some((u.iterations, u.salt.as_ref(), u.salted_password.as_ref())),
-            )
-        }));
-    for (name, mechanism, upsert) in requested {
-        if !outcomes.contains_key(&name) {
-            order.push(name.clone());
-        }
-        let entry = outcomes
-            .entry(name.clone())
-            .or_insert_with(|| Ok(Vec::new()));
-        let Ok(changes) = entry else { continue };
-        let change = security::credential_change(&name, mechanism, upsert).and_then(|change| {
-            let hash = change.mechanism();
-            if changes.iter().any(|c| c.mechanism() == hash) {
-                return Err(SecurityError::Duplicate(
-                    "A user credential cannot be altered twice in the same request".into(),
-                ));
-            }
-            Ok(change)
-        });
-        match change {
-            Ok(c) => changes.push(c),
-            Err(e) => *entry = Err(e),
-        }
-    }
-
-    let accepted: BTreeMap<String, Vec<CredentialChange>> = outcomes
-        .iter()
-        .filter_map(|(u, o)| Some((u.clone(), o.as_ref().ok()?.clone())))
-        .collect();
-    // A caller who may not alter users is told so for every user, whatever else is
-    // wrong with the request (Kafka's order).
-    if let Err(e) = &allowed {
-        for outcome in outcomes.values_mut() {
-            *outcome = Err(e.clone());
-        }
-    }
-    let stored = match &allowed {
-        Ok(allowed) => security::alter_users(broker.security(), allowed, accepted).await,
-        Err(_) => Ok(BTreeMap::new()),
-    };
+    let deletions = req.deletions.into_iter().map(|d| {
+        let mechanism = d.mechanism;
+        (
+            d.name.to_string(),
+            CredentialAlteration::Delete { mechanism },
+        )
+    });
+    let upsertions = req.upsertions.into_iter().map(|u| {
+        let alteration = CredentialAlteration::Salted {
+            mechanism: u.mechanism,
+            iterations: u.iterations,
+            salt: u.salt.to_vec(),
+            salted_password: u.salted_password.to_vec(),
+        };
+        (u.name.to_string(), alteration)
+    });
+    let alterations = deletions.chain(upsertions).collect();
     let mut response = AlterUserScramCredentialsResponse::default();
-    response.results = order
+    response.results = security::alter_users(broker.security(), who, alterations)
+        .await
         .into_iter()
-        .map(|user| {
+        .map(|(user, outcome)| {
             let mut r = AlterUserScramCredentialsResult::default();
-            let error = match (&outcomes[&user], &stored) {
-                (Err(e), _) => Some(e.clone()),
-                (Ok(_), Err(e)) => Some(e.clone()),
-                (Ok(_), Ok(missing)) => missing.get(&user).cloned(),
-            };
-            if let Some(e) = error {
+            if let Err(e) = outcome {
                 let e = ApiError::from(&e);
                 r.error_code = e.code();
                 r.error_message = Some(s(e.message));

@@ -1,9 +1,9 @@
 //! ACLs, SCRAM users and client quotas over HTTP (`docs/http.md`, "Security
 //! administration"), on the security service the Kafka APIs also use: a binding made
 //! here is the one `kafka-acls.sh --list` shows, a user set here logs in over SASL at
-//! once, a quota set here holds Kafka clients and HTTP callers alike. Every change is
-//! audited with the actions the Kafka APIs record (`acl.create`, `acl.delete`,
-//! `user.alter_scram_credentials`, `quota.alter`).
+//! once, a quota set here holds Kafka clients and HTTP callers alike. The service
+//! decides who may and audits every change, as it does for the Kafka APIs; these
+//! handlers read requests and write answers.
 //!
 //! - `GET|POST|DELETE /v1/acls` (DESCRIBE, ALTER, ALTER on the cluster);
 //! - `GET /v1/users`, `GET|PUT|DELETE /v1/users/{user}` (DESCRIBE, ALTER on the cluster);
@@ -13,77 +13,47 @@
 //! `producer_byte_rate`), read in any case.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Query, State};
+use axum::extract::{Query, State};
 use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{IntoParams, ToSchema};
 
 use super::HttpApi;
-use super::admin::{audited, caller};
+use super::admin::caller;
 use super::json;
 use super::model::{
     AclBinding, AclList, AclsCreated, AclsDeleted, QuotaEntry, QuotaList, ScramCredential,
     ScramUser, UserCredentialsDeleted, UserList,
 };
 use super::problem::{Body, Extracted, Problem, extract};
-use crate::authz::Caller;
-use crate::authz::rules::{
-    AclFilter, FilterPattern, Operation, PatternType, Permission, resource_type_name,
-};
+use crate::authz::rules::{Operation, PatternType, Permission, resource_type_name};
+use crate::caller::Caller;
 use crate::sasl::scram::{MIN_ITERATIONS, ScramHash};
 use crate::service::security::{
-    self, AclRecord, Action, Allowed, CredentialChange, CredentialInfo, EntityMatch, QuotaEntity,
-    SecurityError,
+    self, AclBindingFilter, AclRecord, Action, CredentialAlteration, CredentialInfo, EntityMatch,
+    QuotaAlteration, SecurityError, UserAltered,
 };
 
 type QueryOf<T> = Result<Query<T>, axum::extract::rejection::QueryRejection>;
 
-/// May the caller make the change `audited_as` names? The security service decides; a
-/// refusal is audited here, with `resource` as the request's path names it (its body
-/// is not read for a caller refused).
-fn may_change(
-    http: &HttpApi,
-    extensions: &Extensions,
-    action: Action,
-    audited_as: &str,
-    resource: &str,
-) -> Result<Allowed, Problem> {
-    allowed(http, extensions, action).inspect_err(|p| {
-        let who = caller(extensions);
-        let refused = Err(p.detail.clone());
-        http.broker
-            .audit()
-            .record(&who, audited_as, resource, json!({}), refused);
-    })
-}
-
-/// A user's resource in the audit log, as the path names it.
-fn user_resource(user: &Extracted<String>) -> String {
-    match user {
-        Ok(u) => format!("user:{}", u.0),
-        Err(_) => "user:".to_string(),
-    }
-}
-
-/// May the caller do `action`? The security service decides (the route table leaves
-/// it to it).
-fn allowed(http: &HttpApi, extensions: &Extensions, action: Action) -> Result<Allowed, Problem> {
-    let principal = super::auth::authenticated(extensions);
-    let host = extensions
-        .get::<ConnectInfo<SocketAddr>>()
-        .map_or(IpAddr::from([0, 0, 0, 0]), |c| c.0.ip());
-    let who = Caller {
-        principal: &principal,
-        host,
-    };
+/// May the caller describe? Asked before the request is read, so a caller who may
+/// not is told so whatever else is wrong with it (Kafka's order). A change is asked
+/// of the service once its body is read: the service decides and audits it.
+fn may_describe(http: &HttpApi, who: &Caller, action: Action) -> Result<(), Problem> {
     security::authorize(http.broker.security(), who, action).map_err(Problem::from)
+}
+
+/// The answer: `value` with `status`, or the problem.
+fn answer<T: serde::Serialize>(outcome: Result<(StatusCode, T), Problem>) -> Response {
+    match outcome {
+        Ok((status, value)) => (status, axum::Json(value)).into_response(),
+        Err(p) => p.into_response(),
+    }
 }
 
 // ---------------------------------------------------------------------------------
@@ -292,48 +262,31 @@ impl AclQuery {
             && self.permission.is_none()
     }
 
-    fn filter(&self) -> Result<AclFilter, Problem> {
-        fn any(v: &Option<String>) -> Option<&str> {
-            v.as_deref().filter(|v| kafka_name(v) != "ANY")
+    /// The filter, in Kafka's codes: ANY (1) for a field left out.
+    fn filter(&self) -> Result<AclBindingFilter, Problem> {
+        fn any(
+            v: &Option<String>,
+            code: impl Fn(&str) -> Result<i8, Problem>,
+        ) -> Result<i8, Problem> {
+            match v.as_deref() {
+                None => Ok(1),
+                Some(v) if kafka_name(v) == "ANY" => Ok(1),
+                Some(v) => code(v),
+            }
         }
-        Ok(AclFilter {
-            resource_type: any(&self.resource_type).map(resource_type).transpose()?,
+        Ok(AclBindingFilter {
+            resource_type: any(&self.resource_type, resource_type)?,
             resource_name: self.resource_name.clone(),
-            pattern_type: match self.pattern_type.as_deref().map(kafka_name).as_deref() {
-                None | Some("ANY") => FilterPattern::Any,
-                Some("MATCH") => FilterPattern::Match,
-                Some(_) => FilterPattern::Exactly(pattern_type(
-                    self.pattern_type.as_deref().unwrap_or_default(),
-                )?),
-            },
+            pattern_type: any(&self.pattern_type, |v| match kafka_name(v).as_str() {
+                "MATCH" => Ok(2),
+                _ => pattern_type(v).map(PatternType::code),
+            })?,
             principal: self.principal.clone(),
             host: self.host.clone(),
-            operation: any(&self.operation).map(operation).transpose()?,
-            permission: any(&self.permission).map(permission).transpose()?,
+            operation: any(&self.operation, |v| operation(v).map(Operation::code))?,
+            permission: any(&self.permission, |v| permission(v).map(Permission::code))?,
         })
     }
-
-    fn describe(&self) -> Value {
-        serde_json::to_value(BTreeMap::from([
-            ("resource_type", &self.resource_type),
-            ("resource_name", &self.resource_name),
-            ("pattern_type", &self.pattern_type),
-            ("principal", &self.principal),
-            ("host", &self.host),
-            ("operation", &self.operation),
-            ("permission", &self.permission),
-        ]))
-        .unwrap_or_default()
-    }
-}
-
-fn acl_resource(a: &AclRecord) -> String {
-    format!(
-        "acl:{}:{}:{}",
-        resource_type_name(a.resource_type).unwrap_or("UNKNOWN"),
-        pattern_name(a.pattern_type),
-        a.resource_name
-    )
 }
 
 /// Without an authorizer there are no ACLs: said before the request itself is read.
@@ -362,21 +315,17 @@ pub async fn list_acls(
     extensions: Extensions,
     query: QueryOf<AclQuery>,
 ) -> Response {
+    let who = caller(&extensions);
     let outcome = async {
-        let allowed = allowed(&http, &extensions, Action::DescribeAcls)?;
+        may_describe(&http, &who, Action::DescribeAcls)?;
         enabled(&http)?;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
-        let filter = query.filter()?;
-        let acls = security::acls(http.broker.security(), &allowed, &filter).await?;
-        Ok::<_, Problem>(AclList {
-            acls: bindings(acls),
-        })
+        let acls = security::acls(http.broker.security(), &who, &query.filter()?).await?;
+        let acls = bindings(acls);
+        Ok((StatusCode::OK, AclList { acls }))
     }
     .await;
-    match outcome {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(p) => p.into_response(),
-    }
+    answer(outcome)
 }
 
 /// `POST /v1/acls` `{"acls": [binding, …]}`: all of them, or (one invalid) none.
@@ -396,59 +345,35 @@ pub async fn create_acls(
     extensions: Extensions,
     body: Body,
 ) -> Response {
-    let caller = caller(&extensions);
-    let allowed = match may_change(&http, &extensions, Action::AlterAcls, "acl.create", "acls") {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    if let Err(p) = enabled(&http) {
-        return p.into_response();
-    }
-    let parsed = body.map_err(Problem::from).and_then(|b| {
-        let req: CreateAcls = json::parse(&b, "ACL creation")?;
+    let who = caller(&extensions);
+    let outcome = async {
+        let req: CreateAcls = json::parse(&body?, "ACL creation")?;
         if req.acls.is_empty() {
             return Err(Problem::bad_request(
                 "acls is empty: name at least one binding",
             ));
         }
-        req.acls
-            .iter()
-            .enumerate()
+        let records = (req.acls.iter().enumerate())
             .map(|(i, b)| {
                 b.record()
                     .map_err(|p| Problem::bad_request(format!("acls[{i}]: {}", p.detail)))
             })
-            .collect::<Result<Vec<_>, _>>()
-    });
-    let records = match parsed {
-        Ok(r) => r,
-        Err(p) => return p.into_response(),
-    };
-    let resource = acl_resource(&records[0]);
-    let request = json!({ "acls": records.iter().map(binding).collect::<Vec<_>>() });
-    let checked = security::check_acls(http.broker.security(), &allowed, records.clone());
-    let outcome = match checked
-        .into_iter()
-        .enumerate()
-        .find_map(|(i, c)| c.err().map(|e| (i, e)))
-    {
-        Some((i, e @ SecurityError::Invalid(_))) => {
-            Err(Problem::bad_request(format!("acls[{i}]: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        match security::create_acls_together(http.broker.security(), &who, records).await {
+            Ok(created) => Ok((
+                StatusCode::CREATED,
+                AclsCreated {
+                    created: bindings(created),
+                },
+            )),
+            Err((Some(i), e @ SecurityError::Invalid(_))) => {
+                Err(Problem::bad_request(format!("acls[{i}]: {e}")))
+            }
+            Err((_, e)) => Err(e.into()),
         }
-        Some((_, e)) => Err(e.into()),
-        None => security::store_acls(http.broker.security(), &allowed, records.clone())
-            .await
-            .map(|()| {
-                (
-                    StatusCode::CREATED,
-                    AclsCreated {
-                        created: bindings(records),
-                    },
-                )
-            })
-            .map_err(Problem::from),
-    };
-    audited(&http, &caller, "acl.create", &resource, request, outcome)
+    }
+    .await;
+    answer(outcome)
 }
 
 /// `DELETE /v1/acls?…`: the bindings the query selects (at least one field named;
@@ -469,58 +394,22 @@ pub async fn delete_acls(
     extensions: Extensions,
     query: QueryOf<AclQuery>,
 ) -> Response {
-    let caller = caller(&extensions);
-    let allowed = match may_change(&http, &extensions, Action::AlterAcls, "acl.delete", "acls") {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    if let Err(p) = enabled(&http) {
-        return p.into_response();
+    let who = caller(&extensions);
+    let outcome = async {
+        let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
+        if query.is_empty() {
+            return Err(Problem::bad_request(
+                "name what to delete (resource_type, resource_name, principal, …); \
+                 resource_type=ANY deletes every binding",
+            ));
+        }
+        let filter = query.filter()?;
+        let mut deleted = security::delete_acls(http.broker.security(), &who, vec![filter]).await;
+        let deleted = bindings(deleted.pop().expect("one outcome per filter")?);
+        Ok((StatusCode::OK, AclsDeleted { deleted }))
     }
-    let query = match query {
-        Ok(q) => q.0,
-        Err(e) => return Problem::bad_request(e.body_text()).into_response(),
-    };
-    if query.is_empty() {
-        return Problem::bad_request(
-            "name what to delete (resource_type, resource_name, principal, …); \
-             resource_type=ANY deletes every binding",
-        )
-        .into_response();
-    }
-    let filter = match query.filter() {
-        Ok(f) => f,
-        Err(p) => return p.into_response(),
-    };
-    let resource = format!(
-        "acl:{}:{}:{}",
-        query
-            .resource_type
-            .as_deref()
-            .map_or("ANY".into(), kafka_name),
-        query
-            .pattern_type
-            .as_deref()
-            .map_or("ANY".into(), kafka_name),
-        query.resource_name.as_deref().unwrap_or("*"),
-    );
-    let outcome = security::delete_acls(http.broker.security(), &allowed, vec![filter])
-        .await
-        .pop()
-        .expect("one outcome per filter")
-        .map(|deleted| {
-            let deleted = bindings(deleted);
-            (StatusCode::OK, AclsDeleted { deleted })
-        })
-        .map_err(Problem::from);
-    audited(
-        &http,
-        &caller,
-        "acl.delete",
-        &resource,
-        query.describe(),
-        outcome,
-    )
+    .await;
+    answer(outcome)
 }
 
 // ---------------------------------------------------------------------------------
@@ -557,22 +446,19 @@ const MECHANISMS: [ScramHash; 2] = [ScramHash::Sha256, ScramHash::Sha512];
     ),
 )]
 pub async fn list_users(State(http): State<Arc<HttpApi>>, extensions: Extensions) -> Response {
-    let allowed = match allowed(&http, &extensions, Action::DescribeUsers) {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    match security::users(http.broker.security(), &allowed).await {
-        Ok(users) => axum::Json(UserList {
-            users: (users.iter())
-                .map(|(u, c)| ScramUser {
-                    user: u.clone(),
-                    credentials: credentials(c),
-                })
-                .collect(),
-        })
-        .into_response(),
-        Err(e) => Problem::from(e).into_response(),
+    let who = caller(&extensions);
+    let outcome = async {
+        let users = security::users(http.broker.security(), &who).await?;
+        let users = (users.iter())
+            .map(|(u, c)| ScramUser {
+                user: u.clone(),
+                credentials: credentials(c),
+            })
+            .collect();
+        Ok((StatusCode::OK, UserList { users }))
     }
+    .await;
+    answer(outcome)
 }
 
 /// `GET /v1/users/{user}`.
@@ -592,22 +478,15 @@ pub async fn get_user(
     extensions: Extensions,
     user: Extracted<String>,
 ) -> Response {
-    let allowed = match allowed(&http, &extensions, Action::DescribeUsers) {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    let user = match user {
-        Ok(u) => u.0,
-        Err(e) => return Problem::from(e).into_response(),
-    };
-    match security::user(http.broker.security(), &allowed, &user).await {
-        Ok(c) => axum::Json(ScramUser {
-            credentials: credentials(&c),
-            user,
-        })
-        .into_response(),
-        Err(e) => Problem::from(e).into_response(),
+    let who = caller(&extensions);
+    let outcome = async {
+        may_describe(&http, &who, Action::DescribeUsers)?;
+        let user = user?.0;
+        let credentials = credentials(&security::user(http.broker.security(), &who, &user).await?);
+        Ok((StatusCode::OK, ScramUser { user, credentials }))
     }
+    .await;
+    answer(outcome)
 }
 
 /// A user's password, to make SCRAM credentials from.
@@ -648,92 +527,42 @@ pub async fn set_user(
     user: Extracted<String>,
     body: Body,
 ) -> Response {
-    let caller = caller(&extensions);
-    let named = user_resource(&user);
-    let allowed = match may_change(
-        &http,
-        &extensions,
-        Action::AlterUsers,
-        "user.alter_scram_credentials",
-        &named,
-    ) {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    let (user, body) = match extract(user, body) {
-        Ok(parts) => parts,
-        Err(p) => return p.into_response(),
-    };
-    let resource = format!("user:{user}");
-    let prepared = async {
+    let who = caller(&extensions);
+    let outcome = async {
+        let (user, body) = extract(user, body)?;
         let req: SetUser = json::parse(&body, "SCRAM user")?;
         let hashes = match &req.mechanism {
             Some(m) => vec![mechanism(m)?],
             None => MECHANISMS.to_vec(),
         };
         let iterations = req.iterations.unwrap_or(MIN_ITERATIONS);
-        let changes = hashes
-            .iter()
-            .map(|h| security::credential_from_password(&user, *h, &req.password, iterations))
-            .collect::<Result<Vec<_>, _>>()?;
-        let upsert: Vec<Value> = hashes
-            .iter()
-            .map(|h| json!({ "mechanism": h.mechanism(), "iterations": iterations }))
+        let alterations = (hashes.iter())
+            .map(|h| {
+                let alteration = CredentialAlteration::Password {
+                    mechanism: h.kafka_type(),
+                    iterations,
+                    password: req.password.clone(),
+                };
+                (user.clone(), alteration)
+            })
             .collect();
-        Ok::<_, Problem>((changes, json!({ "delete": [], "upsert": upsert })))
+        let altered = alter_user(&http, &who, alterations).await?;
+        let credentials = credentials(&altered.credentials);
+        Ok((StatusCode::OK, ScramUser { user, credentials }))
     }
     .await;
-    let (changes, request) = match prepared {
-        Ok(p) => p,
-        Err(p) => {
-            return audited::<Value>(
-                &http,
-                &caller,
-                "user.alter_scram_credentials",
-                &resource,
-                json!({}),
-                Err(p),
-            );
-        }
-    };
-    let outcome = alter_user(&http, &allowed, &user, changes).await;
-    audited(
-        &http,
-        &caller,
-        "user.alter_scram_credentials",
-        &resource,
-        request,
-        outcome,
-    )
+    answer(outcome)
 }
 
+/// One user's alterations, done by the service (which audits them).
 async fn alter_user(
     http: &HttpApi,
-    allowed: &Allowed,
-    user: &str,
-    changes: Vec<CredentialChange>,
-) -> Result<(StatusCode, ScramUser), Problem> {
-    let mut refused = security::alter_users(
-        http.broker.security(),
-        allowed,
-        BTreeMap::from([(user.to_string(), changes)]),
-    )
-    .await?;
-    if let Some(e) = refused.remove(user) {
-        return Err(e.into());
-    }
-    let now = match security::user(http.broker.security(), allowed, user).await {
-        Ok(c) => c,
-        Err(SecurityError::NotFound(_)) => Vec::new(),
-        Err(e) => return Err(e.into()),
-    };
-    Ok((
-        StatusCode::OK,
-        ScramUser {
-            user: user.to_string(),
-            credentials: credentials(&now),
-        },
-    ))
+    who: &Caller,
+    alterations: Vec<(String, CredentialAlteration)>,
+) -> Result<UserAltered, Problem> {
+    let mut outcomes = security::alter_users(http.broker.security(), who, alterations).await;
+    let (_, outcome) = outcomes.pop().expect("one outcome for the one user");
+    Ok(outcome?)
 }
 
 /// Which of a user's credentials to delete.
@@ -763,58 +592,24 @@ pub async fn delete_user(
     user: Extracted<String>,
     query: QueryOf<DeleteUserQuery>,
 ) -> Response {
-    let caller = caller(&extensions);
-    let named = user_resource(&user);
-    let allowed = match may_change(
-        &http,
-        &extensions,
-        Action::AlterUsers,
-        "user.alter_scram_credentials",
-        &named,
-    ) {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    let user = match user {
-        Ok(u) => u.0,
-        Err(e) => return Problem::from(e).into_response(),
-    };
-    let resource = format!("user:{user}");
+    let who = caller(&extensions);
     let outcome = async {
+        let user = user?.0;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
-        let hashes = match &query.mechanism {
-            Some(m) => vec![mechanism(m)?],
-            None => security::user(http.broker.security(), &allowed, &user)
-                .await?
-                .iter()
-                .map(|c| c.mechanism)
-                .collect(),
+        let alteration = match &query.mechanism {
+            Some(m) => CredentialAlteration::Delete {
+                mechanism: mechanism(m)?.kafka_type(),
+            },
+            None => CredentialAlteration::DeleteAll,
         };
-        let deleted: Vec<String> = hashes.iter().map(|h| h.mechanism().to_string()).collect();
-        let changes = hashes
-            .iter()
-            .map(|h| CredentialChange::Delete(*h))
+        let altered = alter_user(&http, &who, vec![(user.clone(), alteration)]).await?;
+        let deleted = (altered.deleted.iter())
+            .map(|h| h.mechanism().to_string())
             .collect();
-        alter_user(&http, &allowed, &user, changes).await?;
-        let user = user.clone();
         Ok((StatusCode::OK, UserCredentialsDeleted { user, deleted }))
     }
     .await;
-    audited(
-        &http,
-        &caller,
-        "user.alter_scram_credentials",
-        &resource,
-        json!({ "delete": query_mechanism(&outcome) }),
-        outcome,
-    )
-}
-
-fn query_mechanism(outcome: &Result<(StatusCode, UserCredentialsDeleted), Problem>) -> Value {
-    match outcome {
-        Ok((_, d)) => json!(d.deleted),
-        Err(_) => Value::Array(Vec::new()),
-    }
+    answer(outcome)
 }
 
 // ---------------------------------------------------------------------------------
@@ -864,8 +659,9 @@ pub async fn list_quotas(
     extensions: Extensions,
     query: QueryOf<QuotaQuery>,
 ) -> Response {
+    let who = caller(&extensions);
     let outcome = async {
-        let allowed = allowed(&http, &extensions, Action::DescribeQuotas)?;
+        may_describe(&http, &who, Action::DescribeQuotas)?;
         let query = query.map_err(|e| Problem::bad_request(e.body_text()))?.0;
         let filter: Vec<(String, EntityMatch)> = [
             ("user", query.user),
@@ -881,16 +677,12 @@ pub async fn list_quotas(
             Some((kind.to_string(), m))
         })
         .collect();
-        let entries = security::quotas(http.broker.security(), &allowed, &filter, false).await?;
-        Ok::<_, Problem>(QuotaList {
-            quotas: entries.iter().map(quota).collect(),
-        })
+        let entries = security::quotas(http.broker.security(), &who, &filter, false).await?;
+        let quotas = entries.iter().map(quota).collect();
+        Ok((StatusCode::OK, QuotaList { quotas }))
     }
     .await;
-    match outcome {
-        Ok(v) => axum::Json(v).into_response(),
-        Err(p) => p.into_response(),
-    }
+    answer(outcome)
 }
 
 /// An entity's quotas to set and delete. (Its schema says which quotas go with which
@@ -941,19 +733,9 @@ pub async fn alter_quotas(
     extensions: Extensions,
     body: Body,
 ) -> Response {
-    let caller = caller(&extensions);
-    let allowed = match may_change(
-        &http,
-        &extensions,
-        Action::AlterQuotas,
-        "quota.alter",
-        "quotas",
-    ) {
-        Ok(a) => a,
-        Err(p) => return p.into_response(),
-    };
-    let parsed = body.map_err(Problem::from).and_then(|b| {
-        let req: AlterQuotas = json::parse(&b, "quota alteration")?;
+    let who = caller(&extensions);
+    let outcome = async {
+        let req: AlterQuotas = json::parse(&body?, "quota alteration")?;
         if let Some(kind) = req
             .entity
             .keys()
@@ -971,40 +753,21 @@ pub async fn alter_quotas(
                 "{key} is both set and deleted"
             )));
         }
-        Ok(req)
-    });
-    let req = match parsed {
-        Ok(r) => r,
-        Err(p) => return p.into_response(),
-    };
-    let entity: QuotaEntity = req.entity;
-    let ops: Vec<(String, Option<f64>)> = req
-        .set
-        .iter()
-        .map(|(k, v)| (k.clone(), Some(*v)))
-        .chain(req.delete.iter().map(|k| (k.clone(), None)))
-        .collect();
-    let resource = format!(
-        "quota:{}",
-        entity
-            .iter()
-            .map(|(t, n)| format!("{t}={}", n.as_deref().unwrap_or(DEFAULT_ENTITY)))
-            .collect::<Vec<_>>()
-            .join(",")
-    );
-    let request = json!({ "set": ops.iter().cloned().collect::<BTreeMap<_, _>>() });
-    let outcome = async {
-        security::check_quota(&entity, &ops)?;
-        security::store_quotas(
-            http.broker.security(),
-            &allowed,
-            vec![(entity.clone(), ops)],
-        )
-        .await?;
-        let values = security::entity_quotas(http.broker.security(), &allowed, &entity)?;
-        let entity = entity.clone();
-        Ok::<_, Problem>((StatusCode::OK, QuotaEntry { entity, values }))
+        let ops = (req.set.into_iter())
+            .map(|(k, v)| (k, Some(v)))
+            .chain(req.delete.into_iter().map(|k| (k, None)))
+            .collect();
+        let alteration = QuotaAlteration {
+            entity: req.entity.clone().into_iter().collect(),
+            ops,
+        };
+        let security = http.broker.security();
+        let mut outcomes = security::alter_quotas(security, &who, vec![alteration], false).await;
+        outcomes.pop().expect("one outcome for the one entity")?;
+        let values = security::entity_quotas(security, &who, &req.entity)?;
+        let entity = req.entity;
+        Ok((StatusCode::OK, QuotaEntry { entity, values }))
     }
     .await;
-    audited(&http, &caller, "quota.alter", &resource, request, outcome)
+    answer(outcome)
 }
