@@ -399,6 +399,16 @@ impl Broker {
     }
 
     /// Cancelled when the agent begins to stop.
+    /// The services an offset reset is built on.
+    pub fn offsets_reset(&self) -> crate::service::reset::Reset<'_> {
+        crate::service::reset::Reset {
+            groups: self.groups(),
+            admin: self.admin(),
+            offsets: self.offsets(),
+            audit: &self.audit,
+        }
+    }
+
     pub fn audit(&self) -> &crate::audit::Audit {
         &self.audit
     }

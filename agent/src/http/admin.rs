@@ -20,7 +20,6 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use serde_json::{Value, json};
 use utoipa::ToSchema;
 
 use super::HttpApi;
@@ -33,15 +32,15 @@ use super::model::{
 };
 use super::model::{
     Group, GroupDeleted, GroupList, GroupMember, GroupOffset, GroupSummary, OffsetsReset,
-    PartitionReset, TopicPartitions, Unreachable,
+    TopicPartitions, Unreachable,
 };
 use super::problem::{Body, Extracted, Problem, extract};
 use crate::caller::Caller;
 use crate::group::GroupError;
 use crate::service::admin::{AdminError, NewTopicSpec, TopicState, topic_id};
 use crate::service::configs::{ConfigError, Op, Resource};
-use crate::service::groups::Member;
 use crate::service::offsets::{Asker, Query};
+use crate::service::reset::{self, ResetError, ResetSpec, Target};
 
 /// Who sent the request, for the audit log.
 pub fn caller(extensions: &Extensions) -> Caller {
@@ -50,37 +49,6 @@ pub fn caller(extensions: &Extensions) -> Caller {
         principal: super::auth::authenticated(extensions),
         address,
         via: "http",
-    }
-}
-
-/// The largest answer an audit entry holds whole.
-const AUDITED_ANSWER_BYTES: usize = 4096;
-
-/// Records `outcome` of `action` in the audit log and answers it.
-pub fn audited<T: serde::Serialize>(
-    http: &HttpApi,
-    caller: &Caller,
-    action: &str,
-    resource: &str,
-    request: Value,
-    outcome: Result<(StatusCode, T), Problem>,
-) -> Response {
-    let logged = match &outcome {
-        // A topic of thousands of partitions is described at length: the log keeps
-        // that it succeeded, not the whole answer.
-        Ok((_, answer)) => Ok(match serde_json::to_value(answer) {
-            Ok(v) if v.to_string().len() <= AUDITED_ANSWER_BYTES => v,
-            Ok(v) => json!({ "answer_bytes": v.to_string().len(), "truncated": true }),
-            Err(e) => json!({ "unserializable": e.to_string() }),
-        }),
-        Err(p) => Err(p.detail.clone()),
-    };
-    http.broker
-        .audit()
-        .record(caller, action, resource, request, logged);
-    match outcome {
-        Ok((status, body)) => (status, axum::Json(body)).into_response(),
-        Err(p) => p.into_response(),
     }
 }
 
@@ -785,6 +753,53 @@ pub(super) struct ResetOffsets {
     dry_run: Option<bool>,
 }
 
+impl ResetOffsets {
+    /// What the body asks, in the reset service's terms; a 400 for a `to` it does not
+    /// know or without the field it reads.
+    fn spec(self) -> Result<ResetSpec, Problem> {
+        let to = self.to.as_str();
+        let number = |n: &Option<serde_json::Number>, what: &str| {
+            (n.as_ref().and_then(whole))
+                .filter(|n| *n >= 0)
+                .ok_or_else(|| {
+                    Problem::bad_request(format!(
+                        "\"to\": {to:?} needs \"{what}\" (an integer, 0 or more)"
+                    ))
+                })
+        };
+        let target = match to {
+            "earliest" => Target::Earliest,
+            "latest" => Target::Latest,
+            "offset" => Target::Offset(number(&self.offset, "offset")?),
+            "timestamp" => Target::Timestamp(number(&self.timestamp_ms, "timestamp_ms")?),
+            other => {
+                return Err(Problem::bad_request(format!(
+                    "\"to\" must be \"earliest\", \"latest\", \"offset\" or \"timestamp\", not {other:?}"
+                )));
+            }
+        };
+        let partitions = (self.partitions.as_ref())
+            .map(|ps| {
+                (ps.iter())
+                    .map(|p| {
+                        whole(p).ok_or_else(|| {
+                            Problem::unknown_topic_or_partition(format!(
+                                "partition {p} is not a partition number"
+                            ))
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?;
+        Ok(ResetSpec {
+            topic: self.topic,
+            to: target,
+            partitions,
+            dry_run: self.dry_run.unwrap_or(false),
+        })
+    }
+}
+
 impl utoipa::PartialSchema for ResetOffsets {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         super::openapi::reset_offsets().into()
@@ -830,7 +845,7 @@ pub async fn reset_offsets(
     uri: Uri,
     body: Body,
 ) -> Response {
-    let caller = caller(&extensions);
+    let who = caller(&extensions);
     let (group, body) = match extract(group, body) {
         Ok(parts) => parts,
         Err(p) => return p.into_response(),
@@ -841,165 +856,41 @@ pub async fn reset_offsets(
     if let Some(agent) = coordinator_elsewhere(&http, &group) {
         return redirect(&agent, &uri);
     }
-    let req: ResetOffsets = match json::parse(&body, "reset-offsets") {
-        Ok(r) => r,
-        Err(p) => return p.into_response(),
-    };
-    let request = json!({
-        "topic": req.topic, "to": req.to, "offset": req.offset, "timestamp_ms": req.timestamp_ms,
-        "partitions": req.partitions, "dry_run": req.dry_run,
-    });
-    let dry_run = req.dry_run.unwrap_or(false);
-    let resource = format!("group:{group}");
-    let outcome = reset(&http, &caller, &group, req).await;
-    let action = if dry_run {
-        "group.reset_offsets.dry_run"
-    } else {
-        "group.reset_offsets"
-    };
-    audited(&http, &caller, action, &resource, request, outcome)
+    let spec =
+        match json::parse::<ResetOffsets>(&body, "reset-offsets").and_then(ResetOffsets::spec) {
+            Ok(s) => s,
+            Err(p) => return p.into_response(),
+        };
+    let (topic, dry_run) = (spec.topic.clone(), spec.dry_run);
+    match reset::reset_offsets(&http.broker.offsets_reset(), &who, &group, spec).await {
+        Ok(partitions) => axum::Json(OffsetsReset {
+            group_id: group,
+            topic,
+            dry_run,
+            partitions,
+        })
+        .into_response(),
+        Err(e) => reset_problem(e, &topic).into_response(),
+    }
 }
 
-async fn reset(
-    http: &HttpApi,
-    who: &Caller,
-    group: &str,
-    req: ResetOffsets,
-) -> Result<(StatusCode, OffsetsReset), Problem> {
-    // DESCRIBE on the group first, as kafka-consumer-groups asks DescribeGroups before
-    // ListOffsets (DESCRIBE on the topic).
-    let current = http
-        .broker
-        .groups()
-        .committed(who, group)
-        .await
-        .map_err(Problem::from)?;
-    let topic = req.topic.as_str();
-    let state = fresh_topic(http, topic).await?;
-    let count = state.record.partitions.len() as i32;
-    let partitions: Vec<i32> = match &req.partitions {
-        None => (0..count).collect(),
-        Some(ps) => ps
-            .iter()
-            .map(|p| {
-                whole(p)
-                    .and_then(|p| i32::try_from(p).ok())
-                    .filter(|p| (0..count).contains(p))
-                    .ok_or_else(|| {
-                        Problem::unknown_topic_or_partition(format!(
-                            "topic {topic} has partitions 0 to {}; {p} is not one of them",
-                            count - 1
-                        ))
-                    })
-            })
-            .collect::<Result<_, _>>()?,
-    };
-    let number = |n: &Option<serde_json::Number>, what: &str| {
-        n.as_ref()
-            .and_then(whole)
-            .filter(|n| *n >= 0)
-            .ok_or_else(|| {
-                Problem::bad_request(format!(
-                    "\"to\": {:?} needs \"{what}\" (an integer, 0 or more)",
-                    req.to
-                ))
-            })
-    };
-    let (starts, ends) = tokio::join!(
-        list_offsets(http, who, topic, &partitions, -2),
-        list_offsets(http, who, topic, &partitions, -1)
-    );
-    let (starts, ends) = (starts?, ends?);
-    let targets = match req.to.as_str() {
-        "earliest" => starts.clone(),
-        "latest" => ends.clone(),
-        "offset" => {
-            let offset = number(&req.offset, "offset")?;
-            partitions.iter().map(|p| (*p, Ok(offset))).collect()
+/// A reset's refusal as the HTTP API answers it.
+fn reset_problem(e: ResetError, topic: &str) -> Problem {
+    match e {
+        ResetError::Group(e) => Problem::from(e),
+        e @ ResetError::Live { .. } => {
+            Problem::from(GroupError::NonEmptyGroup).detail(e.to_string())
         }
-        "timestamp" => {
-            let ts = number(&req.timestamp_ms, "timestamp_ms")?;
-            let mut found = list_offsets(http, who, topic, &partitions, ts).await?;
-            // No record at or after the time: the end, as Kafka's tool does.
-            for (p, o) in found.iter_mut() {
-                if matches!(o, Ok(-1)) {
-                    *o = ends.get(p).cloned().unwrap_or(Ok(-1));
-                }
-            }
-            found
+        ResetError::Topic(AdminError::UnknownTopic(_)) => unknown_topic(topic),
+        ResetError::Topic(e) => Problem::from(&e),
+        ResetError::Offsets(e) => Problem::from(&e),
+        e @ ResetError::UnknownPartition { .. } => {
+            Problem::unknown_topic_or_partition(e.to_string())
         }
-        other => {
-            return Err(Problem::bad_request(format!(
-                "\"to\" must be \"earliest\", \"latest\", \"offset\" or \"timestamp\", not {other:?}"
-            )));
-        }
-    };
-    let mut plan = Vec::new();
-    let mut commits = Vec::new();
-    let now = crate::clock::now_ms();
-    for p in &partitions {
-        let target = targets
-            .get(p)
-            .cloned()
-            .unwrap_or(Err("no answer".to_string()));
-        let bounds = (starts.get(p).cloned(), ends.get(p).cloned());
-        let target = match (target, bounds) {
-            // Kept within the log, as kafka-consumer-groups.sh clamps.
-            (Ok(t), (Some(Ok(start)), Some(Ok(end)))) => t.clamp(start, end.max(start)),
-            (Ok(t), _) => t,
-            (Err(e), _) => {
-                return Err(Problem::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    format!("cannot find the target offset of {topic}-{p}: {e}"),
-                ));
-            }
-        };
-        let previous = current.get(&(topic.to_string(), *p)).map(|c| c.offset);
-        plan.push(PartitionReset {
-            partition: *p,
-            previous_offset: previous,
-            new_offset: target,
-        });
-        commits.push((
-            (topic.to_string(), *p),
-            crate::service::groups::CommittedOffset {
-                offset: target,
-                leader_epoch: -1,
-                metadata: None,
-                commit_timestamp_ms: now,
-            },
-        ));
-    }
-    let dry_run = req.dry_run.unwrap_or(false);
-    if !dry_run {
-        // As a commit from outside the group (no member id, generation -1), which the
-        // coordinator accepts only while the group has no members; READ on the group
-        // and the topic, as Kafka's OffsetCommit.
-        let outcomes = http
-            .broker
-            .groups()
-            .commit(who, group, Member::OUTSIDE, commits)
-            .await;
-        if let Some(e) = outcomes.into_values().find_map(Result::err) {
-            return Err(match e {
-                GroupError::IllegalGeneration | GroupError::UnknownMemberId => {
-                    Problem::from(GroupError::NonEmptyGroup).detail(format!(
-                        "group {group:?} has active members: stop its consumers first (offsets of a live group are the members' to commit)"
-                    ))
-                }
-                e => Problem::from(e),
-            });
+        e @ ResetError::NoTarget { .. } => {
+            Problem::new(StatusCode::SERVICE_UNAVAILABLE, e.to_string())
         }
     }
-    Ok((
-        StatusCode::OK,
-        OffsetsReset {
-            group_id: group.to_string(),
-            topic: topic.to_string(),
-            dry_run,
-            partitions: plan,
-        },
-    ))
 }
 
 /// `GET /v1/cluster`: the cluster id, the controller and every live agent, with where

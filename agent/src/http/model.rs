@@ -503,13 +503,7 @@ pub struct OffsetsReset {
 }
 
 /// One partition of an [`OffsetsReset`].
-#[derive(Debug, Serialize, Deserialize, ToSchema)]
-pub struct PartitionReset {
-    pub partition: i32,
-    /// The committed offset before; null for none
-    pub previous_offset: Option<i64>,
-    pub new_offset: i64,
-}
+pub use crate::service::reset::PartitionReset;
 
 /// An ACL binding, its names in Kafka's spelling.
 #[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]

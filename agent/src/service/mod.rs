@@ -17,6 +17,7 @@ pub mod maintenance;
 pub mod offsets;
 pub mod placement;
 pub mod produce;
+pub mod reset;
 pub mod security;
 pub mod status;
 pub mod transactions;
