@@ -23,6 +23,7 @@ pub mod error;
 pub mod error_map;
 pub mod fetch_sessions;
 pub mod fetcher;
+pub mod frame;
 pub mod group;
 pub mod http;
 pub mod isr;

@@ -28,6 +28,7 @@ use std::time::Duration;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 use crate::buffers::BufferPool;
+use crate::frame::Frame;
 use futures::stream::FuturesOrdered;
 use futures::{FutureExt, StreamExt};
 use kafka_protocol::error::ResponseError;
@@ -885,10 +886,12 @@ async fn write_replies<W: AsyncWrite + Unpin>(
                     Written::Reply(p, reply) => {
                         let p: (i32, ApiKey, i16) = p;
                         if let Some(response) = reply {
-                            let size = 64 + known_size(&response, p.2);
-                            let frame = encode_into(buffers.take(size), p.0, p.1, p.2, &response)?;
-                            writer.write_all(&frame).await?;
-                            buffers.give_back(Vec::from(frame));
+                            let records = spliceable(&response);
+                            let spliced: usize = records.iter().map(Bytes::len).sum();
+                            let size = 64 + known_size(&response, p.2).saturating_sub(spliced);
+                            let frame = encode_into(buffers.take(size), records, p.0, p.1, p.2, &response)?;
+                            crate::frame::write(&mut writer, &frame).await?;
+                            buffers.give_back(Vec::from(frame.into_inline()));
                         }
                         unanswered.fetch_sub(1, Ordering::AcqRel);
                     }
@@ -926,30 +929,51 @@ fn known_size(response: &ResponseKind, version: i16) -> usize {
     }
 }
 
-/// Encodes a response frame into `buf` (emptied; a pooled buffer, for large answers).
+/// The records of a fetch answer large enough to be sent from their read buffers
+/// rather than copied into the frame ([`crate::frame`]).
+fn spliceable(response: &ResponseKind) -> Vec<Bytes> {
+    let ResponseKind::Fetch(f) = response else {
+        return Vec::new();
+    };
+    (f.responses.iter())
+        .flat_map(|t| t.partitions.iter())
+        .filter_map(|p| p.records.clone())
+        .filter(|r| r.len() >= crate::frame::SPLICED_MIN)
+        .collect()
+}
+
+/// Encodes a response frame into `buf` (emptied; a pooled buffer, for large answers),
+/// with `records` (some of the answer's) spliced in by reference.
 fn encode_into(
     buf: Vec<u8>,
+    records: Vec<Bytes>,
     correlation_id: i32,
     api: ApiKey,
     version: i16,
     response: &ResponseKind,
-) -> Result<BytesMut, ConnectionError> {
+) -> Result<Frame, ConnectionError> {
     let mut header = ResponseHeader::default();
     header.correlation_id = correlation_id;
-    let body = known_size(response, version);
+    let spliced: usize = records.iter().map(Bytes::len).sum();
+    let body = known_size(response, version).saturating_sub(spliced);
     // Through `Bytes`: a unique buffer becomes a `BytesMut` without a copy.
-    let mut buf = BytesMut::from(Bytes::from(buf));
-    buf.clear();
-    buf.reserve(64 + body);
+    let mut inline = BytesMut::from(Bytes::from(buf));
+    inline.clear();
+    inline.reserve(64 + body);
+    let mut buf = Frame::new(inline, records);
     buf.put_i32(0);
     header
         .encode(&mut buf, api.response_header_version(version))
         .map_err(|e| ConnectionError::Encode(format!("{e:#}")))?;
-    response
-        .encode(&mut buf, version)
-        .map_err(|e| ConnectionError::Encode(format!("{api:?} v{version}: {e:#}")))?;
+    // Only a fetch answer's encoder sees the frame itself (its records are spliced);
+    // the others write into its buffer.
+    match response {
+        ResponseKind::Fetch(f) => f.encode(&mut buf, version),
+        other => other.encode(buf.inline_buf(), version),
+    }
+    .map_err(|e| ConnectionError::Encode(format!("{api:?} v{version}: {e:#}")))?;
     let size = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&size.to_be_bytes());
+    buf.inline_mut()[..4].copy_from_slice(&size.to_be_bytes());
     Ok(buf)
 }
 
@@ -1096,17 +1120,25 @@ mod tests {
         let response = ResponseKind::Fetch(fetch);
         let given = Vec::with_capacity(1 << 20);
         let at = given.as_ptr();
-        let frame = encode_into(given, 9, ApiKey::Fetch, 12, &response).expect("encode");
-        assert_eq!(frame.as_ptr(), at, "encoded in place");
-        let fresh = encode_into(Vec::new(), 9, ApiKey::Fetch, 12, &response).expect("encode");
-        assert_eq!(fresh, frame);
+        let copied = encode_into(given, Vec::new(), 9, ApiKey::Fetch, 12, &response);
+        let frame = copied.expect("encode");
+        assert_eq!(frame.into_inline().as_ptr(), at, "encoded in place");
+        let copied = encode_into(Vec::new(), Vec::new(), 9, ApiKey::Fetch, 12, &response);
+        let fresh = copied.expect("encode").into_inline();
         assert!(
-            fresh.capacity() < frame.len() + 4096,
+            fresh.capacity() < fresh.len() + 4096,
             "sized once: {}",
             fresh.capacity()
         );
-        let back = Vec::from(frame);
-        assert_eq!(back.as_ptr(), at, "and given back whole");
+
+        // The records spliced in by reference: the same bytes, and a small buffer.
+        let records = spliceable(&response);
+        assert_eq!(records.len(), 1);
+        let spliced = encode_into(Vec::new(), records, 9, ApiKey::Fetch, 12, &response);
+        let spliced = spliced.expect("encode");
+        assert_eq!(spliced.to_vec(), fresh.to_vec(), "the frame reads the same");
+        let inline = spliced.into_inline();
+        assert!(inline.len() < 100, "records not copied: {}", inline.len());
     }
 
     /// A frame whose size arrives but whose body stalls is dropped once the read

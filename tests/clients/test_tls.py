@@ -187,6 +187,43 @@ def test_librdkafka_with_a_client_certificate_is_the_mapped_principal(tls_broker
     assert metric(b.http_url, "strata_tls_handshakes_total", outcome="ok") >= 3
 
 
+def read_back_large_batches(conf: dict) -> None:
+    """Records of 40–45 KB in batches of about 1 MiB, three partitions: every one read
+    back byte for byte, in order within its partition."""
+    topic = unique_topic("big")
+    create(conf, topic, 3)
+    values = [bytes([i % 251]) * (40_000 + 37 * i) for i in range(120)]
+    p = Producer({**conf, "linger.ms": 50, "batch.size": 1_000_000,
+                  "message.max.bytes": 2_000_000})
+    for i, v in enumerate(values):
+        p.produce(topic, key=str(i).encode(), value=v, partition=i % 3)
+    assert p.flush(30) == 0
+    c = Consumer({**conf, "group.id": f"o-{topic}", "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "fetch.max.bytes": 3_000_000})
+    c.subscribe([topic])
+    seen: dict[int, list[int]] = {}
+    deadline = time.monotonic() + 30
+    while sum(map(len, seen.values())) < len(values) and time.monotonic() < deadline:
+        m = c.poll(0.5)
+        if m is not None and m.error() is None:
+            i = int(m.key())
+            assert m.value() == values[i], f"record {i} read back differs"
+            seen.setdefault(m.partition(), []).append(i)
+    c.close()
+    assert seen == {p: [i for i in range(len(values)) if i % 3 == p] for p in range(3)}, seen
+
+
+def test_large_batches_are_read_back_whole_over_tls(tls_broker):
+    """Fetch answers send records of 16 KiB or more from their read buffers, in pieces
+    beside the encoded answer (vectored writes, `agent/src/frame.rs`): through rustls
+    too, every byte comes back."""
+    read_back_large_batches(tls_broker.mtls_conf())
+
+
+def test_large_batches_are_read_back_whole_over_plaintext(broker):
+    read_back_large_batches({"bootstrap.servers": broker.bootstrap})
+
+
 def test_metadata_advertises_each_tls_listener(tls_broker):
     b = tls_broker
     on_ssl = AdminClient(b.mtls_conf()).list_topics(timeout=15)
