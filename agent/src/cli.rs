@@ -10,7 +10,6 @@
 //! the same way; requests for a group or a partition led elsewhere follow the API's 307
 //! to the right agent.
 
-use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
@@ -23,8 +22,9 @@ use clap::{Args, Subcommand, ValueEnum};
 use serde_json::{Value, json};
 
 use crate::http::model::{
-    AuditLog, Cluster, Group, GroupList, OffsetOrError, OffsetsReset, Topic, TopicConfigs,
-    TopicCreated, TopicList, TopicValidated, Verified,
+    AddPartitions, AlterConfigs, AuditLog, Cluster, CreateTopic, DisableRequest, Group, GroupList,
+    OffsetOrError, OffsetsReset, ResetOffsets, Topic, TopicConfigs, TopicCreated, TopicList,
+    TopicValidated, Verified,
 };
 use crate::partition::{PartitionView, RoleView};
 use crate::service::agents::ClusterHealth;
@@ -461,7 +461,9 @@ impl Api {
         self.call(reqwest::Method::GET, path, None).await
     }
 
-    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+    /// A request's body is one of the API's request models (`crate::http::model`).
+    async fn post(&self, path: &str, body: impl serde::Serialize) -> anyhow::Result<Value> {
+        let body = serde_json::to_value(body).context("the request")?;
         self.call(reqwest::Method::POST, path, Some(body)).await
     }
 
@@ -469,11 +471,13 @@ impl Api {
         self.call(reqwest::Method::DELETE, path, None).await
     }
 
-    async fn put(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+    async fn put(&self, path: &str, body: impl serde::Serialize) -> anyhow::Result<Value> {
+        let body = serde_json::to_value(body).context("the request")?;
         self.call(reqwest::Method::PUT, path, Some(body)).await
     }
 
-    async fn patch(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+    async fn patch(&self, path: &str, body: impl serde::Serialize) -> anyhow::Result<Value> {
+        let body = serde_json::to_value(body).context("the request")?;
         self.call(reqwest::Method::PATCH, path, Some(body)).await
     }
 }
@@ -672,19 +676,14 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
             configs,
             validate_only,
         } => {
-            let configs: BTreeMap<String, String> = configs.into_iter().collect();
-            let v = api
-                .post(
-                    "/v1/topics",
-                    json!({
-                        "name": topic,
-                        "partitions": partitions,
-                        "replication_factor": replication_factor,
-                        "configs": configs,
-                        "validate_only": validate_only,
-                    }),
-                )
-                .await?;
+            let request = CreateTopic {
+                name: topic.clone(),
+                partitions,
+                replication_factor,
+                configs: Some(configs.into_iter().collect()),
+                validate_only: Some(validate_only),
+            };
+            let v = api.post("/v1/topics", request).await?;
             if json_out {
                 return print_json(&v);
             }
@@ -713,13 +712,13 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
             if set.is_empty() && delete.is_empty() {
                 bail!("nothing to change: give --set name=value or --delete name");
             }
-            let set: BTreeMap<String, String> = set.into_iter().collect();
+            let request = AlterConfigs {
+                set: set.into_iter().collect(),
+                delete,
+                validate_only: None,
+            };
             let v = api
-                .call(
-                    reqwest::Method::PATCH,
-                    &format!("/v1/topics/{}/configs", seg(&topic)),
-                    Some(json!({ "set": set, "delete": delete })),
-                )
+                .patch(&format!("/v1/topics/{}/configs", seg(&topic)), request)
                 .await?;
             if json_out {
                 return print_json(&v);
@@ -730,11 +729,12 @@ async fn topics(command: Topics, conn: &Conn) -> anyhow::Result<()> {
             table(&mut out, &["CONFIG", "VALUE"], &rows)?;
         }
         Topics::AddPartitions { topic, count } => {
+            let request = AddPartitions {
+                count: Some(count),
+                validate_only: None,
+            };
             let v = api
-                .post(
-                    &format!("/v1/topics/{}/partitions", seg(&topic)),
-                    json!({ "count": count }),
-                )
+                .post(&format!("/v1/topics/{}/partitions", seg(&topic)), request)
                 .await?;
             if json_out {
                 return print_json(&v);
@@ -920,23 +920,22 @@ async fn offsets(command: Offsets, conn: &Conn) -> anyhow::Result<()> {
         partitions,
         dry_run,
     } = command;
-    let mut body = json!({ "topic": topic, "dry_run": dry_run });
-    match (to_earliest, to_latest, to_offset, to_timestamp) {
-        (true, _, _, _) => body["to"] = "earliest".into(),
-        (_, true, _, _) => body["to"] = "latest".into(),
-        (_, _, Some(o), _) => {
-            body["to"] = "offset".into();
-            body["offset"] = o.into();
-        }
-        (_, _, _, Some(t)) => {
-            body["to"] = "timestamp".into();
-            body["timestamp_ms"] = t.into();
-        }
+    let (to, offset, timestamp_ms) = match (to_earliest, to_latest, to_offset, to_timestamp) {
+        (true, _, _, _) => ("earliest", None, None),
+        (_, true, _, _) => ("latest", None, None),
+        (_, _, Some(o), _) => ("offset", Some(o.into()), None),
+        (_, _, _, Some(t)) => ("timestamp", None, Some(t.into())),
         _ => bail!("say where to: --to-earliest, --to-latest, --to-offset N or --to-timestamp MS"),
-    }
-    if !partitions.is_empty() {
-        body["partitions"] = json!(partitions);
-    }
+    };
+    let body = ResetOffsets {
+        topic: topic.clone(),
+        to: to.to_string(),
+        offset,
+        timestamp_ms,
+        partitions: (!partitions.is_empty())
+            .then(|| partitions.iter().map(|&p| p.into()).collect()),
+        dry_run: Some(dry_run),
+    };
     let tty = std::io::stderr().is_terminal();
     if tty && !dry_run {
         eprintln!("moving the offsets of group {group} on {topic}...");
@@ -1032,7 +1031,7 @@ async fn partitions(command: Partitions, conn: &Conn) -> anyhow::Result<()> {
             let v = api
                 .post(
                     &at(&topic, partition, "/disable"),
-                    json!({ "reason": reason }),
+                    DisableRequest { reason },
                 )
                 .await?;
             if json_out {

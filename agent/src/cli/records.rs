@@ -9,11 +9,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{Args, ValueEnum};
 use serde::Deserialize;
-use serde_json::{Value, json};
 
 use super::{Api, Conn, Output, Refused, key_value, print_json, seg};
 use crate::http::model::{
-    ConsumeResponse, ConsumedMessage, MessageOutcome, ProduceResponse, ReadResponse,
+    CommitRequest, ConsumeRequest, ConsumeResponse, ConsumedMessage, HeaderEntry, Headers,
+    MessageOutcome, ProduceRequest, ProduceResponse, ProducedMessage, ReadRequest, ReadResponse,
 };
 
 #[derive(Debug, Args)]
@@ -97,11 +97,19 @@ pub struct ConsumeArgs {
 pub(super) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let api = Api::new(&args.conn)?;
     let path = format!("/v1/topics/{}/produce", seg(&args.topic));
-    let headers: Vec<Value> = args
-        .header
-        .iter()
-        .map(|(k, v)| json!({ "key": k, "value": v }))
+    let headers: Vec<HeaderEntry> = (args.header.iter())
+        .map(|(k, v)| HeaderEntry {
+            key: k.clone(),
+            value: Some(v.clone()),
+        })
         .collect();
+    let message = |key: Option<String>, value: String| ProducedMessage {
+        key: key.map(Into::into),
+        value: Some(value.into()),
+        headers: Some(Headers::List(headers.clone())),
+        partition: args.partition,
+        timestamp: None,
+    };
     let acks = match args.acks.as_str() {
         "all" | "-1" => "all",
         "1" => "1",
@@ -117,21 +125,11 @@ pub(super) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             use base64::Engine as _;
             let bytes =
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-            let mut m = json!({
-                "value": base64::engine::general_purpose::STANDARD.encode(bytes),
-                "headers": headers,
-            });
-            if let Some(k) = &args.key {
-                m["key"] = base64::engine::general_purpose::STANDARD
-                    .encode(k.as_bytes())
-                    .into();
-            }
-            if let Some(p) = args.partition {
-                m["partition"] = p.into();
-            }
-            Ok(m)
+            let base64 = &base64::engine::general_purpose::STANDARD;
+            let key = args.key.as_ref().map(|k| base64.encode(k.as_bytes()));
+            Ok(message(key, base64.encode(bytes)))
         })
-        .collect::<anyhow::Result<Vec<Value>>>()?;
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let encoding = if files.is_empty() && args.encoding == LineEncoding::Text {
         "utf-8"
     } else {
@@ -147,7 +145,7 @@ pub(super) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     let mut line_number = 0u64;
     let (mut sent, mut failed) = (0u64, 0u64);
     loop {
-        let mut messages: Vec<Value> = files.by_ref().take(args.batch.max(1)).collect();
+        let mut messages: Vec<ProducedMessage> = files.by_ref().take(args.batch.max(1)).collect();
         for line in lines.iter_mut().flatten() {
             line_number += 1;
             let mut line = line.context("cannot read stdin")?;
@@ -168,14 +166,7 @@ pub(super) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
                 },
                 None => (None, line.clone()),
             };
-            let mut m = json!({ "value": value, "headers": headers });
-            if let Some(k) = key {
-                m["key"] = k.into();
-            }
-            if let Some(p) = args.partition {
-                m["partition"] = p.into();
-            }
-            messages.push(m);
+            messages.push(message(key, value));
             if messages.len() >= args.batch.max(1) {
                 break;
             }
@@ -184,13 +175,13 @@ pub(super) async fn produce(args: ProduceArgs) -> anyhow::Result<()> {
             break;
         }
         let n = messages.len() as u64;
-        let v = match api
-            .post(
-                &path,
-                json!({ "messages": messages, "acks": acks, "encoding": encoding }),
-            )
-            .await
-        {
+        let request = ProduceRequest {
+            messages,
+            acks: Some(acks.into()),
+            encoding: Some(encoding.to_string()),
+            timeout_ms: None,
+        };
+        let v = match api.post(&path, request).await {
             Ok(v) => v,
             // Some records written: count them, report the rest.
             Err(e) => match e.downcast_ref::<Refused>() {
@@ -335,16 +326,24 @@ async fn read_directly(
         if args.max_messages.is_some_and(|m| *printed >= m) {
             return Ok(());
         }
-        let mut body = json!({
-            "max_messages": wanted(args, *printed),
-            "timeout_ms": 1000,
-            "from": if args.from_beginning { "earliest" } else { "latest" },
-        });
-        match &offsets {
-            Some(o) => body["offsets"] = json!(o),
-            None if !args.partition.is_empty() => body["partitions"] = json!(args.partition),
-            None => {}
-        }
+        let body = ReadRequest {
+            offsets: (offsets.as_ref())
+                .map(|o| o.iter().map(|(p, o)| (p.clone(), (*o).into())).collect()),
+            partitions: (offsets.is_none() && !args.partition.is_empty())
+                .then(|| args.partition.iter().map(|&p| p.into()).collect()),
+            from: Some(
+                if args.from_beginning {
+                    "earliest"
+                } else {
+                    "latest"
+                }
+                .to_string(),
+            ),
+            max_messages: Some(wanted(args, *printed) as usize),
+            timeout_ms: Some(1000),
+            isolation_level: None,
+            encoding: None,
+        };
         let answer: ReadResponse =
             serde_json::from_value(api.post(&path, body).await?).context("the read answer")?;
         if !answer.next_offsets.is_empty() {
@@ -382,18 +381,25 @@ async fn consume_in_group(
         if args.max_messages.is_some_and(|m| *printed >= m) {
             return Ok(());
         }
-        let mut body = json!({
-            "group_id": group,
-            "max_messages": wanted(args, *printed),
-            "timeout_ms": 1000,
-            "auto_offset_reset": if args.from_beginning { "earliest" } else { "latest" },
-        });
         // A member of its own (deleted at the end), never the caller's implicit
         // instance, which another consumer of the same user may be using.
-        match consumer_id.as_ref() {
-            Some(id) => body["consumer_id"] = id.clone().into(),
-            None => body["new_consumer"] = true.into(),
-        }
+        let body = ConsumeRequest {
+            group_id: group.to_string(),
+            consumer_id: consumer_id.clone(),
+            new_consumer: consumer_id.is_none(),
+            max_messages: Some(wanted(args, *printed) as usize),
+            timeout_ms: Some(1000),
+            auto_offset_reset: Some(
+                if args.from_beginning {
+                    "earliest"
+                } else {
+                    "latest"
+                }
+                .to_string(),
+            ),
+            isolation_level: None,
+            encoding: None,
+        };
         let answer: ConsumeResponse =
             serde_json::from_value(api.post(&path, body).await?).context("the consume answer")?;
         *consumer_id = Some(answer.consumer_id);
@@ -408,15 +414,14 @@ async fn consume_in_group(
         let next = print_messages(args, &messages)?;
         *printed += messages.len() as u64;
         if commit {
-            api.post(
-                &commit_path,
-                json!({
-                    "group_id": group,
-                    "consumer_id": consumer_id,
-                    "offsets": next,
-                }),
-            )
-            .await?;
+            let request = CommitRequest {
+                group_id: group.to_string(),
+                consumer_id: consumer_id.clone(),
+                generation_id: None,
+                offsets: next.into_iter().map(|(p, o)| (p, o.into())).collect(),
+                metadata: None,
+            };
+            api.post(&commit_path, request).await?;
         }
         progress(args, *printed, tty);
     }

@@ -2,16 +2,18 @@
 //! client quotas (`/v1/acls`, `/v1/users`, `/v1/quotas`), with the flags of Kafka's
 //! `kafka-acls.sh` and `kafka-configs.sh` where they have one.
 
+use std::collections::BTreeMap;
 use std::io::{BufRead, IsTerminal, Write};
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 
 use super::{Api, Conn, Output, key_value, print_json, seg, table, typed};
 use crate::http::model::{
-    AclBinding, AclList, AclsCreated, AclsDeleted, QuotaEntry, QuotaList, ScramCredential,
-    ScramUser, UserCredentialsDeleted, UserList,
+    AclBinding, AclBindingInput, AclList, AclsCreated, AclsDeleted, AlterQuotasRequest,
+    CreateAclsRequest, QuotaEntry, QuotaList, ScramCredential, ScramUser, SetUserRequest,
+    UserCredentialsDeleted, UserList,
 };
 
 /// The one resource a binding names (or, listing and deleting, selects).
@@ -279,18 +281,22 @@ pub async fn acls(command: Acls, conn: &Conn) -> anyhow::Result<()> {
             let mut acls = Vec::new();
             for (principal, permission) in principals {
                 for op in &operation {
-                    acls.push(json!({
-                        "resource_type": kind,
-                        "resource_name": name,
-                        "pattern_type": resource.resource_pattern_type.as_deref().unwrap_or("LITERAL"),
-                        "principal": principal,
-                        "host": host,
-                        "operation": op,
-                        "permission": permission,
-                    }));
+                    acls.push(AclBindingInput {
+                        resource_type: kind.to_string(),
+                        resource_name: name.to_string(),
+                        pattern_type: Some(
+                            (resource.resource_pattern_type.as_deref())
+                                .unwrap_or("LITERAL")
+                                .to_string(),
+                        ),
+                        principal: principal.to_string(),
+                        host: Some(host.to_string()),
+                        operation: op.to_string(),
+                        permission: Some(permission.to_string()),
+                    });
                 }
             }
-            let v = api.post("/v1/acls", json!({ "acls": acls })).await?;
+            let v = api.post("/v1/acls", CreateAclsRequest { acls }).await?;
             if json_out {
                 return print_json(&v);
             }
@@ -395,16 +401,12 @@ pub async fn users(command: Users, conn: &Conn) -> anyhow::Result<()> {
             mechanism,
             iterations,
         } => {
-            let mut body = Map::new();
-            body.insert("password".into(), new_password()?.into());
-            if let Some(m) = mechanism {
-                body.insert("mechanism".into(), m.into());
-            }
-            if let Some(i) = iterations {
-                body.insert("iterations".into(), i.into());
-            }
-            api.put(&format!("/v1/users/{}", seg(&name)), Value::Object(body))
-                .await?
+            let body = SetUserRequest {
+                password: new_password()?,
+                mechanism,
+                iterations,
+            };
+            api.put(&format!("/v1/users/{}", seg(&name)), body).await?
         }
         Users::Delete { name, mechanism } => {
             let v = api
@@ -494,23 +496,19 @@ pub async fn quotas(command: Quotas, conn: &Conn) -> anyhow::Result<()> {
             if set.is_empty() && delete.is_empty() {
                 bail!("nothing to change: give --set name=value or --delete name");
             }
-            let mut values = Map::new();
+            let mut values = BTreeMap::new();
             for (k, v) in set {
                 let n: f64 = v
                     .parse()
                     .map_err(|_| anyhow::anyhow!("--set {k}={v}: {v:?} is not a number"))?;
-                values.insert(k, json!(n));
+                values.insert(k, n);
             }
-            let entity: Map<String, Value> = parts
-                .into_iter()
-                .map(|(k, n)| (k, n.map_or(Value::Null, Value::from)))
-                .collect();
-            let v = api
-                .patch(
-                    "/v1/quotas",
-                    json!({ "entity": entity, "set": values, "delete": delete }),
-                )
-                .await?;
+            let request = AlterQuotasRequest {
+                entity: parts.into_iter().collect(),
+                set: values,
+                delete,
+            };
+            let v = api.patch("/v1/quotas", request).await?;
             if json_out {
                 return print_json(&v);
             }

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::HttpApi;
@@ -218,30 +218,34 @@ async fn describe(http: &HttpApi, who: &Caller, topic: &str) -> Result<Topic, Pr
 }
 
 /// A topic to create.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateTopicRequest)]
-pub(super) struct CreateTopic {
+pub(crate) struct CreateTopic {
     /// Kafka's rules: 1 to 249 ASCII letters, digits, '.', '_' and '-', and not '.' or
     /// '..'
     #[schema(pattern = "^[a-zA-Z0-9._-]{1,249}$")]
-    name: String,
+    pub(crate) name: String,
     /// How many; -1 or null for the broker's `num_partitions`
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(schema_with = super::openapi::partition_count)]
-    partitions: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partitions: Option<i32>,
     /// Replicas per partition, at most the live agents (else INVALID_REPLICATION_FACTOR,
     /// 400); -1 or null for the broker's `replication_factor`
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(schema_with = super::openapi::replication_factor)]
-    replication_factor: Option<i16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) replication_factor: Option<i16>,
     /// Configs set on the topic; the others are the broker's defaults
     #[serde(default)]
     #[schema(schema_with = super::openapi::nullable_topic_configs)]
-    configs: Option<BTreeMap<String, String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) configs: Option<BTreeMap<String, String>>,
     /// Check the request, create nothing
     #[serde(default)]
-    validate_only: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) validate_only: Option<bool>,
 }
 
 /// `POST /v1/topics`: `{"name", "partitions"?, "replication_factor"?, "configs"?,
@@ -346,21 +350,22 @@ pub async fn delete_topic(
 }
 
 /// At least one config to set or delete; `set` wins over `delete` for a config in both.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = AlterConfigsRequest)]
-pub(super) struct AlterConfigs {
+pub(crate) struct AlterConfigs {
     /// Configs to give these values
     #[serde(default)]
     #[schema(schema_with = super::openapi::topic_configs)]
-    set: BTreeMap<String, String>,
+    pub(crate) set: BTreeMap<String, String>,
     /// Configs to return to their defaults
     #[serde(default)]
     #[schema(schema_with = super::openapi::topic_config_names)]
-    delete: Vec<String>,
+    pub(crate) delete: Vec<String>,
     /// Check the change, store nothing
     #[serde(default)]
-    validate_only: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) validate_only: Option<bool>,
 }
 
 /// `PATCH /v1/topics/{topic}/configs`: `{"set": {name: value}, "delete": [name]}`, as
@@ -424,17 +429,19 @@ pub async fn alter_configs(
 }
 
 /// The new number of partitions.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = AddPartitionsRequest)]
-pub(super) struct AddPartitions {
+pub(crate) struct AddPartitions {
     /// The new number of partitions, above the current one
     #[serde(deserialize_with = "json::opt", default)]
     #[schema(required = true, value_type = i32, minimum = 1, maximum = 10000)]
-    count: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) count: Option<i32>,
     /// Check the request, add nothing
     #[serde(default)]
-    validate_only: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) validate_only: Option<bool>,
 }
 
 /// `POST /v1/topics/{topic}/partitions`: `{"count": n}`, the new total, as
@@ -735,22 +742,26 @@ pub async fn delete_group(
 
 /// Where to move a group's committed offsets of one topic. (Its schema is one object
 /// per `to`, each with the field that `to` reads: [`super::openapi::reset_offsets`].)
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub(super) struct ResetOffsets {
-    topic: String,
+pub(crate) struct ResetOffsets {
+    pub(crate) topic: String,
     /// `earliest`, `latest`, `offset` (with `offset`) or `timestamp` (with
     /// `timestamp_ms`).
-    to: String,
+    pub(crate) to: String,
     #[serde(default)]
-    offset: Option<serde_json::Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) offset: Option<serde_json::Number>,
     #[serde(default)]
-    timestamp_ms: Option<serde_json::Number>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timestamp_ms: Option<serde_json::Number>,
     /// The partitions to move; all of the topic's when left out.
     #[serde(default)]
-    partitions: Option<Vec<serde_json::Number>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partitions: Option<Vec<serde_json::Number>>,
     #[serde(default)]
-    dry_run: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) dry_run: Option<bool>,
 }
 
 impl ResetOffsets {

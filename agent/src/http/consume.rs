@@ -27,7 +27,7 @@ use axum::extract::{Path, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
@@ -156,60 +156,69 @@ impl Consumers {
 }
 
 /// Messages to read as a member of `group_id`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ConsumeRequest)]
-pub(super) struct ConsumeBody {
+pub(crate) struct ConsumeBody {
     #[schema(min_length = 1)]
-    group_id: String,
+    pub(crate) group_id: String,
     /// An instance a consume with new_consumer answered; without it, the caller's
     /// implicit instance for the group and topic (created by the first such call)
     #[serde(default)]
-    consumer_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) consumer_id: Option<String>,
     /// Create another instance in the group rather than use the caller's implicit one;
     /// later calls name its consumer_id
     #[serde(default)]
-    new_consumer: bool,
+    pub(crate) new_consumer: bool,
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 1, maximum = 10000, default = 100)]
-    max_messages: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_messages: Option<usize>,
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 0, maximum = 30000, default = 1000)]
-    timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout_ms: Option<u64>,
     /// Where the group starts on a partition without a committed offset (earliest by
     /// default)
     #[serde(default)]
     #[schema(value_type = Option<Reset>)]
-    auto_offset_reset: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) auto_offset_reset: Option<String>,
     /// read_uncommitted by default
     #[serde(default)]
     #[schema(value_type = Option<IsolationLevel>)]
-    isolation_level: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) isolation_level: Option<String>,
     /// utf-8 by default
     #[serde(default)]
     #[schema(value_type = Option<Encoding>)]
-    encoding: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) encoding: Option<String>,
 }
 
 /// Offsets to commit for `group_id`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = CommitRequest)]
-pub(super) struct CommitBody {
+pub(crate) struct CommitBody {
     #[schema(min_length = 1)]
-    group_id: String,
+    pub(crate) group_id: String,
     #[serde(default)]
-    consumer_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) consumer_id: Option<String>,
     /// The generation the offsets were consumed in (a consume answers it); the
     /// instance's current one if absent.
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = -2147483648, maximum = 2147483647)]
-    generation_id: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) generation_id: Option<i32>,
     /// Partition (as a string) to the next offset to read
     #[schema(schema_with = super::openapi::commit_offsets)]
-    offsets: BTreeMap<String, serde_json::Number>,
+    pub(crate) offsets: BTreeMap<String, serde_json::Number>,
     #[serde(default)]
-    metadata: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) metadata: Option<String>,
 }
 
 /// Consuming, committing and leaving need READ on the group (as JoinGroup and

@@ -590,3 +590,17 @@ pub struct QuotaEntry {
 pub struct QuotaList {
     pub quotas: Vec<QuotaEntry>,
 }
+
+// The requests, as the handlers read them and the CLI writes them. (They live beside
+// their handlers, whose schemas and parsing rules they carry.)
+pub(crate) use super::admin::{AddPartitions, AlterConfigs, CreateTopic, ResetOffsets};
+pub(crate) use super::consume::{CommitBody as CommitRequest, ConsumeBody as ConsumeRequest};
+pub(crate) use super::operate::Disable as DisableRequest;
+pub(crate) use super::produce::{
+    HeaderEntry, Headers, Message as ProducedMessage, Request as ProduceRequest,
+};
+pub(crate) use super::read::ReadBody as ReadRequest;
+pub(crate) use super::security::{
+    AlterQuotas as AlterQuotasRequest, Binding as AclBindingInput, CreateAcls as CreateAclsRequest,
+    SetUser as SetUserRequest,
+};

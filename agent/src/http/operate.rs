@@ -20,7 +20,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{Extensions, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::HttpApi;
@@ -78,13 +78,14 @@ pub async fn inspect(State(http): State<Arc<HttpApi>>, p: PartitionPath, uri: Ur
 }
 
 /// Why writes are disabled.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = DisableRequest)]
-pub(super) struct Disable {
+pub(crate) struct Disable {
     /// Why: kept in the metastore, shown to the producers refused, written to the audit
     /// log
-    reason: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) reason: Option<String>,
 }
 
 /// `POST /v1/topics/{topic}/partitions/{p}/disable` `{"reason"}`.

@@ -24,7 +24,7 @@ use axum::http::{Extensions, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
 use bytes::Bytes;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::HttpApi;
@@ -64,52 +64,60 @@ pub fn remembered() -> Remembered {
 
 /// Messages to append. Keys, values and header values are UTF-8 text, or all base64
 /// with `"encoding": "base64"`.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ProduceRequest)]
-pub(super) struct Request<'a> {
+pub(crate) struct Request<'a> {
     #[serde(borrow)]
     #[schema(min_items = 1)]
-    messages: Vec<Message<'a>>,
+    pub(crate) messages: Vec<Message<'a>>,
     /// Which replicas must have a message before it is answered written: all in-sync
     /// ones (the default), the leader, or none
     #[serde(default)]
     #[schema(schema_with = super::openapi::acks)]
-    acks: Option<serde_json::Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) acks: Option<serde_json::Value>,
     /// utf-8 by default
     #[serde(default)]
     #[schema(value_type = Option<Encoding>)]
-    encoding: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) encoding: Option<String>,
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 1000, maximum = 30000, default = 10000)]
-    timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout_ms: Option<u64>,
 }
 
 /// A message to append.
 // Keys and values are borrowed from the body where JSON allows (no escapes): UTF-8
 // ones become records without a copy, base64 ones are decoded from the body itself.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ProducedMessage)]
-pub(super) struct Message<'a> {
+pub(crate) struct Message<'a> {
     /// UTF-8 text, or base64 when the request's `encoding` is `base64`; null for none
     #[serde(default, borrow, deserialize_with = "borrowed")]
     #[schema(value_type = Option<String>)]
-    key: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) key: Option<Cow<'a, str>>,
     /// UTF-8 text, or base64 when the request's `encoding` is `base64`; null for none
     #[serde(default, borrow, deserialize_with = "borrowed")]
     #[schema(value_type = Option<String>)]
-    value: Option<Cow<'a, str>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) value: Option<Cow<'a, str>>,
     #[serde(default)]
-    headers: Option<Headers>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) headers: Option<Headers>,
     /// Overrides the partitioner
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = -2147483648, maximum = 2147483647)]
-    partition: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partition: Option<i32>,
     /// Milliseconds since the epoch; default now
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 0, maximum = 9223372036854775807_i64)]
-    timestamp: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timestamp: Option<i64>,
 }
 
 /// An optional string, borrowed when it has no escapes. (serde borrows a `Cow` only as
@@ -125,20 +133,21 @@ where
 
 /// Headers as an object (`{"trace": "t1"}`) or, to repeat a key or keep an order, a
 /// list of `{"key", "value"}`. Values as the message's key and value are written.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
-enum Headers {
+pub(crate) enum Headers {
     Map(BTreeMap<String, Option<String>>),
     List(Vec<HeaderEntry>),
 }
 
 /// A header, in a list of them.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct HeaderEntry {
-    key: String,
+pub(crate) struct HeaderEntry {
+    pub(crate) key: String,
     #[serde(default)]
-    value: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) value: Option<String>,
 }
 
 pub use super::model::Encoding;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use axum::extract::State;
 use axum::http::Extensions;
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
 use super::HttpApi;
@@ -23,37 +23,44 @@ use super::model::{Encoding, IsolationLevel, ReadResponse};
 use super::problem::{Body, Extracted, Problem, extract};
 
 /// Where to read each partition from.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = ReadRequest)]
-pub(super) struct ReadBody {
+pub(crate) struct ReadBody {
     /// Partitions to read from an offset each
     #[serde(default)]
     #[schema(schema_with = super::openapi::read_offsets)]
-    offsets: Option<BTreeMap<String, serde_json::Number>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) offsets: Option<BTreeMap<String, serde_json::Number>>,
     /// Partitions to read from `from`; with neither this nor offsets, every partition
     #[serde(default)]
     #[schema(schema_with = super::openapi::read_partitions)]
-    partitions: Option<Vec<serde_json::Number>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) partitions: Option<Vec<serde_json::Number>>,
     /// Where a partition without an offset starts, and where one whose offset is out
     /// of range starts again (earliest by default)
     #[serde(default)]
     #[schema(value_type = Option<Reset>)]
-    from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) from: Option<String>,
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 1, maximum = 10000, default = 100)]
-    max_messages: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) max_messages: Option<usize>,
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 0, maximum = 30000, default = 0)]
-    timeout_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) timeout_ms: Option<u64>,
     /// read_uncommitted by default
     #[serde(default)]
     #[schema(value_type = Option<IsolationLevel>)]
-    isolation_level: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) isolation_level: Option<String>,
     /// utf-8 by default
     #[serde(default)]
     #[schema(value_type = Option<Encoding>)]
-    encoding: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) encoding: Option<String>,
 }
 
 #[utoipa::path(

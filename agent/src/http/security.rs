@@ -18,7 +18,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State};
 use axum::http::{Extensions, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use utoipa::openapi::RefOr;
 use utoipa::openapi::schema::Schema;
 use utoipa::{IntoParams, ToSchema};
@@ -164,34 +164,37 @@ fn bindings(mut acls: Vec<AclRecord>) -> Vec<AclBinding> {
 }
 
 /// An ACL binding to create; names are Kafka's, read in any case.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = AclBindingInput)]
-struct Binding {
+pub(crate) struct Binding {
     /// TOPIC, GROUP, CLUSTER, TRANSACTIONAL_ID, DELEGATION_TOKEN or USER; in any case,
     /// `-` for `_`
-    resource_type: String,
+    pub(crate) resource_type: String,
     /// `kafka-cluster` for CLUSTER; `*` (LITERAL) for every resource of the type
     #[schema(min_length = 1)]
-    resource_name: String,
+    pub(crate) resource_name: String,
     /// LITERAL or PREFIXED, in any case
     #[serde(default)]
     #[schema(default = "LITERAL")]
-    pattern_type: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) pattern_type: Option<String>,
     /// The principal's type and name: `User:alice`; `User:*` for every principal
     #[schema(pattern = r"^[^:]+:[\s\S]+$")]
-    principal: String,
+    pub(crate) principal: String,
     /// The client's address; `*` for any host
     #[serde(default)]
     #[schema(default = "*")]
-    host: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) host: Option<String>,
     /// ALL, READ, WRITE, CREATE, DELETE, ALTER, DESCRIBE, CLUSTER_ACTION,
     /// DESCRIBE_CONFIGS, ALTER_CONFIGS or IDEMPOTENT_WRITE; in any case, `-` for `_`
-    operation: String,
+    pub(crate) operation: String,
     /// ALLOW or DENY, in any case
     #[serde(default)]
     #[schema(default = "ALLOW")]
-    permission: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) permission: Option<String>,
 }
 
 impl Binding {
@@ -217,12 +220,12 @@ impl Binding {
 }
 
 /// ACL bindings to create.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = CreateAclsRequest)]
-struct CreateAcls {
+pub(crate) struct CreateAcls {
     #[schema(min_items = 1)]
-    acls: Vec<Binding>,
+    pub(crate) acls: Vec<Binding>,
 }
 
 /// What `GET` and `DELETE /v1/acls` select; each field left out matches any value.
@@ -490,20 +493,22 @@ pub async fn get_user(
 }
 
 /// A user's password, to make SCRAM credentials from.
-#[derive(Debug, Deserialize, ToSchema)]
+#[derive(Debug, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 #[schema(as = SetUserRequest)]
-struct SetUser {
+pub(crate) struct SetUser {
     /// The credential is made from it; it is kept nowhere
     #[schema(min_length = 1)]
-    password: String,
+    pub(crate) password: String,
     /// SCRAM-SHA-256 or SCRAM-SHA-512, in any case; left out or null: both, so the
     /// user logs in with either
     #[serde(default)]
-    mechanism: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) mechanism: Option<String>,
     #[serde(default, deserialize_with = "json::opt")]
     #[schema(minimum = 4096, maximum = 16384, default = 4096)]
-    iterations: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub(crate) iterations: Option<u32>,
 }
 
 /// `PUT /v1/users/{user}` `{"password": …, "mechanism"?, "iterations"?}`: sets the
@@ -687,15 +692,15 @@ pub async fn list_quotas(
 
 /// An entity's quotas to set and delete. (Its schema says which quotas go with which
 /// entity, which utoipa's derive cannot: [`super::openapi::alter_quotas`].)
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct AlterQuotas {
+pub(crate) struct AlterQuotas {
     /// Entity type to name, `null` for the type's default.
-    entity: BTreeMap<String, Option<String>>,
+    pub(crate) entity: BTreeMap<String, Option<String>>,
     #[serde(default)]
-    set: BTreeMap<String, f64>,
+    pub(crate) set: BTreeMap<String, f64>,
     #[serde(default)]
-    delete: Vec<String>,
+    pub(crate) delete: Vec<String>,
 }
 
 impl utoipa::PartialSchema for AlterQuotas {
