@@ -535,11 +535,9 @@ impl Admin<'_> {
     /// made through another agent a moment ago is seen, and built on. A name no topic
     /// can have is simply unknown.
     pub async fn fresh_topic(&self, name: &str) -> Result<Arc<TopicState>, AdminError> {
-        validate_topic_name(name).map_err(|_| AdminError::UnknownTopic(name.to_string()))?;
-        self.replicas
-            .sync_topic(name)
-            .await?
-            .ok_or_else(|| AdminError::UnknownTopic(name.to_string()))
+        let unknown = || AdminError::UnknownTopic(format!("topic {name:?} does not exist"));
+        validate_topic_name(name).map_err(|_| unknown())?;
+        self.replicas.sync_topic(name).await?.ok_or_else(unknown)
     }
 
     /// The topic `name` as Metadata names it: DESCRIBE on it first (nothing is created
