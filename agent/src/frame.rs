@@ -29,19 +29,16 @@ pub struct Frame {
     /// and its bytes.
     spliced: Vec<(usize, Bytes)>,
     spliced_len: usize,
-    /// The records that may be spliced, not yet seen: their address, length and bytes.
+    /// The records that may be spliced, not yet seen (recognized by address and length).
     wanted: Vec<Bytes>,
 }
 
 impl Frame {
-    /// A frame written into `inline` (emptied), which splices `records` where the
-    /// encoder puts exactly one of them.
-    pub fn new(mut inline: BytesMut, records: Vec<Bytes>) -> Frame {
+    /// A frame written into `inline` (emptied), which splices `wanted` where the
+    /// encoder puts exactly one of them (those shorter than [`SPLICED_MIN`] are copied
+    /// all the same).
+    pub fn new(mut inline: BytesMut, wanted: Vec<Bytes>) -> Frame {
         inline.clear();
-        let wanted = records
-            .into_iter()
-            .filter(|r| r.len() >= SPLICED_MIN)
-            .collect();
         Frame {
             inline,
             spliced: Vec::new(),

@@ -501,19 +501,10 @@ fn check_iterations(iterations: i64) -> Result<(), SecurityError> {
 fn checked_by_user(
     alterations: &[(String, CredentialAlteration)],
 ) -> Vec<(String, Result<Vec<CredentialChange>, SecurityError>)> {
-    let mut users: Vec<(String, Result<Vec<CredentialChange>, SecurityError>)> = Vec::new();
-    for (name, alteration) in alterations {
-        let i = match users.iter().position(|(u, _)| u == name) {
-            Some(i) => i,
-            None => {
-                users.push((name.clone(), Ok(Vec::new())));
-                users.len() - 1
-            }
-        };
-        let Ok(changes) = &mut users[i].1 else {
-            continue;
-        };
-        let change = credential_change(name, alteration).and_then(|change| {
+    let checked = |name: &str, asked: Vec<&CredentialAlteration>| {
+        let mut changes: Vec<CredentialChange> = Vec::new();
+        for alteration in asked {
+            let change = credential_change(name, alteration)?;
             let twice = changes.iter().any(|c| match (c, &change) {
                 (CredentialChange::DeleteAll, _) | (_, CredentialChange::DeleteAll) => true,
                 (a, b) => a.mechanism() == b.mechanism(),
@@ -523,11 +514,24 @@ fn checked_by_user(
                     "A user credential cannot be altered twice in the same request".into(),
                 ));
             }
-            Ok(change)
-        });
-        match change {
-            Ok(c) => changes.push(c),
-            Err(e) => users[i].1 = Err(e),
+            changes.push(change);
+        }
+        Ok(changes)
+    };
+    (by_user(alterations).into_iter())
+        .map(|(name, asked)| (name.to_string(), checked(name, asked)))
+        .collect()
+}
+
+/// The alterations of each user, users in the order first named.
+fn by_user(
+    alterations: &[(String, CredentialAlteration)],
+) -> Vec<(&str, Vec<&CredentialAlteration>)> {
+    let mut users: Vec<(&str, Vec<&CredentialAlteration>)> = Vec::new();
+    for (name, alteration) in alterations {
+        match users.iter_mut().find(|(u, _)| *u == name.as_str()) {
+            Some((_, asked)) => asked.push(alteration),
+            None => users.push((name, vec![alteration])),
         }
     }
     users

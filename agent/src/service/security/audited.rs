@@ -78,33 +78,28 @@ fn mechanism(code: i8) -> String {
 pub(super) fn user_alterations(
     alterations: &[(String, CredentialAlteration)],
 ) -> Vec<(String, Value)> {
-    let mut users: Vec<(String, Vec<String>, Vec<Value>)> = Vec::new();
-    for (name, a) in alterations {
-        let i = match users.iter().position(|(u, ..)| u == name) {
-            Some(i) => i,
-            None => {
-                users.push((name.clone(), Vec::new(), Vec::new()));
-                users.len() - 1
+    let request = |asked: Vec<&CredentialAlteration>| {
+        let (mut delete, mut upsert) = (Vec::new(), Vec::new());
+        for a in asked {
+            match a {
+                CredentialAlteration::Delete { mechanism: m } => delete.push(mechanism(*m)),
+                CredentialAlteration::DeleteAll => delete.push("*".to_string()),
+                CredentialAlteration::Salted {
+                    mechanism: m,
+                    iterations,
+                    ..
+                } => upsert.push(json!({ "mechanism": mechanism(*m), "iterations": iterations })),
+                CredentialAlteration::Password {
+                    mechanism: m,
+                    iterations,
+                    ..
+                } => upsert.push(json!({ "mechanism": mechanism(*m), "iterations": iterations })),
             }
-        };
-        let (_, delete, upsert) = &mut users[i];
-        match a {
-            CredentialAlteration::Delete { mechanism: m } => delete.push(mechanism(*m)),
-            CredentialAlteration::DeleteAll => delete.push("*".to_string()),
-            CredentialAlteration::Salted {
-                mechanism: m,
-                iterations,
-                ..
-            } => upsert.push(json!({ "mechanism": mechanism(*m), "iterations": iterations })),
-            CredentialAlteration::Password {
-                mechanism: m,
-                iterations,
-                ..
-            } => upsert.push(json!({ "mechanism": mechanism(*m), "iterations": iterations })),
         }
-    }
-    (users.into_iter())
-        .map(|(name, delete, upsert)| (name, json!({ "delete": delete, "upsert": upsert })))
+        json!({ "delete": delete, "upsert": upsert })
+    };
+    (super::by_user(alterations).into_iter())
+        .map(|(name, asked)| (name.to_string(), request(asked)))
         .collect()
 }
 
